@@ -1,0 +1,17 @@
+// The optimised BLAS that CPU GEMM routes call (OpenBLAS from scipy-openblas32 on
+// Linux, Accelerate on macOS). Never MLX's CPU matmul: on Linux it runs a
+// reference BLAS at about 1 GFLOP/s.
+#pragma once
+
+#include <string>
+
+namespace lattice::blas {
+
+// Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C.
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc);
+
+std::string vendor();
+int num_threads();
+
+}  // namespace lattice::blas

@@ -1,0 +1,324 @@
+// CPU coordinate functions: tables, lookups, downsampling, set operations,
+// Morton codes and point quantisation.
+#include "backend/cpu/coords.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+namespace lattice {
+
+Bounds coord_bounds(const int32_t* c, int64_t n) {
+  Bounds out;
+  if (n == 0) return out;
+  const int64_t chunks = chunk_count(n, 1 << 15);
+  std::vector<Bounds> part(chunks);
+  parallel_chunks(n, chunks, [&](int64_t ci, int64_t b, int64_t e) {
+    Bounds bb;
+    for (int a = 0; a < 4; ++a) {
+      bb.lo[a] = INT64_MAX;
+      bb.hi[a] = INT64_MIN;
+    }
+    for (int64_t i = b; i < e; ++i) {
+      for (int a = 0; a < 4; ++a) {
+        int64_t v = c[4 * i + a];
+        bb.lo[a] = std::min(bb.lo[a], v);
+        bb.hi[a] = std::max(bb.hi[a], v);
+      }
+    }
+    part[ci] = bb;
+  });
+  out = part[0];
+  for (auto& p : part) {
+    for (int a = 0; a < 4; ++a) {
+      out.lo[a] = std::min(out.lo[a], p.lo[a]);
+      out.hi[a] = std::max(out.hi[a], p.hi[a]);
+    }
+  }
+  return out;
+}
+
+static std::string fmt_coord(const int32_t* c) {
+  std::ostringstream s;
+  s << "(" << c[0] << ", " << c[1] << ", " << c[2] << ", " << c[3] << ")";
+  return s.str();
+}
+
+CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
+  auto t = std::make_shared<CoordTable>();
+  t->coords = as_coords(coords_in, op);
+  t->n = t->coords.shape(0);
+  const int32_t* c = t->data();
+  t->bounds = coord_bounds(c, t->n);
+  if (!t->bounds.empty() && t->bounds.lo[0] < 0) {
+    for (int64_t i = 0; i < t->n; ++i) {
+      if (c[4 * i] < 0) {
+        std::ostringstream msg;
+        msg << "[" << op << "] batch indices must be non-negative, got " << c[4 * i] << " at row " << i;
+        throw std::invalid_argument(msg.str());
+      }
+    }
+  }
+  t->packer = Packer(t->bounds, op);
+  t->table.reset(t->n);
+  std::atomic<int64_t> dup{-1};
+  parallel_for(t->n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      uint64_t key = 0;
+      t->packer.pack(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3], key);
+      bool inserted;
+      t->table.insert(key, static_cast<int32_t>(i), inserted);
+      if (!inserted) {
+        int64_t expected = -1;
+        dup.compare_exchange_strong(expected, i);
+      }
+    }
+  });
+  if (dup.load() >= 0) {
+    // Report the smallest pair of rows holding the same coordinate.
+    int64_t i = dup.load();
+    int64_t other = -1;
+    for (int64_t j = 0; j < t->n; ++j) {
+      if (j != i && std::equal(c + 4 * j, c + 4 * j + 4, c + 4 * i)) {
+        other = j;
+        break;
+      }
+    }
+    std::ostringstream msg;
+    msg << "[" << op << "] duplicate active coordinates: rows " << std::min(i, other) << " and "
+        << std::max(i, other) << " both hold " << fmt_coord(c + 4 * i)
+        << " (deduplicate with sparse_quantize or sparse_from_coordinates)";
+    throw std::invalid_argument(msg.str());
+  }
+  return t;
+}
+
+mx::array lookup_rows(const CoordTable& t, const mx::array& queries_in) {
+  mx::array q = as_coords(queries_in, "lookup_coords", "queries");
+  const int64_t m = q.shape(0);
+  const int32_t* qc = q.data<int32_t>();
+  OutArray<int32_t> out({static_cast<int>(m)}, mx::int32);
+  int32_t* o = out.data();
+  parallel_for(m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int32_t* r = qc + 4 * i;
+      o[i] = t.find(r[0], r[1], r[2], r[3]);
+    }
+  });
+  return std::move(out).finish();
+}
+
+mx::array to_array(const std::vector<int32_t>& v) {
+  OutArray<int32_t> out({static_cast<int>(v.size())}, mx::int32);
+  std::copy(v.begin(), v.end(), out.data());
+  return std::move(out).finish();
+}
+
+UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& stride) {
+  Bounds b;
+  if (t.n > 0) {
+    b.lo[0] = t.bounds.lo[0];
+    b.hi[0] = t.bounds.hi[0];
+    for (int a = 0; a < 3; ++a) {
+      b.lo[a + 1] = floordiv(t.bounds.lo[a + 1], stride[a]);
+      b.hi[a + 1] = floordiv(t.bounds.hi[a + 1], stride[a]);
+    }
+  }
+  const int32_t* c = t.data();
+  const int64_t s0 = stride[0], s1 = stride[1], s2 = stride[2];
+  return unique_first(
+      t.n, b,
+      [&](int64_t i, int64_t* out) {
+        const int32_t* r = c + 4 * i;
+        out[0] = r[0];
+        out[1] = floordiv(r[1], s0);
+        out[2] = floordiv(r[2], s1);
+        out[3] = floordiv(r[3], s2);
+      },
+      "downsample_coords", false);
+}
+
+UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs) {
+  Bounds b;
+  if (lhs.n == 0) b = rhs.bounds;
+  else if (rhs.n == 0) b = lhs.bounds;
+  else {
+    for (int a = 0; a < 4; ++a) {
+      b.lo[a] = std::min(lhs.bounds.lo[a], rhs.bounds.lo[a]);
+      b.hi[a] = std::max(lhs.bounds.hi[a], rhs.bounds.hi[a]);
+    }
+  }
+  const int32_t* l = lhs.data();
+  const int32_t* r = rhs.data();
+  const int64_t nl = lhs.n;
+  return unique_first(
+      lhs.n + rhs.n, b,
+      [&](int64_t i, int64_t* out) {
+        const int32_t* src = i < nl ? l + 4 * i : r + 4 * (i - nl);
+        for (int a = 0; a < 4; ++a) out[a] = src[a];
+      },
+      "union_coords", false);
+}
+
+mx::array intersection_rows(const CoordTable& lhs, const CoordTable& rhs) {
+  const int32_t* c = lhs.data();
+  std::vector<uint8_t> keep(lhs.n);
+  parallel_for(lhs.n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int32_t* r = c + 4 * i;
+      keep[i] = rhs.find(r[0], r[1], r[2], r[3]) >= 0;
+    }
+  });
+  std::vector<int32_t> rows;
+  rows.reserve(lhs.n);
+  for (int64_t i = 0; i < lhs.n; ++i)
+    if (keep[i]) rows.push_back(static_cast<int32_t>(i));
+  return to_array(rows);
+}
+
+// ---- Morton codes -------------------------------------------------------------
+
+static inline uint64_t spread21(uint64_t v) {
+  v &= 0x1fffffULL;
+  v = (v | (v << 32)) & 0x1f00000000ffffULL;
+  v = (v | (v << 16)) & 0x1f0000ff0000ffULL;
+  v = (v | (v << 8)) & 0x100f00f00f00f00fULL;
+  v = (v | (v << 4)) & 0x10c30c30c30c30c3ULL;
+  v = (v | (v << 2)) & 0x1249249249249249ULL;
+  return v;
+}
+
+static constexpr int64_t kMortonBias = 1 << 20;
+
+static void morton_fill(const int32_t* c, int64_t n, uint64_t* out) {
+  std::atomic<int64_t> bad{-1};
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int32_t* r = c + 4 * i;
+      uint64_t v[3];
+      for (int a = 0; a < 3; ++a) {
+        int64_t x = static_cast<int64_t>(r[a + 1]) + kMortonBias;
+        if (x < 0 || x >= 2 * kMortonBias) {
+          int64_t expected = -1;
+          bad.compare_exchange_strong(expected, i);
+          x = 0;
+        }
+        v[a] = static_cast<uint64_t>(x);
+      }
+      out[i] = (spread21(v[0]) << 2) | (spread21(v[1]) << 1) | spread21(v[2]);
+    }
+  });
+  if (bad.load() >= 0) {
+    std::ostringstream msg;
+    msg << "[morton_codes] coordinates must lie in [-2^20, 2^20) for 63-bit Morton codes; row "
+        << bad.load() << " holds " << fmt_coord(c + 4 * bad.load());
+    throw std::overflow_error(msg.str());
+  }
+}
+
+mx::array morton_codes(const mx::array& coords_in) {
+  mx::array coords = as_coords(coords_in, "morton_codes");
+  const int64_t n = coords.shape(0);
+  OutArray<uint64_t> out({static_cast<int>(n)}, mx::uint64);
+  morton_fill(coords.data<int32_t>(), n, out.data());
+  return std::move(out).finish();
+}
+
+mx::array morton_order(const mx::array& coords_in) {
+  mx::array coords = as_coords(coords_in, "morton_order");
+  const int64_t n = coords.shape(0);
+  const int32_t* c = coords.data<int32_t>();
+  std::vector<uint64_t> codes(n);
+  morton_fill(c, n, codes.data());
+  OutArray<int32_t> out({static_cast<int>(n)}, mx::int32);
+  int32_t* o = out.data();
+  std::iota(o, o + n, 0);
+  std::stable_sort(o, o + n, [&](int32_t a, int32_t b) {
+    if (c[4 * a] != c[4 * b]) return c[4 * a] < c[4 * b];
+    return codes[a] < codes[b];
+  });
+  return std::move(out).finish();
+}
+
+// ---- Point quantisation -------------------------------------------------------
+
+UniqueResult quantize_points(const mx::array& points_in, const std::array<double, 3>& voxel_size,
+                             const std::array<double, 3>& origin, const mx::array* batch_in) {
+  const char* op = "sparse_quantize";
+  mx::array points = materialize(points_in);
+  if (points.ndim() != 2 || points.shape(1) != 3) {
+    throw std::invalid_argument("[sparse_quantize] points must have shape (N, 3)");
+  }
+  if (points.dtype() != mx::float32) points = materialize(mx::astype(points, mx::float32));
+  const int64_t n = points.shape(0);
+  const float* p = points.data<float>();
+  const int32_t* bidx = nullptr;
+  mx::array batch = mx::zeros({0}, mx::int32);
+  if (batch_in) {
+    batch = materialize(mx::astype(*batch_in, mx::int32));
+    if (batch.ndim() != 1 || batch.shape(0) != n) {
+      throw std::invalid_argument("[sparse_quantize] batch_indices must have shape (N,) matching points");
+    }
+    bidx = batch.data<int32_t>();
+  }
+  // Integer voxel coordinates, with their bounds.
+  std::vector<int32_t> q(4 * n);
+  std::atomic<int64_t> bad{-1};
+  const int64_t chunks = chunk_count(n, 1 << 14);
+  std::vector<Bounds> part(chunks);
+  parallel_chunks(n, chunks, [&](int64_t ci, int64_t b, int64_t e) {
+    Bounds bb;
+    for (int a = 0; a < 4; ++a) {
+      bb.lo[a] = INT64_MAX;
+      bb.hi[a] = INT64_MIN;
+    }
+    for (int64_t i = b; i < e; ++i) {
+      int64_t v[4];
+      v[0] = bidx ? bidx[i] : 0;
+      bool ok = v[0] >= 0;
+      for (int a = 0; a < 3; ++a) {
+        double f = std::floor((static_cast<double>(p[3 * i + a]) - origin[a]) / voxel_size[a]);
+        if (!(f >= INT32_MIN && f <= INT32_MAX)) ok = false;  // also catches NaN
+        v[a + 1] = ok ? static_cast<int64_t>(f) : 0;
+      }
+      if (!ok) {
+        int64_t expected = -1;
+        bad.compare_exchange_strong(expected, i);
+      }
+      for (int a = 0; a < 4; ++a) {
+        q[4 * i + a] = static_cast<int32_t>(v[a]);
+        bb.lo[a] = std::min(bb.lo[a], v[a]);
+        bb.hi[a] = std::max(bb.hi[a], v[a]);
+      }
+    }
+    part[ci] = bb;
+  });
+  if (bad.load() >= 0) {
+    int64_t i = bad.load();
+    std::ostringstream msg;
+    msg << "[" << op << "] point " << i << " (" << p[3 * i] << ", " << p[3 * i + 1] << ", "
+        << p[3 * i + 2] << ")";
+    if (bidx && bidx[i] < 0) msg << " has a negative batch index " << bidx[i];
+    else msg << " is not finite or its voxel index overflows int32";
+    throw std::invalid_argument(msg.str());
+  }
+  Bounds b;
+  if (n > 0) {
+    b = part[0];
+    for (auto& pp : part)
+      for (int a = 0; a < 4; ++a) {
+        b.lo[a] = std::min(b.lo[a], pp.lo[a]);
+        b.hi[a] = std::max(b.hi[a], pp.hi[a]);
+      }
+  }
+  const int32_t* qc = q.data();
+  return unique_first(
+      n, b,
+      [&](int64_t i, int64_t* out) {
+        for (int a = 0; a < 4; ++a) out[a] = qc[4 * i + a];
+      },
+      op, true);
+}
+
+}  // namespace lattice

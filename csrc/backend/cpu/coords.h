@@ -1,0 +1,20 @@
+// Coordinate functions of the CPU backend (declarations shared with the bindings).
+#pragma once
+
+#include <array>
+
+#include "core/coord_table.h"
+
+namespace lattice {
+
+mx::array to_array(const std::vector<int32_t>& v);
+mx::array lookup_rows(const CoordTable& t, const mx::array& queries);
+UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& stride);
+UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs);
+mx::array intersection_rows(const CoordTable& lhs, const CoordTable& rhs);
+mx::array morton_codes(const mx::array& coords);
+mx::array morton_order(const mx::array& coords);
+UniqueResult quantize_points(const mx::array& points, const std::array<double, 3>& voxel_size,
+                             const std::array<double, 3>& origin, const mx::array* batch);
+
+}  // namespace lattice

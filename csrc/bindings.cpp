@@ -1,0 +1,144 @@
+// The nanobind module lattice._ext: thin bindings over the backend functions.
+// Arguments are validated by the Python semantic layer; the backends re-check
+// only what would otherwise be memory-unsafe.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "backend/cpu/blas.h"
+#include "backend/cpu/coords.h"
+#include "backend/cpu/neighbors.h"
+#include "backend/cpu/relations.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using lattice::CoordTable;
+using lattice::CoordTablePtr;
+using lattice::Int3;
+namespace mx = mlx::core;
+
+namespace {
+
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> bounds_tuple(
+    const CoordTable& t) {
+  const auto& b = t.bounds;
+  return {b.lo[0], b.hi[0], b.lo[1], b.hi[1], b.lo[2], b.hi[2], b.lo[3], b.hi[3]};
+}
+
+nb::tuple relation_tuple(lattice::RelationArrays r) {
+  if (r.out_table) return nb::make_tuple(r.in_rows, r.out_rows, r.counts, r.out_table);
+  return nb::make_tuple(r.in_rows, r.out_rows, r.counts, nb::none());
+}
+
+mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
+  if (a_in.ndim() != 2 || b_in.ndim() != 2 || a_in.shape(1) != b_in.shape(0)) {
+    throw std::invalid_argument("[blas_sgemm] expected 2-D operands with matching inner dimension");
+  }
+  mx::array a = lattice::materialize(mx::astype(a_in, mx::float32));
+  mx::array b = lattice::materialize(mx::astype(b_in, mx::float32));
+  const int m = a.shape(0), k = a.shape(1), n = b.shape(1);
+  lattice::OutArray<float> c({m, n}, mx::float32);
+  if (m > 0 && n > 0) {
+    if (k == 0) std::fill(c.data(), c.data() + size_t(m) * n, 0.0f);
+    else lattice::blas::sgemm(false, false, m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n, 0.0f, c.data(), n);
+  }
+  return std::move(c).finish();
+}
+
+}  // namespace
+
+NB_MODULE(_ext, m) {
+  m.doc() = "lattice native core (CPU backend)";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const std::overflow_error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<CoordTable>(m, "CoordTable", "A coordinate set with its hash table (opaque).")
+      .def_prop_ro("coords", [](const CoordTable& t) { return t.coords; })
+      .def_prop_ro("size", [](const CoordTable& t) { return t.n; })
+      .def_prop_ro("capacity", [](const CoordTable& t) { return t.table.capacity(); })
+      .def_prop_ro("bounds", &bounds_tuple);
+
+  auto release = nb::call_guard<nb::gil_scoped_release>();
+
+  m.def("build_table", &lattice::build_coord_table, "coords"_a, "op"_a = "SparseTensor", release,
+        "Hash table of unique (batch, x, y, z) rows; rejects duplicates and negative batches.");
+  m.def("lookup", [](const CoordTable& t, const mx::array& q) { return lattice::lookup_rows(t, q); },
+        "table"_a, "queries"_a, release);
+  m.def("downsample",
+        [](const CoordTable& t, const Int3& stride) {
+          auto u = lattice::downsample(t, stride);
+          return std::make_tuple(u.table, lattice::to_array(u.inverse));
+        },
+        "table"_a, "stride"_a, release);
+  m.def("union", [](const CoordTable& a, const CoordTable& b) { return lattice::union_coords(a, b).table; },
+        "lhs"_a, "rhs"_a, release);
+  m.def("intersection_rows", &lattice::intersection_rows, "lhs"_a, "rhs"_a, release);
+  m.def("morton_codes", &lattice::morton_codes, "coords"_a, release);
+  m.def("morton_order", &lattice::morton_order, "coords"_a, release);
+  m.def("sparse_quantize",
+        [](const mx::array& points, const std::array<double, 3>& voxel_size,
+           const std::array<double, 3>& origin, std::optional<mx::array> batch) {
+          auto u = lattice::quantize_points(points, voxel_size, origin, batch ? &*batch : nullptr);
+          return std::make_tuple(u.table, lattice::to_array(u.inverse), lattice::to_array(u.counts));
+        },
+        "points"_a, "voxel_size"_a, "origin"_a, "batch_indices"_a = nb::none(), release);
+
+  m.def("kernel_offsets", &lattice::kernel_offsets, "size"_a, "dilation"_a);
+  m.def("relation_submanifold",
+        [](const CoordTable& in, const Int3& size, const Int3& dilation) {
+          nb::gil_scoped_release g;
+          auto r = lattice::relation_submanifold(in, size, dilation);
+          nb::gil_scoped_acquire a;
+          return relation_tuple(std::move(r));
+        },
+        "table"_a, "size"_a, "dilation"_a);
+  m.def("relation_forward",
+        [](const CoordTable& in, const CoordTable& out, const Int3& size, const Int3& stride,
+           const Int3& padding, const Int3& dilation) {
+          nb::gil_scoped_release g;
+          auto r = lattice::relation_forward(in, out, size, stride, padding, dilation);
+          nb::gil_scoped_acquire a;
+          return relation_tuple(std::move(r));
+        },
+        "table"_a, "target"_a, "size"_a, "stride"_a, "padding"_a, "dilation"_a);
+  m.def("relation_transposed",
+        [](const CoordTable& in, const CoordTable* out, const Int3& size, const Int3& stride,
+           const Int3& padding, const Int3& dilation) {
+          nb::gil_scoped_release g;
+          auto r = lattice::relation_transposed(in, out, size, stride, padding, dilation);
+          nb::gil_scoped_acquire a;
+          return relation_tuple(std::move(r));
+        },
+        "table"_a, "target"_a.none(), "size"_a, "stride"_a, "padding"_a, "dilation"_a);
+
+  m.def("radius_neighbors",
+        [](const mx::array& s, const mx::array& sb, const mx::array& q, const mx::array& qb,
+           double radius, int64_t max_neighbors) {
+          auto r = lattice::radius_neighbors(s, sb, q, qb, radius, max_neighbors);
+          return std::make_tuple(r.offsets, r.source_rows, r.distances);
+        },
+        "source"_a, "source_batch"_a, "query"_a, "query_batch"_a, "radius"_a, "max_neighbors"_a,
+        release);
+  m.def("knn_neighbors",
+        [](const mx::array& s, const mx::array& sb, const mx::array& q, const mx::array& qb, int64_t k) {
+          auto r = lattice::knn_neighbors(s, sb, q, qb, k);
+          return std::make_tuple(r.offsets, r.source_rows, r.distances);
+        },
+        "source"_a, "source_batch"_a, "query"_a, "query_batch"_a, "k"_a, release);
+
+  m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,
+        "C = A @ B through the linked optimised BLAS (float32).");
+  m.def("blas_vendor", &lattice::blas::vendor);
+  m.def("blas_threads", &lattice::blas::num_threads);
+  m.def("num_threads", &lattice::num_threads);
+}
