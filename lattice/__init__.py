@@ -1,1 +1,29 @@
+"""lattice: sparse point clouds and sparse voxels on MLX, with a C++ core."""
 
+import mlx.core as _mx  # noqa: F401  (registers mx.array with nanobind before _ext loads)
+
+from lattice import _ext
+from lattice._version import __version__
+from lattice.backend import backend_info
+from lattice.core import (
+    CoordinateManager,
+    CoordinateMapKey,
+    KernelSpec,
+    SparseTensor,
+    sparse_quantize,
+)
+
+from lattice import core, ops  # noqa: E402  isort: skip
+
+__all__ = [
+    "CoordinateManager",
+    "CoordinateMapKey",
+    "KernelSpec",
+    "SparseTensor",
+    "__version__",
+    "_ext",
+    "backend_info",
+    "core",
+    "ops",
+    "sparse_quantize",
+]

@@ -1,0 +1,40 @@
+"""What this build of lattice can run on: version, compiled backends, devices."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from lattice import _ext
+from lattice._version import __version__
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    version: str
+    mlx_version: str
+    compiled_backends: tuple[str, ...]
+    cpu_threads: int
+    blas: str
+    gpu: str | None
+    platform: str
+
+
+def backend_info() -> BackendInfo:
+    """Version, compiled native backends and the devices MLX reports."""
+    gpu = None
+    if mx.cuda.is_available() if hasattr(mx, "cuda") else False:
+        gpu = "cuda"
+    elif mx.metal.is_available():
+        gpu = "metal"
+    return BackendInfo(
+        version=__version__,
+        mlx_version=mx.__version__,
+        compiled_backends=("cpu",),
+        cpu_threads=_ext.num_threads(),
+        blas=_ext.blas_vendor(),
+        gpu=gpu,
+        platform=f"{platform.system()} {platform.machine()}",
+    )

@@ -1,0 +1,44 @@
+"""Core data model: SparseTensor, coordinate manager, kernels, relations, coordinate sets."""
+
+from lattice.core.coordinates import CoordinateManager, CoordinateMapKey, RelationCacheKey
+from lattice.core.coordsets import (
+    CoordinateSet,
+    contains_coords,
+    downsample_coords,
+    intersection_coords,
+    inverse_map,
+    lookup_coords,
+    morton_codes,
+    morton_order,
+    morton_sort_coords,
+    union_coords,
+)
+from lattice.core.kernel import KernelSpec, kernel_offsets
+from lattice.core.points import SparseQuantization, sparse_quantize
+from lattice.core.relation import KernelRelation, NeighborRelation, RelationEdges, RelationKind
+from lattice.core.tensor import SparseTensor
+
+__all__ = [
+    "CoordinateManager",
+    "CoordinateMapKey",
+    "CoordinateSet",
+    "KernelRelation",
+    "KernelSpec",
+    "NeighborRelation",
+    "RelationCacheKey",
+    "RelationEdges",
+    "RelationKind",
+    "SparseQuantization",
+    "SparseTensor",
+    "contains_coords",
+    "downsample_coords",
+    "intersection_coords",
+    "inverse_map",
+    "kernel_offsets",
+    "lookup_coords",
+    "morton_codes",
+    "morton_order",
+    "morton_sort_coords",
+    "sparse_quantize",
+    "union_coords",
+]

@@ -1,0 +1,71 @@
+"""Argument normalisation and validation shared by the semantic layer.
+
+Errors follow the house style: ``[op] what was wrong: the values``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+Triple = tuple[int, int, int]
+
+
+def int_triple(value: int | Sequence[int], name: str, op: str, *, minimum: int | None = None) -> Triple:
+    """Normalises an int or a length-3 sequence of ints to a triple."""
+    if isinstance(value, bool):
+        raise TypeError(f"[{op}] {name} must be an int or 3 ints, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        out = (int(value),) * 3
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            raise TypeError(f"[{op}] {name} must be an int or 3 ints, got {value!r}") from None
+        if len(items) != 3 or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items
+        ):
+            raise ValueError(f"[{op}] {name} must be an int or 3 ints, got {value!r}")
+        out = tuple(int(v) for v in items)
+    if minimum is not None and min(out) < minimum:
+        rule = "positive" if minimum == 1 else f">= {minimum}"
+        raise ValueError(f"[{op}] {name} must be {rule}, got {out}")
+    return out  # type: ignore[return-value]
+
+
+def float_triple(value: float | Sequence[float], name: str, op: str, *, positive: bool = False):
+    """Normalises a float or a length-3 sequence of floats to a triple of finite floats."""
+    arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    if arr.size == 1:
+        arr = np.repeat(arr, 3)
+    if arr.size != 3:
+        raise ValueError(f"[{op}] {name} must be a number or 3 numbers, got {value!r}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"[{op}] {name} must be finite, got {tuple(arr.tolist())}")
+    if positive and np.any(arr <= 0):
+        raise ValueError(f"[{op}] {name} must be positive, got {tuple(arr.tolist())}")
+    return tuple(float(v) for v in arr)
+
+
+def coords_array(coords, op: str, name: str = "coords") -> mx.array:
+    """Returns coordinates as an (N, 4) int32 mx.array, checking rank, width and dtype."""
+    if not isinstance(coords, mx.array):
+        arr = np.asarray(coords)
+        if arr.dtype.kind not in "iu" and arr.size > 0:
+            raise TypeError(f"[{op}] {name} must hold integers, got dtype {arr.dtype}")
+        if arr.size == 0:
+            arr = arr.reshape(0, 4) if arr.ndim != 2 else arr
+        if arr.size > 0 and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"[{op}] {name} values must fit int32")
+        coords = mx.array(arr.astype(np.int32, copy=False))
+    if coords.ndim != 2 or coords.shape[1] != 4:
+        raise ValueError(
+            f"[{op}] {name} must have shape (N, 4) as (batch, x, y, z), got {tuple(coords.shape)}"
+        )
+    if coords.dtype != mx.int32:
+        if not mx.issubdtype(coords.dtype, mx.integer):
+            raise TypeError(f"[{op}] {name} must be int32, got {coords.dtype}")
+        coords = coords.astype(mx.int32)
+    return coords

@@ -1,0 +1,126 @@
+"""Coordinate-set functions: downsampling, set operations, lookups, Morton order.
+
+Every function takes (N, 4) int32 ``(batch, x, y, z)`` arrays (or a SparseTensor,
+whose cached hash table is then reused) and runs in the native core: a hash table
+on packed keys, memory proportional to N, never a dense grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from lattice import _ext
+from lattice.core._checks import coords_array, int_triple
+from lattice.core.tensor import SparseTensor
+
+
+@dataclass(frozen=True)
+class CoordinateSet:
+    """A coordinate set: ``coords`` (N, 4) int32 and the count of live rows."""
+
+    coords: mx.array
+    active_rows: int
+
+    def __len__(self) -> int:
+        return self.active_rows
+
+
+def _table(x, op: str, name: str = "coords"):
+    """The native table of a SparseTensor (cached) or of a coordinate array (built)."""
+    if isinstance(x, SparseTensor):
+        return x.coord_manager.table(x.coord_key)
+    if isinstance(x, CoordinateSet):
+        x = x.coords[: x.active_rows]
+    return _ext.build_table(coords_array(x, op, name), op)
+
+
+def _coords(x, op: str, name: str = "coords") -> mx.array:
+    if isinstance(x, SparseTensor):
+        return x.coords[: x.active_count]
+    if isinstance(x, CoordinateSet):
+        return x.coords[: x.active_rows]
+    return coords_array(x, op, name)
+
+
+def _set(table) -> CoordinateSet:
+    return CoordinateSet(table.coords, table.size)
+
+
+def downsample_coords(coords, stride=2) -> CoordinateSet:
+    """``unique(floor(coords / stride))`` per batch, rows in first-occurrence order."""
+    stride = int_triple(stride, "stride", "downsample_coords", minimum=1)
+    table, _ = _ext.downsample(_table(coords, "downsample_coords"), stride)
+    return _set(table)
+
+
+def union_coords(lhs, rhs) -> CoordinateSet:
+    """Rows of ``lhs`` in order, then the rows of ``rhs`` not in ``lhs``."""
+    return _set(_ext.union(_table(lhs, "union_coords", "lhs"), _table(rhs, "union_coords", "rhs")))
+
+
+def intersection_coords(lhs, rhs) -> CoordinateSet:
+    """Rows of ``lhs`` (in order) that are also in ``rhs``."""
+    lt = _table(lhs, "intersection_coords", "lhs")
+    rows = _ext.intersection_rows(lt, _table(rhs, "intersection_coords", "rhs"))
+    return CoordinateSet(lt.coords[rows], int(rows.shape[0]))
+
+
+def lookup_coords(coords, queries) -> mx.array:
+    """Row of each query in ``coords`` (int32), -1 where absent."""
+    return _ext.lookup(_table(coords, "lookup_coords"), _coords(queries, "lookup_coords", "queries"))
+
+
+def contains_coords(coords, queries) -> mx.array:
+    """Whether each query is in ``coords`` (bool)."""
+    return lookup_coords(coords, queries) >= 0
+
+
+def inverse_map(source, target) -> mx.array:
+    """For each row of ``source``, the row of ``target`` covering it (-1 where none).
+
+    When both are SparseTensors at different levels, source coordinates are
+    mapped to the target's level first (``floor(c * source.stride / target.stride)``,
+    the target stride a multiple of the source stride) — the map from fine rows to
+    the coarse rows they were pooled into.
+    """
+    op = "inverse_map"
+    queries = _coords(source, op, "source")
+    if isinstance(source, SparseTensor) and isinstance(target, SparseTensor):
+        if source.stride != target.stride:
+            ratio = []
+            for s, t in zip(source.stride, target.stride, strict=True):
+                if t % s:
+                    raise ValueError(
+                        f"[{op}] target stride {target.stride} must be a multiple of source "
+                        f"stride {source.stride}"
+                    )
+                ratio.append(t // s)
+            r = mx.array([1, *ratio], dtype=mx.int32)
+            queries = mx.floor_divide(queries, r)
+    return _ext.lookup(_table(target, op, "target"), queries)
+
+
+def morton_codes(coords) -> mx.array:
+    """63-bit Morton (z-order) codes of xyz, uint64 ``(N,)``; xyz must lie in [-2^20, 2^20)."""
+    return _ext.morton_codes(_coords(coords, "morton_codes"))
+
+
+def morton_order(coords) -> mx.array:
+    """Permutation (int32) sorting rows by batch, then Morton code (stable)."""
+    return _ext.morton_order(_coords(coords, "morton_order"))
+
+
+def morton_sort_coords(coords) -> tuple[mx.array, mx.array]:
+    """``(sorted_coords, order)``: rows sorted by batch then Morton code."""
+    c = _coords(coords, "morton_sort_coords")
+    order = _ext.morton_order(c)
+    return c[order], order
+
+
+def batch_counts_of(coords, batch_size: int | None = None) -> mx.array:
+    """Rows per batch index (int32)."""
+    b = np.asarray(_coords(coords, "batch_counts")[:, 0])
+    return mx.array(np.bincount(b, minlength=batch_size or 0).astype(np.int32))

@@ -1,0 +1,69 @@
+"""Kernel geometry: KernelSpec and kernel offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from lattice import _ext
+from lattice.core._checks import Triple, int_triple
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Kernel size, stride, padding and dilation, each normalised to a triple.
+
+    ``KernelSpec(3)`` is a 3x3x3 kernel with stride 1, padding 0, dilation 1.
+    Hashable, so it keys relation caches.
+    """
+
+    size: Triple
+    stride: Triple = (1, 1, 1)
+    padding: Triple = (0, 0, 0)
+    dilation: Triple = (1, 1, 1)
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        *,
+        op: str = "KernelSpec",
+    ) -> None:
+        object.__setattr__(self, "size", int_triple(size, "kernel_size", op, minimum=1))
+        object.__setattr__(self, "stride", int_triple(stride, "stride", op, minimum=1))
+        object.__setattr__(self, "padding", int_triple(padding, "padding", op, minimum=0))
+        object.__setattr__(self, "dilation", int_triple(dilation, "dilation", op, minimum=1))
+        if max(self.size) > 64:
+            raise ValueError(f"[{op}] kernel_size must be at most 64 per axis, got {self.size}")
+
+    @property
+    def volume(self) -> int:
+        """Number of kernel offsets."""
+        x, y, z = self.size
+        return x * y * z
+
+    @property
+    def is_pointwise(self) -> bool:
+        """True for a 1x1x1 kernel with stride 1 (a feature matmul keeping coordinates)."""
+        return self.size == (1, 1, 1) and self.stride == (1, 1, 1)
+
+    @property
+    def is_odd(self) -> bool:
+        return all(s % 2 == 1 for s in self.size)
+
+    def offsets(self) -> mx.array:
+        """The (volume, 3) int32 offsets, dilation applied, z varying fastest."""
+        return _ext.kernel_offsets(self.size, self.dilation)
+
+
+def kernel_offsets(kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1) -> mx.array:
+    """Kernel offsets as an (K, 3) int32 array.
+
+    Odd sizes are centred (-1, 0, 1 for size 3), even sizes start at 0 (0, 1 for
+    size 2); offsets are multiplied by the dilation; z varies fastest.
+    """
+    return KernelSpec(kernel_size, dilation=dilation, op="kernel_offsets").offsets()

@@ -1,0 +1,69 @@
+"""Point-to-voxel quantisation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from lattice import _ext
+from lattice.core._checks import float_triple
+
+
+@dataclass(frozen=True)
+class SparseQuantization:
+    """Result of ``sparse_quantize``.
+
+    ``coords`` (M, 4) int32 unique voxels in first-occurrence order;
+    ``inverse_rows`` (N,) the voxel row of every point; ``counts`` (M,) points per voxel.
+    """
+
+    coords: mx.array
+    active_rows: int
+    inverse_rows: mx.array
+    counts: mx.array
+
+
+def _points(points, op: str) -> mx.array:
+    if not isinstance(points, mx.array):
+        points = mx.array(np.asarray(points, dtype=np.float32))
+    if points.ndim != 2 or points.shape[1] != 3:
+        raise ValueError(f"[{op}] points must have shape (N, 3), got {tuple(points.shape)}")
+    if not mx.issubdtype(points.dtype, mx.floating):
+        points = points.astype(mx.float32)
+    return points
+
+
+def sparse_quantize(
+    points, voxel_size=1.0, *, batch_indices=None, origin=0.0, active_rows=None
+) -> SparseQuantization:
+    """Voxel indices ``floor((p - origin) / voxel_size)`` of points, deduplicated per batch.
+
+    ``voxel_size`` and ``origin`` take a number or one per axis. Non-finite points
+    or indices past int32 raise ValueError naming the point.
+    """
+    op = "sparse_quantize"
+    points = _points(points, op)
+    vs = float_triple(voxel_size, "voxel_size", op, positive=True)
+    org = float_triple(origin, "origin", op)
+    n = points.shape[0]
+    if active_rows is not None:
+        n = int(active_rows.item() if isinstance(active_rows, mx.array) else active_rows)
+        if not 0 <= n <= points.shape[0]:
+            raise ValueError(f"[{op}] active_rows must be in [0, {points.shape[0]}], got {n}")
+        points = points[:n]
+    batch = None
+    if batch_indices is not None:
+        batch = batch_indices if isinstance(batch_indices, mx.array) else mx.array(
+            np.asarray(batch_indices)
+        )
+        if batch.ndim != 1 or batch.shape[0] < n:
+            raise ValueError(
+                f"[{op}] batch_indices must have shape (N,) with N = {n}, got {tuple(batch.shape)}"
+            )
+        if not mx.issubdtype(batch.dtype, mx.integer):
+            raise TypeError(f"[{op}] batch_indices must be integers, got {batch.dtype}")
+        batch = batch[:n]
+    table, inverse, counts = _ext.sparse_quantize(points, vs, org, batch)
+    return SparseQuantization(table.coords, table.size, inverse, counts)

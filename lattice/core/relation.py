@@ -1,0 +1,127 @@
+"""Relation value objects: kernel relations (kernel maps) and neighbour relations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import mlx.core as mx
+
+from lattice.core.kernel import KernelSpec
+
+
+class RelationKind(str, Enum):
+    """The five kernel-relation kinds of the design (DESIGN.md section 3)."""
+
+    FORWARD = "forward"
+    SUBMANIFOLD = "submanifold"
+    TARGET = "target"
+    TRANSPOSED = "transposed"
+    GENERATIVE = "generative"
+
+
+@dataclass(frozen=True)
+class RelationEdges:
+    """The (input row, output row, kernel offset) triples of a relation.
+
+    Edges are grouped by kernel offset: offset ``k`` owns the slice
+    ``[edge_offsets[k], edge_offsets[k + 1])``.
+    """
+
+    in_rows: mx.array
+    out_rows: mx.array
+    counts: mx.array
+
+    @property
+    def kernel_ids(self) -> mx.array:
+        """Kernel offset index of each edge (int32)."""
+        k = self.counts.shape[0]
+        return mx.repeat(mx.arange(k, dtype=mx.int32), self.counts, axis=0) if k else mx.zeros(
+            (0,), mx.int32
+        )
+
+    def __len__(self) -> int:
+        return int(self.in_rows.shape[0])
+
+
+@dataclass(frozen=True)
+class KernelRelation:
+    """A kernel map between an input and an output coordinate set.
+
+    For each kernel offset it lists the (input row, output row) pairs with
+    ``input = output * stride + offset * dilation - padding`` (forward, target,
+    submanifold) or ``output = input * stride + offset * dilation - padding``
+    (transposed, generative). The first ``edge_count`` edges and ``out_count``
+    output rows are live (on the CPU every row is live).
+    """
+
+    kind: RelationKind
+    spec: KernelSpec
+    in_key: object
+    out_key: object
+    edges: RelationEdges
+    out_coords: mx.array
+    kernel_offsets: mx.array
+    edge_offsets_host: tuple[int, ...] = field(repr=False)
+
+    @property
+    def counts(self) -> mx.array:
+        """Edges per kernel offset, int32 (K,)."""
+        return self.edges.counts
+
+    @property
+    def n_kernels(self) -> int:
+        return self.spec.volume
+
+    @property
+    def edge_count(self) -> int:
+        return len(self.edges)
+
+    @property
+    def out_count(self) -> int:
+        return int(self.out_coords.shape[0])
+
+    @property
+    def edge_offsets(self) -> mx.array:
+        """Start of each offset's edges, int32 (K + 1,)."""
+        return mx.array(self.edge_offsets_host, dtype=mx.int32)
+
+    def offset_edges(self, k: int) -> tuple[mx.array, mx.array]:
+        """(in_rows, out_rows) of kernel offset ``k``."""
+        a, b = self.edge_offsets_host[k], self.edge_offsets_host[k + 1]
+        return self.edges.in_rows[a:b], self.edges.out_rows[a:b]
+
+    @property
+    def average_neighbors(self) -> float:
+        """Edges per output row."""
+        return self.edge_count / self.out_count if self.out_count else 0.0
+
+
+@dataclass(frozen=True)
+class NeighborRelation:
+    """Point neighbourhoods in CSR form by query row.
+
+    The neighbours of query ``q`` are ``source_rows[offsets[q]:offsets[q + 1]]``,
+    sorted by distance (ties by source row); ``query_rows`` repeats ``q`` for
+    each of its edges.
+    """
+
+    offsets: mx.array
+    source_rows: mx.array
+    distances: mx.array
+
+    @property
+    def query_rows(self) -> mx.array:
+        n = self.offsets.shape[0] - 1
+        counts = self.counts
+        return mx.repeat(mx.arange(n, dtype=mx.int32), counts, axis=0) if n else mx.zeros(
+            (0,), mx.int32
+        )
+
+    @property
+    def counts(self) -> mx.array:
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def edge_count(self) -> int:
+        return int(self.source_rows.shape[0])

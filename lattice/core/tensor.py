@@ -1,0 +1,245 @@
+"""SparseTensor: unique (batch, x, y, z) lattice coordinates with row-aligned features."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from lattice.core._checks import Triple, coords_array, int_triple
+from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
+
+
+def _as_features(feats, op: str) -> mx.array:
+    if not isinstance(feats, mx.array):
+        feats = mx.array(np.asarray(feats))
+    if feats.ndim != 2:
+        raise ValueError(f"[{op}] feats must have shape (N, C), got {tuple(feats.shape)}")
+    if feats.dtype == mx.bool_ or mx.issubdtype(feats.dtype, mx.complexfloating):
+        raise TypeError(f"[{op}] feats must be a real numeric dtype, got {feats.dtype}")
+    return feats
+
+
+class SparseTensor:
+    """Sparse voxel features on an integer lattice.
+
+    ``coords`` is int32 ``(N, 4)`` in ``(batch, x, y, z)`` order, lattice indices at
+    this tensor's level (``stride``); ``feats`` is ``(N, C)`` row-aligned. Active
+    coordinates are unique. Every tensor carries a ``coord_key`` into a
+    ``coord_manager``; tensors derived from it share the manager and its relation
+    cache. ``active_rows`` (optional) marks the first rows in use when a builder
+    returned an upper-bound buffer; later rows are ignored by every op.
+    """
+
+    def __init__(
+        self,
+        coords,
+        feats,
+        stride: int | Sequence[int] = 1,
+        *,
+        coord_key: CoordinateMapKey | None = None,
+        coord_manager: CoordinateManager | None = None,
+        batch_counts=None,
+        active_rows=None,
+    ) -> None:
+        op = "SparseTensor"
+        self.stride: Triple = int_triple(stride, "stride", op, minimum=1)
+        self.coords = coords_array(coords, op)
+        self.feats = _as_features(feats, op)
+        n = self.coords.shape[0]
+        if self.feats.shape[0] != n:
+            raise ValueError(
+                f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}"
+            )
+        self.active_rows = None if active_rows is None else self._check_active(active_rows, n, op)
+        live = self.active_count
+        if coord_key is not None:
+            if coord_manager is None:
+                raise ValueError(f"[{op}] coord_key needs the coord_manager that made it")
+            coord_manager.check_key(coord_key, op)
+            if coord_key.stride != self.stride:
+                raise ValueError(
+                    f"[{op}] coord_key stride {coord_key.stride} differs from stride {self.stride}"
+                )
+            if coord_manager.size(coord_key) != live:
+                raise ValueError(
+                    f"[{op}] coord_key holds {coord_manager.size(coord_key)} rows, tensor has {live}"
+                )
+        else:
+            coord_manager = coord_manager or CoordinateManager()
+            live_coords = self.coords if live == n else self.coords[:live]
+            coord_key = coord_manager.insert(live_coords, self.stride, op=op)
+        self.coord_key = coord_key
+        self.coord_manager = coord_manager
+        self._batch_counts = None if batch_counts is None else self._check_counts(batch_counts, op)
+
+    # ---- validation helpers ------------------------------------------------------
+
+    @staticmethod
+    def _check_active(active_rows, n: int, op: str):
+        value = int(active_rows.item() if isinstance(active_rows, mx.array) else active_rows)
+        if not 0 <= value <= n:
+            raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {value}")
+        return active_rows
+
+    def _check_counts(self, batch_counts, op: str) -> mx.array:
+        counts = np.asarray(batch_counts, dtype=np.int64).reshape(-1)
+        if counts.size and counts.min() < 0:
+            raise ValueError(f"[{op}] batch_counts must be non-negative, got {counts.tolist()}")
+        actual = np.bincount(np.asarray(self.batch_indices), minlength=counts.size)
+        if actual.size != counts.size or not np.array_equal(actual, counts):
+            raise ValueError(
+                f"[{op}] batch_counts {counts.tolist()} do not match the rows per batch "
+                f"{actual.tolist()}"
+            )
+        return mx.array(counts.astype(np.int32))
+
+    # ---- sizes ---------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        """Rows allocated (including rows past ``active_rows``)."""
+        return int(self.coords.shape[0])
+
+    @property
+    def active_count(self) -> int:
+        """Rows in use."""
+        if self.active_rows is None:
+            return self.capacity
+        a = self.active_rows
+        return int(a.item() if isinstance(a, mx.array) else a)
+
+    @property
+    def channels(self) -> int:
+        return int(self.feats.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(active rows, channels)``."""
+        return (self.active_count, self.channels)
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.feats.dtype
+
+    # ---- batches -------------------------------------------------------------------
+
+    @property
+    def batch_indices(self) -> mx.array:
+        """Batch index of each active row (int32)."""
+        return self.coords[: self.active_count, 0]
+
+    @property
+    def batch_counts(self) -> mx.array:
+        """Active rows per batch member, int32 ``(B,)``; empty members count 0."""
+        if self._batch_counts is None:
+            b = np.asarray(self.batch_indices)
+            self._batch_counts = mx.array(np.bincount(b, minlength=0).astype(np.int32))
+        return self._batch_counts
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.batch_counts.shape[0])
+
+    @property
+    def batch_rows(self) -> list[mx.array]:
+        """Row indices of each batch member (int32, ascending)."""
+        b = np.asarray(self.batch_indices)
+        order = np.argsort(b, kind="stable").astype(np.int32)
+        bounds = np.concatenate([[0], np.cumsum(np.asarray(self.batch_counts))])
+        return [mx.array(order[bounds[i] : bounds[i + 1]]) for i in range(self.batch_size)]
+
+    @property
+    def decomposed_coordinates(self) -> list[mx.array]:
+        """``(n_b, 3)`` xyz coordinates of each batch member."""
+        return [self.coords[rows, 1:] for rows in self.batch_rows]
+
+    @property
+    def decomposed_features(self) -> list[mx.array]:
+        """``(n_b, C)`` features of each batch member."""
+        return [self.feats[rows] for rows in self.batch_rows]
+
+    # ---- derived tensors -----------------------------------------------------------
+
+    def replace(self, *, coords=None, feats=None, stride=None) -> SparseTensor:
+        """A tensor with some parts replaced; unchanged coordinates keep their key."""
+        feats = self.feats if feats is None else feats
+        if coords is None:
+            if stride is not None and int_triple(stride, "stride", "replace") != self.stride:
+                raise ValueError("[replace] changing the stride needs new coords")
+            return SparseTensor(
+                self.coords,
+                feats,
+                self.stride,
+                coord_key=self.coord_key,
+                coord_manager=self.coord_manager,
+                batch_counts=self._batch_counts,
+                active_rows=self.active_rows,
+            )
+        return SparseTensor(
+            coords,
+            feats,
+            self.stride if stride is None else stride,
+            coord_manager=self.coord_manager,
+        )
+
+    def reuse_coords_from(self, other: SparseTensor) -> SparseTensor:
+        """This tensor's features on ``other``'s coordinates (same row count required)."""
+        if other.capacity != self.capacity:
+            raise ValueError(
+                f"[reuse_coords_from] row counts differ: {self.capacity} and {other.capacity}"
+            )
+        return other.replace(feats=self.feats)
+
+    def same_coords(self, other: SparseTensor) -> bool:
+        """True when both tensors hold the same coordinate rows in the same order."""
+        if self.coord_manager is other.coord_manager and self.coord_key == other.coord_key:
+            return True
+        if self.stride != other.stride or self.active_count != other.active_count:
+            return False
+        n = self.active_count
+        return bool(mx.array_equal(self.coords[:n], other.coords[:n]).item())
+
+    def astype(self, dtype: mx.Dtype) -> SparseTensor:
+        return self.replace(feats=self.feats.astype(dtype))
+
+    def export_components(self) -> dict[str, Any]:
+        """Plain arrays and values that rebuild this tensor with ``from_components``."""
+        n = self.active_count
+        return {
+            "coords": self.coords[:n],
+            "feats": self.feats[:n],
+            "stride": self.stride,
+            "batch_counts": self.batch_counts,
+        }
+
+    @classmethod
+    def from_components(
+        cls, components: dict[str, Any], *, coord_manager: CoordinateManager | None = None
+    ) -> SparseTensor:
+        missing = {"coords", "feats"} - set(components)
+        if missing:
+            raise ValueError(f"[from_components] missing components: {sorted(missing)}")
+        stride = components.get("stride", 1)
+        if isinstance(stride, mx.array):
+            stride = stride.tolist()
+        elif isinstance(stride, np.ndarray):
+            stride = [int(v) for v in stride.reshape(-1)]
+        return cls(
+            components["coords"],
+            components["feats"],
+            stride,
+            coord_manager=coord_manager,
+            batch_counts=components.get("batch_counts"),
+        )
+
+    def __len__(self) -> int:
+        return self.active_count
+
+    def __repr__(self) -> str:
+        return (
+            f"SparseTensor(rows={self.active_count}, channels={self.channels}, "
+            f"stride={self.stride}, dtype={self.dtype}, batch_size={self.batch_size})"
+        )

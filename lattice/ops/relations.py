@@ -1,0 +1,143 @@
+"""Relation functions: kernel maps of the five kinds and point neighbourhoods.
+
+``x`` is a SparseTensor (its manager caches the relation) or an (N, 4) int32
+coordinate array (wrapped in a fresh manager at stride 1 — or, for transposed
+kinds, at the transposed stride so that the output lands at stride 1).
+Targets are a SparseTensor, a CoordinateMapKey of ``x``'s manager, or a
+coordinate array at the output level.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from lattice import _ext
+from lattice.core._checks import coords_array, float_triple
+from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
+from lattice.core.kernel import KernelSpec
+from lattice.core.relation import KernelRelation, NeighborRelation, RelationKind
+from lattice.core.tensor import SparseTensor
+
+
+def _source(x, level, op: str) -> tuple[CoordinateManager, CoordinateMapKey]:
+    if isinstance(x, SparseTensor):
+        return x.coord_manager, x.coord_key
+    manager = CoordinateManager()
+    return manager, manager.insert(coords_array(x, op), level, op=op)
+
+
+def _target(manager: CoordinateManager, target, level, op: str) -> CoordinateMapKey | None:
+    if target is None:
+        return None
+    if isinstance(target, CoordinateMapKey):
+        manager.check_key(target, op)
+        return target
+    if isinstance(target, SparseTensor):
+        if target.coord_manager is manager:
+            return target.coord_key
+        # A target from another manager: its coordinates join this manager.
+        return manager.insert(target.coords[: target.active_count], target.stride, op=op)
+    return manager.insert(coords_array(target, op, "target"), level, op=op)
+
+
+def _level(stride_in, spec: KernelSpec, transposed: bool):
+    if transposed:
+        return tuple(a // b for a, b in zip(stride_in, spec.stride, strict=True))
+    return tuple(a * b for a, b in zip(stride_in, spec.stride, strict=True))
+
+
+def kernel_relation(x, *, kernel_size=2, stride=2, padding=0, dilation=1) -> KernelRelation:
+    """Forward relation onto ``unique(floor(coords / stride))``: ``i = o*s + k*d - p``."""
+    op = "kernel_relation"
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    manager, key = _source(x, (1, 1, 1), op)
+    return manager.relation(RelationKind.FORWARD, key, spec, op=op)
+
+
+def submanifold_kernel_relation(x, *, kernel_size=3, dilation=1) -> KernelRelation:
+    """Submanifold relation: output support is the input support (odd, centred kernel)."""
+    op = "submanifold_kernel_relation"
+    spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
+    manager, key = _source(x, (1, 1, 1), op)
+    return manager.relation(RelationKind.SUBMANIFOLD, key, spec, op=op)
+
+
+def target_kernel_relation(
+    x, target, *, kernel_size=3, stride=1, padding=0, dilation=1
+) -> KernelRelation:
+    """Forward edge rule onto an explicit target support (rows and order kept)."""
+    op = "target_kernel_relation"
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    manager, key = _source(x, (1, 1, 1), op)
+    tkey = _target(manager, target, _level(key.stride, spec, False), op)
+    if tkey is None:
+        raise ValueError(f"[{op}] target is required")
+    return manager.relation(RelationKind.TARGET, key, spec, tkey, op=op)
+
+
+def transposed_kernel_relation(
+    x, target=None, *, kernel_size=2, stride=2, padding=0, dilation=1
+) -> KernelRelation:
+    """Transposed relation ``t = s*stride + k*d - p``: generated (deduplicated) or onto ``target``."""
+    op = "transposed_kernel_relation"
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    manager, key = _source(x, spec.stride, op)
+    tkey = _target(manager, target, _level(key.stride, spec, True), op)
+    return manager.relation(RelationKind.TRANSPOSED, key, spec, tkey, op=op)
+
+
+def generative_kernel_relation(x, target=None, *, kernel_size=2, stride=2) -> KernelRelation:
+    """Generative relation: every coordinate of each input's kernel footprint, or ``target``."""
+    op = "generative_kernel_relation"
+    spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
+    manager, key = _source(x, spec.stride, op)
+    tkey = _target(manager, target, _level(key.stride, spec, True), op)
+    return manager.relation(RelationKind.GENERATIVE, key, spec, tkey, op=op)
+
+
+# ---- point neighbourhoods --------------------------------------------------------
+
+
+def _cloud(x, batch, op: str, name: str) -> tuple[mx.array, mx.array]:
+    if isinstance(x, SparseTensor):
+        c = x.coords[: x.active_count]
+        return c[:, 1:].astype(mx.float32), c[:, 0]
+    pts = x if isinstance(x, mx.array) else mx.array(np.asarray(x, dtype=np.float32))
+    if pts.ndim != 2 or pts.shape[1] != 3:
+        raise ValueError(f"[{op}] {name} must be a SparseTensor or (N, 3) points, got {tuple(pts.shape)}")
+    if batch is None:
+        b = mx.zeros((pts.shape[0],), mx.int32)
+    else:
+        b = batch if isinstance(batch, mx.array) else mx.array(np.asarray(batch))
+        if b.shape != (pts.shape[0],):
+            raise ValueError(f"[{op}] {name}_batch must have shape ({pts.shape[0]},), got {tuple(b.shape)}")
+    return pts.astype(mx.float32), b.astype(mx.int32)
+
+
+def knn_relation(source, query=None, *, k, source_batch=None, query_batch=None) -> NeighborRelation:
+    """The ``k`` nearest source points of every query (same batch), by Euclidean distance.
+
+    SparseTensors use their xyz lattice indices as positions. Queries default to
+    the sources (each point is then its own first neighbour).
+    """
+    op = "knn_relation"
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"[{op}] k must be a positive int, got {k!r}")
+    s, sb = _cloud(source, source_batch, op, "source")
+    q, qb = (s, sb) if query is None else _cloud(query, query_batch, op, "query")
+    return NeighborRelation(*_ext.knn_neighbors(s, sb, q, qb, int(k)))
+
+
+def radius_relation(
+    source, query=None, *, radius, max_neighbors=None, source_batch=None, query_batch=None
+) -> NeighborRelation:
+    """Source points within ``radius`` of every query (same batch), nearest first."""
+    op = "radius_relation"
+    r = float_triple(radius, "radius", op, positive=True)[0]
+    if max_neighbors is not None and (not isinstance(max_neighbors, (int, np.integer)) or max_neighbors < 1):
+        raise ValueError(f"[{op}] max_neighbors must be a positive int or None, got {max_neighbors!r}")
+    s, sb = _cloud(source, source_batch, op, "source")
+    q, qb = (s, sb) if query is None else _cloud(query, query_batch, op, "query")
+    cap = -1 if max_neighbors is None else int(max_neighbors)
+    return NeighborRelation(*_ext.radius_neighbors(s, sb, q, qb, r, cap))
