@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 import mlx.core as mx
 
 from lattice.core.kernel import KernelSpec
 
 
-class RelationKind(str, Enum):
+class RelationKind(StrEnum):
     """The five kernel-relation kinds of the design (DESIGN.md section 3)."""
 
     FORWARD = "forward"
