@@ -6,8 +6,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import mlx.core as mx
+import numpy as np
 
 from lattice.core.kernel import KernelSpec
+
+
+def _repeat_index(counts: mx.array) -> mx.array:
+    """``[0] * counts[0] + [1] * counts[1] + ...`` as int32 (``mx.repeat`` takes only a scalar count)."""
+    c = np.asarray(counts, dtype=np.int64).reshape(-1)
+    return mx.array(np.repeat(np.arange(c.size, dtype=np.int32), c))
 
 
 class RelationKind(StrEnum):
@@ -35,10 +42,7 @@ class RelationEdges:
     @property
     def kernel_ids(self) -> mx.array:
         """Kernel offset index of each edge (int32)."""
-        k = self.counts.shape[0]
-        return mx.repeat(mx.arange(k, dtype=mx.int32), self.counts, axis=0) if k else mx.zeros(
-            (0,), mx.int32
-        )
+        return _repeat_index(self.counts)
 
     def __len__(self) -> int:
         return int(self.in_rows.shape[0])
@@ -112,11 +116,7 @@ class NeighborRelation:
 
     @property
     def query_rows(self) -> mx.array:
-        n = self.offsets.shape[0] - 1
-        counts = self.counts
-        return mx.repeat(mx.arange(n, dtype=mx.int32), counts, axis=0) if n else mx.zeros(
-            (0,), mx.int32
-        )
+        return _repeat_index(self.counts)
 
     @property
     def counts(self) -> mx.array:

@@ -1,0 +1,65 @@
+"""Shared helpers for the benchmarks: timing by median, inputs by public shape."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+KITTI_SCAN = DATA / "semantickitti" / "seq00_000000.bin"
+
+
+def median_ms(fn: Callable[[], object], repeats: int = 7, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` in milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def kitti_points() -> np.ndarray:
+    """The SemanticKITTI scan as (N, 3) float32 xyz."""
+    return np.fromfile(KITTI_SCAN, dtype=np.float32).reshape(-1, 4)[:, :3].copy()
+
+
+def kitti_voxels(voxel_size: float = 0.05) -> np.ndarray:
+    """The KITTI scan voxelized at ``voxel_size``: unique (0, x, y, z) int32 rows."""
+    pts = kitti_points()
+    v = np.floor(pts.astype(np.float64) / voxel_size).astype(np.int32)
+    v = np.unique(v, axis=0)
+    return np.concatenate([np.zeros((len(v), 1), np.int32), v], axis=1)
+
+
+def dense_block(n: int) -> np.ndarray:
+    """A dense cube of about ``n`` voxels (side = round(n ** (1/3)))."""
+    side = max(1, round(n ** (1 / 3)))
+    g = np.stack(np.meshgrid(*[np.arange(side)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    return np.concatenate([np.zeros((len(g), 1), np.int32), g.astype(np.int32)], axis=1)
+
+
+def report(rows: list[dict], title: str, json_path: str | None = None) -> None:
+    """Prints a table of result rows (and writes them as JSON when asked)."""
+    if not rows:
+        return
+    keys = list(rows[0])
+    widths = {k: max(len(k), *(len(_fmt(r[k])) for r in rows)) for k in keys}
+    print(f"\n{title}")
+    print("  ".join(k.ljust(widths[k]) for k in keys))
+    for r in rows:
+        print("  ".join(_fmt(r[k]).ljust(widths[k]) for k in keys))
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(rows, indent=2))
+
+
+def _fmt(v) -> str:
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
