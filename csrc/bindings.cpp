@@ -7,12 +7,14 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/coords.h"
 #include "backend/cpu/neighbors.h"
 #include "backend/cpu/relations.h"
+#include "primitives.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -136,6 +138,23 @@ NB_MODULE(_ext, m) {
         },
         "source"_a, "source_batch"_a, "query"_a, "query_batch"_a, "k"_a, release);
 
+  m.def("sparse_conv",
+        [](const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
+           const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, mx::StreamOrDevice s) {
+          return lattice::sparse_conv(x, w, in_rows, out_rows, std::make_shared<const std::vector<int64_t>>(bounds),
+                                      n_out, transpose_w, identity_k, s);
+        },
+        "x"_a, "w"_a, "in_rows"_a, "out_rows"_a, "bounds"_a, "n_out"_a, "transpose_w"_a = false,
+        "identity_k"_a = -1, "stream"_a = nb::none(),
+        "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset (gather -> BLAS GEMM -> scatter-add).");
+  m.def("sparse_conv_weight_grad",
+        [](const mx::array& a, const mx::array& b, const mx::array& ra, const mx::array& rb,
+           const std::vector<int64_t>& bounds, mx::StreamOrDevice s) {
+          return lattice::sparse_conv_weight_grad(a, b, ra, rb, std::make_shared<const std::vector<int64_t>>(bounds), s);
+        },
+        "a"_a, "b"_a, "rows_a"_a, "rows_b"_a, "bounds"_a, "stream"_a = nb::none());
+  m.def("blas_gemm", &lattice::blas_gemm, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false,
+        "stream"_a = nb::none(), "op(A) @ op(B) through the linked BLAS, differentiable.");
   m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,
         "C = A @ B through the linked optimised BLAS (float32).");
   m.def("blas_vendor", &lattice::blas::vendor);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include <sched.h>
+#include <unistd.h>
 
 namespace lattice {
 
@@ -42,6 +45,71 @@ inline int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
   return (n * c) / chunks;
 }
 
+// A persistent pool of num_threads() - 1 workers; the calling thread is the
+// last worker. One job at a time: a caller that finds the pool busy (another
+// thread is using it) runs its job on fresh threads instead.
+class ThreadPool {
+ public:
+  static ThreadPool& instance() {
+    static ThreadPool* pool = new ThreadPool(num_threads());  // never destroyed: workers are detached
+    return *pool;
+  }
+
+  int size() const { return static_cast<int>(workers_) + 1; }
+
+  // Runs job(t) for t in [0, n) with n <= size(); returns when all are done.
+  template <class Job>
+  bool try_run(int n, Job& job) {
+    if (getpid() != pid_) return false;  // a forked child has no workers
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      job_ = [&job](int t) { job(t); };
+      active_ = n - 1;
+      pending_ = n - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    job(0);
+    std::unique_lock<std::mutex> lock(m_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+    return true;
+  }
+
+ private:
+  explicit ThreadPool(int threads) : workers_(threads > 1 ? threads - 1 : 0), pid_(getpid()) {
+    for (unsigned i = 0; i < workers_; ++i) std::thread([this, i] { loop(static_cast<int>(i) + 1); }).detach();
+  }
+
+  void loop(int t) {
+    uint64_t seen = 0;
+    while (true) {
+      std::function<void(int)> job;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (t > active_) continue;
+        job = job_;
+      }
+      job(t);
+      std::lock_guard<std::mutex> lock(m_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  unsigned workers_;
+  pid_t pid_;
+  std::mutex busy_, m_;
+  std::condition_variable cv_, done_;
+  std::function<void(int)> job_;
+  int active_ = 0;
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+};
+
 // Runs fn(chunk_index, begin, end) for every chunk, on up to num_threads() threads.
 template <class Fn>
 void parallel_chunks(int64_t n, int64_t chunks, Fn&& fn) {
@@ -63,11 +131,13 @@ void parallel_chunks(int64_t n, int64_t chunks, Fn&& fn) {
       if (!error) error = std::current_exception();
     }
   };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
-  worker(0);
-  for (auto& th : pool) th.join();
+  if (!ThreadPool::instance().try_run(threads, worker)) {
+    std::vector<std::thread> pool;
+    pool.reserve(threads - 1);
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+    worker(0);
+    for (auto& th : pool) th.join();
+  }
   if (error) std::rethrow_exception(error);
 }
 

@@ -9,6 +9,7 @@
 extern "C" {
 char* scipy_openblas_get_config(void);
 int scipy_openblas_get_num_threads(void);
+void scipy_openblas_set_num_threads(int);
 }
 #endif
 
@@ -34,6 +35,14 @@ int num_threads() {
   return 0;
 #else
   return scipy_openblas_get_num_threads();
+#endif
+}
+
+void set_num_threads(int n) {
+#if !defined(LATTICE_BLAS_ACCELERATE)
+  scipy_openblas_set_num_threads(n);
+#else
+  (void)n;
 #endif
 }
 

@@ -13,5 +13,6 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
 
 std::string vendor();
 int num_threads();
+void set_num_threads(int n);
 
 }  // namespace lattice::blas

@@ -1,0 +1,187 @@
+// CPU sparse convolution: gather -> GEMM (linked BLAS) -> scatter-add, per kernel
+// offset, in tiles spread over both cores. Edges of one offset never share an
+// output row, so tiles of one offset scatter without atomics.
+#include <cstring>
+
+#include "backend/cpu/blas.h"
+#include "backend/cpu/dtype_convert.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "primitives.h"
+
+namespace lattice {
+
+namespace {
+
+// Edges per tile: the gathered tile stays in L2.
+inline int64_t tile_rows(int c_in, int c_out) {
+  int64_t t = (1 << 15) / std::max(1, std::max(c_in, c_out));
+  return std::clamp<int64_t>(t, 64, 1024);
+}
+
+// OpenBLAS threads off while our own threads drive many small GEMMs.
+struct SingleThreadedBlas {
+  int saved;
+  SingleThreadedBlas() : saved(blas::num_threads()) { blas::set_num_threads(1); }
+  ~SingleThreadedBlas() { blas::set_num_threads(saved); }
+};
+
+void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
+                  mx::array& out, const std::vector<int64_t>& bounds, bool transpose_w, int identity_k) {
+  const int K = static_cast<int>(bounds.size()) - 1;
+  const int P = w.shape(1), Q = w.shape(2);
+  const int c_in = transpose_w ? Q : P;
+  const int c_out = transpose_w ? P : Q;
+  const int64_t n_out = out.shape(0);
+  std::vector<float> xs, ys;
+  const float* X = as_f32(x, xs);
+  const float* W = w.data<float>();
+  float* Y;
+  if (out.dtype() == mx::float32) {
+    Y = out.data<float>();
+  } else {
+    ys.resize(static_cast<size_t>(n_out) * c_out);
+    Y = ys.data();
+  }
+  const int32_t* IR = in_rows.data<int32_t>();
+  const int32_t* OR = out_rows.data<int32_t>();
+  const int64_t wk = static_cast<int64_t>(P) * Q;
+  const int ldw = Q;
+
+  bool initialised = false;
+  if (identity_k >= 0 && bounds[identity_k + 1] - bounds[identity_k] == n_out && x.shape(0) == n_out) {
+    // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).
+    if (n_out > 0 && c_out > 0) {
+      if (c_in == 0) std::memset(Y, 0, sizeof(float) * n_out * c_out);
+      else blas::sgemm(false, transpose_w, n_out, c_out, c_in, 1.0f, X, c_in, W + identity_k * wk, ldw, 0.0f, Y, c_out);
+    }
+    initialised = true;
+  }
+  if (!initialised) {
+    parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
+  }
+  if (c_in > 0 && c_out > 0) {
+    SingleThreadedBlas single;
+    const int64_t T = tile_rows(c_in, c_out);
+    for (int k = 0; k < K; ++k) {
+      if (k == identity_k && initialised) continue;
+      const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
+      if (n == 0) continue;
+      const float* Wk = W + k * wk;
+      parallel_chunks(n, (n + T - 1) / T, [&](int64_t, int64_t b, int64_t e) {
+        thread_local std::vector<float> g, p;
+        const int64_t m = e - b;
+        g.resize(static_cast<size_t>(m) * c_in);
+        p.resize(static_cast<size_t>(m) * c_out);
+        for (int64_t j = 0; j < m; ++j) {
+          std::memcpy(g.data() + j * c_in, X + static_cast<int64_t>(IR[e0 + b + j]) * c_in, sizeof(float) * c_in);
+        }
+        blas::sgemm(false, transpose_w, static_cast<int>(m), c_out, c_in, 1.0f, g.data(), c_in, Wk, ldw, 0.0f,
+                    p.data(), c_out);
+        for (int64_t j = 0; j < m; ++j) {
+          float* y = Y + static_cast<int64_t>(OR[e0 + b + j]) * c_out;
+          const float* s = p.data() + j * c_out;
+          for (int c = 0; c < c_out; ++c) y[c] += s[c];
+        }
+      });
+    }
+  }
+  if (out.dtype() != mx::float32) store_from_f32(Y, out);
+}
+
+void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a, const mx::array& rows_b,
+                      mx::array& out, const std::vector<int64_t>& bounds) {
+  const int K = static_cast<int>(bounds.size()) - 1;
+  const int ca = a.shape(1), cb = b.shape(1);
+  std::vector<float> as, bs;
+  const float* A = as_f32(a, as);
+  const float* B = as_f32(b, bs);
+  const int32_t* RA = rows_a.data<int32_t>();
+  const int32_t* RB = rows_b.data<int32_t>();
+  float* G = out.data<float>();
+  const int64_t gk = static_cast<int64_t>(ca) * cb;
+  std::memset(G, 0, sizeof(float) * K * gk);
+  if (ca == 0 || cb == 0) return;
+  const int64_t T = tile_rows(ca, cb);
+  // Work items: (offset, part) pairs with their own partial sums, reduced per offset.
+  struct Item { int k; int64_t b, e; };
+  std::vector<Item> items;
+  const int64_t part = T * 16;
+  for (int k = 0; k < K; ++k)
+    for (int64_t s = bounds[k]; s < bounds[k + 1]; s += part) items.push_back({k, s, std::min(bounds[k + 1], s + part)});
+  std::vector<float> partial(items.size() * gk);
+  SingleThreadedBlas single;
+  parallel_chunks(static_cast<int64_t>(items.size()), static_cast<int64_t>(items.size()), [&](int64_t i, int64_t, int64_t) {
+    thread_local std::vector<float> ga, gb;
+    const Item& it = items[i];
+    float* acc = partial.data() + i * gk;
+    for (int64_t s = it.b; s < it.e; s += T) {
+      const int64_t m = std::min(T, it.e - s);
+      ga.resize(static_cast<size_t>(m) * ca);
+      gb.resize(static_cast<size_t>(m) * cb);
+      for (int64_t j = 0; j < m; ++j) {
+        std::memcpy(ga.data() + j * ca, A + static_cast<int64_t>(RA[s + j]) * ca, sizeof(float) * ca);
+        std::memcpy(gb.data() + j * cb, B + static_cast<int64_t>(RB[s + j]) * cb, sizeof(float) * cb);
+      }
+      blas::sgemm(true, false, ca, cb, static_cast<int>(m), 1.0f, ga.data(), ca, gb.data(), cb, s == it.b ? 0.0f : 1.0f,
+                  acc, cb);
+    }
+  });
+  for (size_t i = 0; i < items.size(); ++i) {
+    float* g = G + items[i].k * gk;
+    const float* p = partial.data() + i * gk;
+    for (int64_t j = 0; j < gk; ++j) g[j] += p[j];
+  }
+}
+
+template <class F>
+void dispatch(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& out, F&& f) {
+  out.set_data(mx::allocator::malloc(std::max<size_t>(out.nbytes(), 4)));
+  auto& enc = mx::cpu::get_command_encoder(s);
+  for (auto& a : inputs) enc.set_input_array(a);
+  enc.set_output_array(out);
+  std::vector<mx::array> ins;
+  for (auto& a : inputs) ins.push_back(mx::array::unsafe_weak_copy(a));
+  enc.dispatch([ins = std::move(ins), out = mx::array::unsafe_weak_copy(out), f = std::forward<F>(f)]() mutable {
+    f(ins, out);
+  });
+}
+
+}  // namespace
+
+void SparseConv::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  dispatch(stream(), inputs, outputs[0],
+           [bounds = bounds_, tw = transpose_w_, idk = identity_k_](std::vector<mx::array>& in, mx::array& out) {
+             conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk);
+           });
+}
+
+void SparseConvWeightGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  dispatch(stream(), inputs, outputs[0], [bounds = bounds_](std::vector<mx::array>& in, mx::array& out) {
+    conv_weight_grad(in[0], in[1], in[2], in[3], out, *bounds);
+  });
+}
+
+void BlasGemm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  dispatch(stream(), inputs, outputs[0], [ta = trans_a_, tb = trans_b_](std::vector<mx::array>& in, mx::array& out) {
+    const mx::array& a = in[0];
+    const mx::array& b = in[1];
+    const int m = out.shape(0), n = out.shape(1);
+    const int k = ta ? a.shape(0) : a.shape(1);
+    std::vector<float> as, bs, cs;
+    const float* A = as_f32(a, as);
+    const float* B = as_f32(b, bs);
+    float* C;
+    if (out.dtype() == mx::float32) C = out.data<float>();
+    else {
+      cs.resize(static_cast<size_t>(m) * n);
+      C = cs.data();
+    }
+    if (m > 0 && n > 0) {
+      if (k == 0) std::memset(C, 0, sizeof(float) * m * n);
+      else blas::sgemm(ta, tb, m, n, k, 1.0f, A, a.shape(1), B, b.shape(1), 0.0f, C, n);
+    }
+    if (out.dtype() != mx::float32) store_from_f32(C, out);
+  });
+}
+
+}  // namespace lattice

@@ -1,0 +1,116 @@
+// Autodiff and metadata of the lattice primitives (device independent).
+#include "primitives.h"
+
+namespace lattice {
+
+namespace {
+
+bool same_bounds(const EdgeBounds& a, const EdgeBounds& b) { return a == b || (a && b && *a == *b); }
+
+std::vector<mx::array> no_grad_for_rows(const std::vector<mx::array>& primals, int argnum) {
+  return {mx::zeros_like(primals[argnum])};
+}
+
+}  // namespace
+
+// ---- SparseConv ------------------------------------------------------------------
+
+std::vector<mx::Shape> SparseConv::output_shapes(const std::vector<mx::array>& inputs) {
+  const auto& w = inputs[1];
+  return {{n_out_, transpose_w_ ? w.shape(1) : w.shape(2)}};
+}
+
+bool SparseConv::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const SparseConv&>(other);
+  return n_out_ == o.n_out_ && transpose_w_ == o.transpose_w_ && identity_k_ == o.identity_k_ &&
+         same_bounds(bounds_, o.bounds_);
+}
+
+std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                       const std::vector<int>& argnums, const std::vector<mx::array>&) {
+  const auto& x = primals[0];
+  const auto& w = primals[1];
+  const auto& in_rows = primals[2];
+  const auto& out_rows = primals[3];
+  const auto& dy = cotangents[0];
+  std::vector<mx::array> grads;
+  for (int arg : argnums) {
+    if (arg == 0) {
+      // dX[in] += dY[out] @ op(W)^T: the same relation walked backwards.
+      grads.push_back(mx::astype(
+          sparse_conv(dy, w, out_rows, in_rows, bounds_, x.shape(0), !transpose_w_, identity_k_, stream()), x.dtype(),
+          stream()));
+    } else if (arg == 1) {
+      auto g = transpose_w_ ? sparse_conv_weight_grad(dy, x, out_rows, in_rows, bounds_, stream())
+                            : sparse_conv_weight_grad(x, dy, in_rows, out_rows, bounds_, stream());
+      grads.push_back(mx::astype(g, w.dtype(), stream()));
+    } else {
+      grads.push_back(no_grad_for_rows(primals, arg)[0]);
+    }
+  }
+  return grads;
+}
+
+// ---- SparseConvWeightGrad ----------------------------------------------------------
+
+std::vector<mx::Shape> SparseConvWeightGrad::output_shapes(const std::vector<mx::array>& inputs) {
+  return {{static_cast<int>(bounds_->size()) - 1, inputs[0].shape(1), inputs[1].shape(1)}};
+}
+
+bool SparseConvWeightGrad::is_equivalent(const mx::Primitive& other) const {
+  return same_bounds(bounds_, static_cast<const SparseConvWeightGrad&>(other).bounds_);
+}
+
+std::vector<mx::array> SparseConvWeightGrad::vjp(const std::vector<mx::array>& primals,
+                                                 const std::vector<mx::array>& cotangents,
+                                                 const std::vector<int>& argnums, const std::vector<mx::array>&) {
+  const auto& a = primals[0];
+  const auto& b = primals[1];
+  const auto& ra = primals[2];
+  const auto& rb = primals[3];
+  const auto& dg = cotangents[0];
+  std::vector<mx::array> grads;
+  for (int arg : argnums) {
+    if (arg == 0) {  // dA[ra] += B[rb] @ dG_k^T
+      grads.push_back(mx::astype(sparse_conv(b, dg, rb, ra, bounds_, a.shape(0), true, -1, stream()), a.dtype(), stream()));
+    } else if (arg == 1) {  // dB[rb] += A[ra] @ dG_k
+      grads.push_back(mx::astype(sparse_conv(a, dg, ra, rb, bounds_, b.shape(0), false, -1, stream()), b.dtype(), stream()));
+    } else {
+      grads.push_back(no_grad_for_rows(primals, arg)[0]);
+    }
+  }
+  return grads;
+}
+
+// ---- BlasGemm ------------------------------------------------------------------------
+
+std::vector<mx::Shape> BlasGemm::output_shapes(const std::vector<mx::array>& inputs) {
+  const auto& a = inputs[0];
+  const auto& b = inputs[1];
+  return {{trans_a_ ? a.shape(1) : a.shape(0), trans_b_ ? b.shape(0) : b.shape(1)}};
+}
+
+bool BlasGemm::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const BlasGemm&>(other);
+  return trans_a_ == o.trans_a_ && trans_b_ == o.trans_b_;
+}
+
+std::vector<mx::array> BlasGemm::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                     const std::vector<int>& argnums, const std::vector<mx::array>&) {
+  const auto& a = primals[0];
+  const auto& b = primals[1];
+  const auto& dc = cotangents[0];
+  std::vector<mx::array> grads;
+  for (int arg : argnums) {
+    if (arg == 0) {
+      auto g = trans_a_ ? blas_gemm(b, dc, trans_b_, true, stream()) : blas_gemm(dc, b, false, !trans_b_, stream());
+      grads.push_back(mx::astype(g, a.dtype(), stream()));
+    } else {
+      auto g = trans_b_ ? blas_gemm(dc, a, true, trans_a_, stream()) : blas_gemm(a, dc, !trans_a_, false, stream());
+      grads.push_back(mx::astype(g, b.dtype(), stream()));
+    }
+  }
+  return grads;
+}
+
+}  // namespace lattice

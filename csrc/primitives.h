@@ -1,0 +1,89 @@
+// MLX primitives of the lattice core. Each has an eval_cpu in backend/cpu/ (same
+// file stem as its op family) and an eval_gpu in backend/no_gpu/ (GPU routes run
+// through MLX's own kernels and mx.fast kernels, chosen by the routing layer).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "mlx/mlx.h"
+#include "mlx/primitives.h"
+
+namespace lattice {
+
+namespace mx = mlx::core;
+
+// Per-offset edge ranges of a relation: offset k owns [bounds[k], bounds[k+1]).
+using EdgeBounds = std::shared_ptr<const std::vector<int64_t>>;
+
+// Y[out_rows[e]] += X[in_rows[e]] @ op(W[k(e)]) with op = identity or transpose.
+// Inputs: x (N_in, C_in), w (K, P, Q) float32, in_rows (E,), out_rows (E,) int32.
+// Output: (n_out, C_out) of x's dtype, accumulated in float32. `identity_k` names an
+// offset whose edges are exactly (r, r) for every row (the submanifold centre), or -1.
+class SparseConv : public mx::Primitive {
+ public:
+  SparseConv(mx::Stream s, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k)
+      : mx::Primitive(s), bounds_(std::move(bounds)), n_out_(n_out), transpose_w_(transpose_w),
+        identity_k_(identity_k) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+  const char* name() const override { return "SparseConv"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  EdgeBounds bounds_;
+  int n_out_;
+  bool transpose_w_;
+  int identity_k_;
+};
+
+// G[k] = A[rows_a[e]]^T @ B[rows_b[e]] summed over the edges of offset k.
+// Inputs: a (N_a, C_a), b (N_b, C_b), rows_a (E,), rows_b (E,). Output (K, C_a, C_b) float32.
+class SparseConvWeightGrad : public mx::Primitive {
+ public:
+  SparseConvWeightGrad(mx::Stream s, EdgeBounds bounds) : mx::Primitive(s), bounds_(std::move(bounds)) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+  const char* name() const override { return "SparseConvWeightGrad"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  EdgeBounds bounds_;
+};
+
+// C = op(A) @ op(B) through the linked BLAS (float32 accumulation, output in A's dtype).
+class BlasGemm : public mx::Primitive {
+ public:
+  BlasGemm(mx::Stream s, bool trans_a, bool trans_b) : mx::Primitive(s), trans_a_(trans_a), trans_b_(trans_b) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+  const char* name() const override { return "BlasGemm"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  bool trans_a_, trans_b_;
+};
+
+// ---- ops building the graph (csrc/ops.cpp) ------------------------------------
+
+mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
+                      EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, mx::StreamOrDevice s = {});
+
+mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,
+                                  const mx::array& rows_b, EdgeBounds bounds, mx::StreamOrDevice s = {});
+
+mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool trans_b, mx::StreamOrDevice s = {});
+
+}  // namespace lattice
