@@ -4,7 +4,7 @@ import mlx.core as _mx  # noqa: F401  (registers mx.array with nanobind before _
 
 from lattice import _ext
 from lattice._version import __version__
-from lattice.backend import backend_info
+from lattice.backends.info import backend_info
 from lattice.core import (
     CoordinateManager,
     CoordinateMapKey,

@@ -1,0 +1,173 @@
+"""Sparse convolutions: forward / target, submanifold, transposed, generative, normalised.
+
+Each op validates, builds (or fetches) its relation from the input's coordinate
+manager, asks the routing layer for a route, and dispatches on it.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from lattice.backends import cpu
+from lattice.core.kernel import KernelSpec
+from lattice.core.relation import KernelRelation, RelationKind
+from lattice.core.tensor import SparseTensor
+from lattice.ops.relations import _target
+from lattice.routing import ConvRequest, requested_device, route_conv
+
+
+def mapped_weight(weight: mx.array, spec: KernelSpec, op: str) -> mx.array:
+    """Weight as (K, C_in, C_out) from MLX's dense (C_out, Kx, Ky, Kz, C_in) or mapped layout."""
+    if not isinstance(weight, mx.array):
+        raise TypeError(f"[{op}] weight must be an mx.array, got {type(weight).__name__}")
+    if weight.ndim == 5:
+        c_out, kx, ky, kz, c_in = weight.shape
+        if (kx, ky, kz) != spec.size:
+            raise ValueError(f"[{op}] dense weight kernel {(kx, ky, kz)} does not match kernel_size {spec.size}")
+        return weight.reshape(c_out, spec.volume, c_in).transpose(1, 2, 0)
+    if weight.ndim == 3:
+        if weight.shape[0] != spec.volume:
+            raise ValueError(
+                f"[{op}] mapped weight has {weight.shape[0]} offsets, kernel_size {spec.size} has {spec.volume}"
+            )
+        return weight
+    raise ValueError(
+        f"[{op}] weight must be dense (C_out, Kx, Ky, Kz, C_in) or mapped (K, C_in, C_out), "
+        f"got shape {tuple(weight.shape)}"
+    )
+
+
+def _check_input(x, op: str) -> None:
+    if not isinstance(x, SparseTensor):
+        raise TypeError(f"[{op}] x must be a SparseTensor, got {type(x).__name__}")
+
+
+def _conv_request(op, x, w, rel, normalized, device) -> ConvRequest:
+    spec = rel.spec
+    identity = (
+        rel.out_key == rel.in_key
+        and spec.volume == 1
+        and spec.stride == (1, 1, 1)
+        and spec.padding == (0, 0, 0)
+        and rel.kind in (RelationKind.FORWARD, RelationKind.SUBMANIFOLD, RelationKind.TARGET)
+    )
+    return ConvRequest(
+        op=op,
+        kind=rel.kind.value,
+        dtype=str(x.feats.dtype).removeprefix("mlx.core."),
+        c_in=int(w.shape[1]),
+        c_out=int(w.shape[2]),
+        kernel_volume=spec.volume,
+        identity_relation=identity,
+        n_in=x.active_count,
+        n_out=rel.out_count,
+        edges=rel.edge_count,
+        normalized=normalized,
+        device=requested_device(device),
+    )
+
+
+def _run(op, x: SparseTensor, w: mx.array, bias, rel: KernelRelation, *, normalized=False, eps=1e-8,
+         device=None) -> SparseTensor:
+    if w.shape[1] != x.channels:
+        raise ValueError(f"[{op}] weight expects {w.shape[1]} input channels, x has {x.channels}")
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != w.shape[2]):
+        raise ValueError(f"[{op}] bias must have shape ({w.shape[2]},), got {tuple(bias.shape)}")
+    route = route_conv(_conv_request(op, x, w, rel, normalized, device))
+    impl = cpu.CONV[route.algorithm]
+    feats = x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
+    y = impl(feats, w, rel)
+    if normalized:
+        # conv(1, W^2): the squared weight summed over C_in, applied to a one-channel input of ones.
+        ones = mx.ones((feats.shape[0], 1), dtype=mx.float32)
+        w2 = mx.sum(mx.square(w.astype(mx.float32)), axis=1, keepdims=True)
+        norm = impl(ones, w2, rel)
+        y = (y.astype(mx.float32) / mx.sqrt(norm + eps)).astype(y.dtype)
+    if bias is not None:
+        y = y + bias.astype(y.dtype)
+    manager = x.coord_manager
+    return SparseTensor(
+        manager.coords(rel.out_key), y, rel.out_key.stride, coord_key=rel.out_key, coord_manager=manager
+    )
+
+
+def _relation(x, kind, spec, coordinates, op) -> KernelRelation:
+    manager = x.coord_manager
+    transposed = kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE)
+    if transposed:
+        level = tuple(a // b for a, b in zip(x.stride, spec.stride, strict=True))
+    else:
+        level = tuple(a * b for a, b in zip(x.stride, spec.stride, strict=True))
+    target = _target(manager, coordinates, level, op)
+    if kind is RelationKind.FORWARD and target is not None:
+        kind = RelationKind.TARGET
+    return manager.relation(kind, x.coord_key, spec, target, op=op)
+
+
+def conv3d(x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None,
+           device=None) -> SparseTensor:
+    """Sparse convolution: output on ``unique(floor(coords / stride))`` or on ``coordinates``."""
+    op = "conv3d"
+    _check_input(x, op)
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    rel = _relation(x, RelationKind.FORWARD, spec, coordinates, op)
+    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+
+
+def subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, device=None) -> SparseTensor:
+    """Submanifold convolution: output support is the input support (odd kernels)."""
+    op = "subm_conv3d"
+    _check_input(x, op)
+    spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
+    rel = _relation(x, RelationKind.SUBMANIFOLD, spec, None, op)
+    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+
+
+def conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, padding=0, dilation=1,
+                     coordinates=None, device=None) -> SparseTensor:
+    """Transposed convolution onto generated support ``unique(s*stride + k*d - p)`` or ``coordinates``."""
+    op = "conv_transpose3d"
+    _check_input(x, op)
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    rel = _relation(x, RelationKind.TRANSPOSED, spec, coordinates, op)
+    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+
+
+def generative_conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None,
+                                device=None) -> SparseTensor:
+    """Generative transposed convolution: every coordinate of each input's kernel footprint."""
+    op = "generative_conv_transpose3d"
+    _check_input(x, op)
+    spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
+    rel = _relation(x, RelationKind.GENERATIVE, spec, coordinates, op)
+    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+
+
+def normalized_subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8,
+                           device=None) -> SparseTensor:
+    """``conv(X, W) / sqrt(conv(1, W^2) + eps) + b`` on submanifold support."""
+    op = "normalized_subm_conv3d"
+    _check_input(x, op)
+    spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
+    rel = _relation(x, RelationKind.SUBMANIFOLD, spec, None, op)
+    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, normalized=True, eps=eps, device=device)
+
+
+def normalized_conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, padding=0, dilation=1,
+                                coordinates=None, eps=1e-8, device=None) -> SparseTensor:
+    """Normalised transposed convolution (see ``normalized_subm_conv3d``)."""
+    op = "normalized_conv_transpose3d"
+    _check_input(x, op)
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    rel = _relation(x, RelationKind.TRANSPOSED, spec, coordinates, op)
+    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, normalized=True, eps=eps, device=device)
+
+
+def normalized_generative_conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None,
+                                           eps=1e-8, device=None) -> SparseTensor:
+    """Normalised generative transposed convolution (see ``normalized_subm_conv3d``)."""
+    op = "normalized_generative_conv_transpose3d"
+    _check_input(x, op)
+    spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
+    rel = _relation(x, RelationKind.GENERATIVE, spec, coordinates, op)
+    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, normalized=True, eps=eps, device=device)

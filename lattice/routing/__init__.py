@@ -1,0 +1,25 @@
+"""Route selection: pure functions from (op, dtype, shapes, relation metadata, weight
+layout, device capability) to a Route value. Ops call these and dispatch on the result;
+``lattice.explain`` calls the same functions, so diagnostics cannot drift.
+"""
+
+from lattice.routing.conv import ConvRequest, route_conv
+from lattice.routing.device import Capability, capability, requested_device
+from lattice.routing.linear import LinearRequest, route_linear
+from lattice.routing.relations import RelationRequest, route_relation
+from lattice.routing.types import Rejection, Route, Tier
+
+__all__ = [
+    "Capability",
+    "ConvRequest",
+    "LinearRequest",
+    "Rejection",
+    "RelationRequest",
+    "Route",
+    "Tier",
+    "capability",
+    "requested_device",
+    "route_conv",
+    "route_linear",
+    "route_relation",
+]

@@ -1,0 +1,72 @@
+"""Route selection for the convolution family (all relation kinds, pointwise)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lattice.routing.device import Capability, capability
+from lattice.routing.types import Route, RouteBuilder, Tier
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class ConvRequest:
+    """Everything the conv route depends on: no arrays, only metadata."""
+
+    op: str
+    kind: str  # forward | submanifold | target | transposed | generative
+    dtype: str
+    c_in: int
+    c_out: int
+    kernel_volume: int
+    identity_relation: bool  # every output row is its own single input (1x1x1 on the same support)
+    n_in: int
+    n_out: int
+    edges: int
+    weight_layout: str = "dense"  # dense | packed
+    normalized: bool = False
+    device: str = "cpu"
+
+
+def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
+    """Decision order: device -> op family -> relation kind -> weight layout -> shape/dtype -> tier."""
+    cap = cap or capability()
+    facts = {
+        "kind": req.kind,
+        "dtype": req.dtype,
+        "channels": f"{req.c_in}->{req.c_out}",
+        "kernel_volume": req.kernel_volume,
+        "n_in": req.n_in,
+        "n_out": req.n_out,
+        "edges": req.edges,
+        "average_neighbors": round(req.edges / req.n_out, 3) if req.n_out else 0.0,
+        "weight_layout": req.weight_layout,
+        "device": req.device,
+    }
+    rb = RouteBuilder(req.op, facts)
+    if req.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"[{req.op}] features must be one of {FLOAT_DTYPES}, got {req.dtype}")
+    if req.weight_layout != "dense":
+        raise ValueError(f"[{req.op}] weight layout {req.weight_layout!r} has no route in this build")
+    # 1. device
+    if req.device == "gpu":
+        tier = Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
+        if tier is None:
+            rb.reject("gpu", "gather_gemm_scatter", "no GPU device in this process")
+        else:
+            rb.reject(tier.value, "gather_gemm_scatter", f"no {tier.value} conv kernels in this build")
+    # 2-5. CPU routes by relation and shape
+    if req.identity_relation and req.kernel_volume == 1:
+        return rb.take(
+            "cpu",
+            "pointwise_gemm",
+            "1x1x1 kernel on the input support: one BLAS GEMM over all rows, coordinates kept",
+        )
+    rb.reject("cpu", "pointwise_gemm", "kernel_volume == 1 and output support == input support")
+    return rb.take(
+        "cpu",
+        "gather_gemm_scatter",
+        "per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows "
+        "(tiled over all cores)",
+    )

@@ -1,0 +1,34 @@
+"""Route selection for relation (kernel-map) building and coordinate functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lattice.routing.device import Capability, capability
+from lattice.routing.types import Route, RouteBuilder, Tier
+
+
+@dataclass(frozen=True)
+class RelationRequest:
+    op: str
+    kind: str
+    n_in: int
+    kernel_volume: int
+    device: str = "cpu"
+
+
+def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
+    cap = cap or capability()
+    rb = RouteBuilder(req.op, {"kind": req.kind, "n_in": req.n_in, "kernel_volume": req.kernel_volume,
+                                "device": req.device})
+    if req.device == "gpu":
+        tier = "gpu-cuda" if cap.has(Tier.GPU_CUDA) else "gpu-metal" if cap.has(Tier.GPU_METAL) else "gpu"
+        rb.reject(tier, "hash_relation", "no GPU relation kernels in this build")
+    if req.kind == "submanifold":
+        return rb.take("cpu", "hash_relation_symmetric",
+                       "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror")
+    if req.kind in ("transposed", "generative"):
+        return rb.take("cpu", "hash_relation_scatter",
+                       "walk (input, offset) pairs; generated support deduplicated by first occurrence")
+    return rb.take("cpu", "hash_relation_input_driven",
+                   "walk inputs; per axis only offsets with (i - k + p) divisible by the stride are probed")
