@@ -23,6 +23,10 @@ using lattice::CoordTablePtr;
 using lattice::Int3;
 namespace mx = mlx::core;
 
+namespace lattice {
+void bind_pool(nb::module_& m);  // csrc/bindings_pool.cpp
+}  // namespace lattice
+
 namespace {
 
 std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> bounds_tuple(
@@ -160,4 +164,6 @@ NB_MODULE(_ext, m) {
   m.def("blas_vendor", &lattice::blas::vendor);
   m.def("blas_threads", &lattice::blas::num_threads);
   m.def("num_threads", &lattice::num_threads);
+
+  lattice::bind_pool(m);
 }
