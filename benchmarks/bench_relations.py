@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 
 import mlx.core as mx
+from _common import dense_block, kitti_voxels, median_ms, report
 
 import lattice
 from lattice.core import CoordinateManager, KernelSpec, RelationKind
-
-from _common import dense_block, kitti_voxels, median_ms, report
 
 
 def _fresh(coords: mx.array, stride=1):
@@ -34,8 +33,16 @@ def bench(name: str, coords_np, repeats: int) -> list[dict]:
     def table():
         _fresh(coords)
 
-    rows.append({"input": name, "relation": "hash table build", "N_in": n, "N_out": n,
-                 "edges": 0, "median_ms": median_ms(table, repeats)})
+    rows.append(
+        {
+            "input": name,
+            "relation": "hash table build",
+            "N_in": n,
+            "N_out": n,
+            "edges": 0,
+            "median_ms": median_ms(table, repeats),
+        }
+    )
 
     cases = [
         ("submanifold k=3", RelationKind.SUBMANIFOLD, KernelSpec(3)),
@@ -52,8 +59,16 @@ def bench(name: str, coords_np, repeats: int) -> list[dict]:
             return manager.relation(kind, key, spec)
 
         rel = build()
-        rows.append({"input": name, "relation": label, "N_in": n, "N_out": rel.out_count,
-                     "edges": rel.edge_count, "median_ms": median_ms(build, repeats)})
+        rows.append(
+            {
+                "input": name,
+                "relation": label,
+                "N_in": n,
+                "N_out": rel.out_count,
+                "edges": rel.edge_count,
+                "median_ms": median_ms(build, repeats),
+            }
+        )
 
     # Transposed k=2 s=2 from the stride-2 level back to stride 1 (generated support).
     manager, key = _fresh(coords)
@@ -68,12 +83,21 @@ def bench(name: str, coords_np, repeats: int) -> list[dict]:
         manager._relations.clear()
         return manager.relation(RelationKind.TRANSPOSED, coarse, spec, key)
 
-    for label, fn in (("transposed k=2 s=2 (generated)", transposed),
-                      ("transposed k=2 s=2 (onto input)", transposed_target)):
+    for label, fn in (
+        ("transposed k=2 s=2 (generated)", transposed),
+        ("transposed k=2 s=2 (onto input)", transposed_target),
+    ):
         rel = fn()
-        rows.append({"input": name, "relation": label, "N_in": manager.size(coarse),
-                     "N_out": rel.out_count, "edges": rel.edge_count,
-                     "median_ms": median_ms(fn, repeats)})
+        rows.append(
+            {
+                "input": name,
+                "relation": label,
+                "N_in": manager.size(coarse),
+                "N_out": rel.out_count,
+                "edges": rel.edge_count,
+                "median_ms": median_ms(fn, repeats),
+            }
+        )
     return rows
 
 

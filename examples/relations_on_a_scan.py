@@ -43,13 +43,22 @@ def main() -> None:
         t0 = time.perf_counter()
         rel = build()
         ms = (time.perf_counter() - t0) * 1e3
-        print(f"{label:18} out {rel.out_count:>8,}  edges {rel.edge_count:>9,}  "
-              f"avg neighbours {rel.average_neighbors:5.2f}  {ms:7.1f} ms")
+        print(
+            f"{label:18} out {rel.out_count:>8,}  edges {rel.edge_count:>9,}  "
+            f"avg neighbours {rel.average_neighbors:5.2f}  {ms:7.1f} ms"
+        )
     down = kernel_relation(x, kernel_size=2, stride=2)
-    coarse = lattice.SparseTensor(down.out_coords, mx.ones((down.out_count, 1)), 2,
-                                  coord_key=down.out_key, coord_manager=x.coord_manager)
+    coarse = lattice.SparseTensor(
+        down.out_coords,
+        mx.ones((down.out_count, 1)),
+        2,
+        coord_key=down.out_key,
+        coord_manager=x.coord_manager,
+    )
     up = transposed_kernel_relation(coarse, x, kernel_size=2, stride=2)
-    print(f"{'transposed k=2 s=2':18} out {up.out_count:>8,}  edges {up.edge_count:>9,}  (onto the fine support)")
+    print(
+        f"{'transposed k=2 s=2':18} out {up.out_count:>8,}  edges {up.edge_count:>9,}  (onto the fine support)"
+    )
     print(f"cached relations: {x.coord_manager.relation_count}")
 
 

@@ -12,6 +12,7 @@ from lattice.core import (
     SparseTensor,
     sparse_quantize,
 )
+from lattice.routing.explain import explain
 
 from lattice import core, ops  # noqa: E402  isort: skip
 
@@ -23,6 +24,7 @@ __all__ = [
     "__version__",
     "_ext",
     "backend_info",
+    "explain",
     "core",
     "ops",
     "sparse_quantize",

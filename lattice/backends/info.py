@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from lattice import _ext
 from lattice._version import __version__
+from lattice.routing.device import capability
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class BackendInfo:
     version: str
     mlx_version: str
     compiled_backends: tuple[str, ...]
+    tiers: tuple[str, ...]
     cpu_threads: int
     blas: str
     gpu: str | None
@@ -24,17 +26,14 @@ class BackendInfo:
 
 def backend_info() -> BackendInfo:
     """Version, compiled native backends and the devices MLX reports."""
-    gpu = None
-    if mx.cuda.is_available() if hasattr(mx, "cuda") else False:
-        gpu = "cuda"
-    elif mx.metal.is_available():
-        gpu = "metal"
+    cap = capability()
     return BackendInfo(
         version=__version__,
         mlx_version=mx.__version__,
-        compiled_backends=("cpu",),
+        compiled_backends=cap.compiled,
+        tiers=tuple(t.value for t in cap.tiers),
         cpu_threads=_ext.num_threads(),
         blas=_ext.blas_vendor(),
-        gpu=gpu,
+        gpu=cap.gpu_name,
         platform=f"{platform.system()} {platform.machine()}",
     )

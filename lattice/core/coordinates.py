@@ -51,10 +51,7 @@ class CoordinateManager:
         self._downsampled: dict[tuple[int, Triple], CoordinateMapKey] = {}
 
     def __repr__(self) -> str:
-        return (
-            f"CoordinateManager(id={self.id}, sets={len(self._tables)}, "
-            f"relations={len(self._relations)})"
-        )
+        return f"CoordinateManager(id={self.id}, sets={len(self._tables)}, relations={len(self._relations)})"
 
     # ---- coordinate sets ---------------------------------------------------------
 
@@ -140,7 +137,12 @@ class CoordinateManager:
         return hit
 
     def _build(self, kind, in_key, spec, target_key, op) -> KernelRelation:
+        from lattice.routing.relations import RelationRequest, route_relation
+
         table = self._tables[in_key.id]
+        route = route_relation(RelationRequest(op, kind.value, table.size, spec.volume))
+        if route.backend != "cpu":  # only CPU relation builders exist in this build
+            raise RuntimeError(f"[{op}] no implementation for route {route.name}")
         if kind is RelationKind.SUBMANIFOLD:
             if target_key is not None:
                 raise ValueError(f"[{op}] a submanifold relation has no explicit target")
@@ -168,9 +170,7 @@ class CoordinateManager:
                 table, self._tables[out_key.id], spec.size, spec.stride, spec.padding, spec.dilation
             )
         else:
-            if kind is RelationKind.GENERATIVE and (
-                spec.padding != (0, 0, 0) or spec.dilation != (1, 1, 1)
-            ):
+            if kind is RelationKind.GENERATIVE and (spec.padding != (0, 0, 0) or spec.dilation != (1, 1, 1)):
                 raise ValueError(
                     f"[{op}] generative relations take no padding or dilation, got padding "
                     f"{spec.padding} dilation {spec.dilation}"
@@ -199,6 +199,7 @@ class CoordinateManager:
             out_coords=self._tables[out_key.id].coords,
             kernel_offsets=spec.offsets(),
             edge_offsets_host=tuple(offsets),
+            route=route,
         )
 
     @staticmethod

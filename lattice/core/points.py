@@ -55,9 +55,7 @@ def sparse_quantize(
         points = points[:n]
     batch = None
     if batch_indices is not None:
-        batch = batch_indices if isinstance(batch_indices, mx.array) else mx.array(
-            np.asarray(batch_indices)
-        )
+        batch = batch_indices if isinstance(batch_indices, mx.array) else mx.array(np.asarray(batch_indices))
         if batch.ndim != 1 or batch.shape[0] < n:
             raise ValueError(
                 f"[{op}] batch_indices must have shape (N,) with N = {n}, got {tuple(batch.shape)}"

@@ -67,6 +67,7 @@ class KernelRelation:
     out_coords: mx.array
     kernel_offsets: mx.array
     edge_offsets_host: tuple[int, ...] = field(repr=False)
+    route: object = field(default=None, repr=False, compare=False)
 
     @property
     def counts(self) -> mx.array:

@@ -50,9 +50,7 @@ class SparseTensor:
         self.feats = _as_features(feats, op)
         n = self.coords.shape[0]
         if self.feats.shape[0] != n:
-            raise ValueError(
-                f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}"
-            )
+            raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
         self.active_rows = None if active_rows is None else self._check_active(active_rows, n, op)
         live = self.active_count
         if coord_key is not None:
@@ -91,8 +89,7 @@ class SparseTensor:
         actual = np.bincount(np.asarray(self.batch_indices), minlength=counts.size)
         if actual.size != counts.size or not np.array_equal(actual, counts):
             raise ValueError(
-                f"[{op}] batch_counts {counts.tolist()} do not match the rows per batch "
-                f"{actual.tolist()}"
+                f"[{op}] batch_counts {counts.tolist()} do not match the rows per batch {actual.tolist()}"
             )
         return mx.array(counts.astype(np.int32))
 
@@ -188,9 +185,7 @@ class SparseTensor:
     def reuse_coords_from(self, other: SparseTensor) -> SparseTensor:
         """This tensor's features on ``other``'s coordinates (same row count required)."""
         if other.capacity != self.capacity:
-            raise ValueError(
-                f"[reuse_coords_from] row counts differ: {self.capacity} and {other.capacity}"
-            )
+            raise ValueError(f"[reuse_coords_from] row counts differ: {self.capacity} and {other.capacity}")
         return other.replace(feats=self.feats)
 
     def same_coords(self, other: SparseTensor) -> bool:

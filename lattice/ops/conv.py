@@ -6,6 +6,8 @@ manager, asks the routing layer for a route, and dispatches on it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 
 from lattice.backends import cpu
@@ -13,7 +15,8 @@ from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, RelationKind
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
-from lattice.routing import ConvRequest, requested_device, route_conv
+from lattice.routing import ConvRequest, Route, requested_device, route_conv
+from lattice.routing.explain import explainable
 
 
 def mapped_weight(weight: mx.array, spec: KernelSpec, op: str) -> mx.array:
@@ -23,7 +26,9 @@ def mapped_weight(weight: mx.array, spec: KernelSpec, op: str) -> mx.array:
     if weight.ndim == 5:
         c_out, kx, ky, kz, c_in = weight.shape
         if (kx, ky, kz) != spec.size:
-            raise ValueError(f"[{op}] dense weight kernel {(kx, ky, kz)} does not match kernel_size {spec.size}")
+            raise ValueError(
+                f"[{op}] dense weight kernel {(kx, ky, kz)} does not match kernel_size {spec.size}"
+            )
         return weight.reshape(c_out, spec.volume, c_in).transpose(1, 2, 0)
     if weight.ndim == 3:
         if weight.shape[0] != spec.volume:
@@ -67,17 +72,37 @@ def _conv_request(op, x, w, rel, normalized, device) -> ConvRequest:
     )
 
 
-def _run(op, x: SparseTensor, w: mx.array, bias, rel: KernelRelation, *, normalized=False, eps=1e-8,
-         device=None) -> SparseTensor:
+@dataclass(frozen=True)
+class ConvPlan:
+    """What a conv call will do: its relation, mapped weight and route."""
+
+    op: str
+    route: Route
+    relation: KernelRelation
+    weight: mx.array
+    normalized: bool = False
+
+
+def _plan(
+    op, x: SparseTensor, weight, bias, kind, spec, coordinates, *, normalized=False, device=None
+) -> ConvPlan:
+    _check_input(x, op)
+    w = mapped_weight(weight, spec, op)
     if w.shape[1] != x.channels:
         raise ValueError(f"[{op}] weight expects {w.shape[1]} input channels, x has {x.channels}")
     if bias is not None and (bias.ndim != 1 or bias.shape[0] != w.shape[2]):
         raise ValueError(f"[{op}] bias must have shape ({w.shape[2]},), got {tuple(bias.shape)}")
+    rel = _relation(x, kind, spec, coordinates, op)
     route = route_conv(_conv_request(op, x, w, rel, normalized, device))
-    impl = cpu.CONV[route.algorithm]
+    return ConvPlan(op, route, rel, w, normalized)
+
+
+def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:
+    impl = cpu.CONV[plan.route.algorithm]
+    rel, w = plan.relation, plan.weight
     feats = x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
     y = impl(feats, w, rel)
-    if normalized:
+    if plan.normalized:
         # conv(1, W^2): the squared weight summed over C_in, applied to a one-channel input of ones.
         ones = mx.ones((feats.shape[0], 1), dtype=mx.float32)
         w2 = mx.sum(mx.square(w.astype(mx.float32)), axis=1, keepdims=True)
@@ -104,70 +129,242 @@ def _relation(x, kind, spec, coordinates, op) -> KernelRelation:
     return manager.relation(kind, x.coord_key, spec, target, op=op)
 
 
-def conv3d(x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None,
-           device=None) -> SparseTensor:
+def _conv3d_plan(
+    x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None, device=None
+) -> ConvPlan:
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op="conv3d")
+    return _plan("conv3d", x, weight, bias, RelationKind.FORWARD, spec, coordinates, device=device)
+
+
+@explainable(_conv3d_plan)
+def conv3d(
+    x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None, device=None
+) -> SparseTensor:
     """Sparse convolution: output on ``unique(floor(coords / stride))`` or on ``coordinates``."""
-    op = "conv3d"
-    _check_input(x, op)
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
-    rel = _relation(x, RelationKind.FORWARD, spec, coordinates, op)
-    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+    plan = _conv3d_plan(
+        x,
+        weight,
+        bias,
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        coordinates=coordinates,
+        device=device,
+    )
+    return _execute(plan, x, bias)
 
 
+def _subm_plan(
+    x, weight, bias=None, *, kernel_size=3, dilation=1, device=None, _normalized=False, _op="subm_conv3d"
+) -> ConvPlan:
+    spec = KernelSpec(kernel_size, 1, 0, dilation, op=_op)
+    return _plan(
+        _op, x, weight, bias, RelationKind.SUBMANIFOLD, spec, None, normalized=_normalized, device=device
+    )
+
+
+@explainable(_subm_plan)
 def subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, device=None) -> SparseTensor:
     """Submanifold convolution: output support is the input support (odd kernels)."""
-    op = "subm_conv3d"
-    _check_input(x, op)
-    spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
-    rel = _relation(x, RelationKind.SUBMANIFOLD, spec, None, op)
-    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+    return _execute(
+        _subm_plan(x, weight, bias, kernel_size=kernel_size, dilation=dilation, device=device), x, bias
+    )
 
 
-def conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, padding=0, dilation=1,
-                     coordinates=None, device=None) -> SparseTensor:
+def _transpose_plan(
+    x,
+    weight,
+    bias=None,
+    *,
+    kernel_size=2,
+    stride=2,
+    padding=0,
+    dilation=1,
+    coordinates=None,
+    device=None,
+    _normalized=False,
+    _op="conv_transpose3d",
+) -> ConvPlan:
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=_op)
+    return _plan(
+        _op,
+        x,
+        weight,
+        bias,
+        RelationKind.TRANSPOSED,
+        spec,
+        coordinates,
+        normalized=_normalized,
+        device=device,
+    )
+
+
+@explainable(_transpose_plan)
+def conv_transpose3d(
+    x, weight, bias=None, *, kernel_size=2, stride=2, padding=0, dilation=1, coordinates=None, device=None
+) -> SparseTensor:
     """Transposed convolution onto generated support ``unique(s*stride + k*d - p)`` or ``coordinates``."""
-    op = "conv_transpose3d"
-    _check_input(x, op)
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
-    rel = _relation(x, RelationKind.TRANSPOSED, spec, coordinates, op)
-    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+    plan = _transpose_plan(
+        x,
+        weight,
+        bias,
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        coordinates=coordinates,
+        device=device,
+    )
+    return _execute(plan, x, bias)
 
 
-def generative_conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None,
-                                device=None) -> SparseTensor:
+def _generative_plan(
+    x,
+    weight,
+    bias=None,
+    *,
+    kernel_size=2,
+    stride=2,
+    coordinates=None,
+    device=None,
+    _normalized=False,
+    _op="generative_conv_transpose3d",
+) -> ConvPlan:
+    spec = KernelSpec(kernel_size, stride, 0, 1, op=_op)
+    return _plan(
+        _op,
+        x,
+        weight,
+        bias,
+        RelationKind.GENERATIVE,
+        spec,
+        coordinates,
+        normalized=_normalized,
+        device=device,
+    )
+
+
+@explainable(_generative_plan)
+def generative_conv_transpose3d(
+    x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, device=None
+) -> SparseTensor:
     """Generative transposed convolution: every coordinate of each input's kernel footprint."""
-    op = "generative_conv_transpose3d"
-    _check_input(x, op)
-    spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
-    rel = _relation(x, RelationKind.GENERATIVE, spec, coordinates, op)
-    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, device=device)
+    plan = _generative_plan(
+        x, weight, bias, kernel_size=kernel_size, stride=stride, coordinates=coordinates, device=device
+    )
+    return _execute(plan, x, bias)
 
 
-def normalized_subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8,
-                           device=None) -> SparseTensor:
+def _nsubm_plan(x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, device=None) -> ConvPlan:
+    return _subm_plan(
+        x,
+        weight,
+        bias,
+        kernel_size=kernel_size,
+        dilation=dilation,
+        device=device,
+        _normalized=True,
+        _op="normalized_subm_conv3d",
+    )
+
+
+@explainable(_nsubm_plan)
+def normalized_subm_conv3d(
+    x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, device=None
+) -> SparseTensor:
     """``conv(X, W) / sqrt(conv(1, W^2) + eps) + b`` on submanifold support."""
-    op = "normalized_subm_conv3d"
-    _check_input(x, op)
-    spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
-    rel = _relation(x, RelationKind.SUBMANIFOLD, spec, None, op)
-    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, normalized=True, eps=eps, device=device)
+    plan = _nsubm_plan(x, weight, bias, kernel_size=kernel_size, dilation=dilation, eps=eps, device=device)
+    return _execute(plan, x, bias, eps)
 
 
-def normalized_conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, padding=0, dilation=1,
-                                coordinates=None, eps=1e-8, device=None) -> SparseTensor:
+def _ntranspose_plan(
+    x,
+    weight,
+    bias=None,
+    *,
+    kernel_size=2,
+    stride=2,
+    padding=0,
+    dilation=1,
+    coordinates=None,
+    eps=1e-8,
+    device=None,
+) -> ConvPlan:
+    return _transpose_plan(
+        x,
+        weight,
+        bias,
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        coordinates=coordinates,
+        device=device,
+        _normalized=True,
+        _op="normalized_conv_transpose3d",
+    )
+
+
+@explainable(_ntranspose_plan)
+def normalized_conv_transpose3d(
+    x,
+    weight,
+    bias=None,
+    *,
+    kernel_size=2,
+    stride=2,
+    padding=0,
+    dilation=1,
+    coordinates=None,
+    eps=1e-8,
+    device=None,
+) -> SparseTensor:
     """Normalised transposed convolution (see ``normalized_subm_conv3d``)."""
-    op = "normalized_conv_transpose3d"
-    _check_input(x, op)
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
-    rel = _relation(x, RelationKind.TRANSPOSED, spec, coordinates, op)
-    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, normalized=True, eps=eps, device=device)
+    plan = _ntranspose_plan(
+        x,
+        weight,
+        bias,
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        coordinates=coordinates,
+        eps=eps,
+        device=device,
+    )
+    return _execute(plan, x, bias, eps)
 
 
-def normalized_generative_conv_transpose3d(x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None,
-                                           eps=1e-8, device=None) -> SparseTensor:
+def _ngenerative_plan(
+    x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, eps=1e-8, device=None
+) -> ConvPlan:
+    return _generative_plan(
+        x,
+        weight,
+        bias,
+        kernel_size=kernel_size,
+        stride=stride,
+        coordinates=coordinates,
+        device=device,
+        _normalized=True,
+        _op="normalized_generative_conv_transpose3d",
+    )
+
+
+@explainable(_ngenerative_plan)
+def normalized_generative_conv_transpose3d(
+    x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, eps=1e-8, device=None
+) -> SparseTensor:
     """Normalised generative transposed convolution (see ``normalized_subm_conv3d``)."""
-    op = "normalized_generative_conv_transpose3d"
-    _check_input(x, op)
-    spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
-    rel = _relation(x, RelationKind.GENERATIVE, spec, coordinates, op)
-    return _run(op, x, mapped_weight(weight, spec, op), bias, rel, normalized=True, eps=eps, device=device)
+    plan = _ngenerative_plan(
+        x,
+        weight,
+        bias,
+        kernel_size=kernel_size,
+        stride=stride,
+        coordinates=coordinates,
+        eps=eps,
+        device=device,
+    )
+    return _execute(plan, x, bias, eps)

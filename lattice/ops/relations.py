@@ -63,9 +63,7 @@ def submanifold_kernel_relation(x, *, kernel_size=3, dilation=1) -> KernelRelati
     return manager.relation(RelationKind.SUBMANIFOLD, key, spec, op=op)
 
 
-def target_kernel_relation(
-    x, target, *, kernel_size=3, stride=1, padding=0, dilation=1
-) -> KernelRelation:
+def target_kernel_relation(x, target, *, kernel_size=3, stride=1, padding=0, dilation=1) -> KernelRelation:
     """Forward edge rule onto an explicit target support (rows and order kept)."""
     op = "target_kernel_relation"
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)

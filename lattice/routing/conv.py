@@ -51,7 +51,9 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
         raise ValueError(f"[{req.op}] weight layout {req.weight_layout!r} has no route in this build")
     # 1. device
     if req.device == "gpu":
-        tier = Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
+        tier = (
+            Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
+        )
         if tier is None:
             rb.reject("gpu", "gather_gemm_scatter", "no GPU device in this process")
         else:
@@ -67,6 +69,5 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     return rb.take(
         "cpu",
         "gather_gemm_scatter",
-        "per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows "
-        "(tiled over all cores)",
+        "per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows (tiled over all cores)",
     )

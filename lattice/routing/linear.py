@@ -21,8 +21,13 @@ class LinearRequest:
 
 def route_linear(req: LinearRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
-    facts = {"dtype": req.dtype, "rows": req.rows, "channels": f"{req.c_in}->{req.c_out}",
-             "weight_layout": req.weight_layout, "device": req.device}
+    facts = {
+        "dtype": req.dtype,
+        "rows": req.rows,
+        "channels": f"{req.c_in}->{req.c_out}",
+        "weight_layout": req.weight_layout,
+        "device": req.device,
+    }
     rb = RouteBuilder(req.op, facts)
     if req.weight_layout != "dense":
         raise ValueError(f"[{req.op}] weight layout {req.weight_layout!r} has no route in this build")

@@ -19,16 +19,26 @@ class RelationRequest:
 
 def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
-    rb = RouteBuilder(req.op, {"kind": req.kind, "n_in": req.n_in, "kernel_volume": req.kernel_volume,
-                                "device": req.device})
+    rb = RouteBuilder(
+        req.op, {"kind": req.kind, "n_in": req.n_in, "kernel_volume": req.kernel_volume, "device": req.device}
+    )
     if req.device == "gpu":
         tier = "gpu-cuda" if cap.has(Tier.GPU_CUDA) else "gpu-metal" if cap.has(Tier.GPU_METAL) else "gpu"
         rb.reject(tier, "hash_relation", "no GPU relation kernels in this build")
     if req.kind == "submanifold":
-        return rb.take("cpu", "hash_relation_symmetric",
-                       "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror")
+        return rb.take(
+            "cpu",
+            "hash_relation_symmetric",
+            "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror",
+        )
     if req.kind in ("transposed", "generative"):
-        return rb.take("cpu", "hash_relation_scatter",
-                       "walk (input, offset) pairs; generated support deduplicated by first occurrence")
-    return rb.take("cpu", "hash_relation_input_driven",
-                   "walk inputs; per axis only offsets with (i - k + p) divisible by the stride are probed")
+        return rb.take(
+            "cpu",
+            "hash_relation_scatter",
+            "walk (input, offset) pairs; generated support deduplicated by first occurrence",
+        )
+    return rb.take(
+        "cpu",
+        "hash_relation_input_driven",
+        "walk inputs; per axis only offsets with (i - k + p) divisible by the stride are probed",
+    )
