@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from lattice_cli.commands import explain as explain_cmd
 from lattice_cli.commands import info as info_cmd
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ def main(
 
 
 app.command("backend")(info_cmd.backend)
+app.command("explain")(explain_cmd.explain)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -129,6 +129,20 @@ def _relation(x, kind, spec, coordinates, op) -> KernelRelation:
     return manager.relation(kind, x.coord_key, spec, target, op=op)
 
 
+def _example(kind: str):
+    """Arguments for ``lattice explain``: a dense weight of the requested shape (lazy, never evaluated)."""
+
+    def build(x, req):
+        k = req.kernel_size
+        w = mx.zeros((req.channels[-1], k, k, k, x.channels), dtype=getattr(mx, req.dtype))
+        kwargs = {"kernel_size": k, "device": req.device}
+        if kind != "subm":
+            kwargs["stride"] = req.stride
+        return (w,), kwargs
+
+    return build
+
+
 def _conv3d_plan(
     x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None, device=None
 ) -> ConvPlan:
@@ -136,7 +150,7 @@ def _conv3d_plan(
     return _plan("conv3d", x, weight, bias, RelationKind.FORWARD, spec, coordinates, device=device)
 
 
-@explainable(_conv3d_plan)
+@explainable(_conv3d_plan, example=_example("forward"))
 def conv3d(
     x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None, device=None
 ) -> SparseTensor:
@@ -164,7 +178,7 @@ def _subm_plan(
     )
 
 
-@explainable(_subm_plan)
+@explainable(_subm_plan, example=_example("subm"))
 def subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, device=None) -> SparseTensor:
     """Submanifold convolution: output support is the input support (odd kernels)."""
     return _execute(
@@ -200,7 +214,7 @@ def _transpose_plan(
     )
 
 
-@explainable(_transpose_plan)
+@explainable(_transpose_plan, example=_example("transposed"))
 def conv_transpose3d(
     x, weight, bias=None, *, kernel_size=2, stride=2, padding=0, dilation=1, coordinates=None, device=None
 ) -> SparseTensor:
@@ -245,7 +259,7 @@ def _generative_plan(
     )
 
 
-@explainable(_generative_plan)
+@explainable(_generative_plan, example=_example("transposed"))
 def generative_conv_transpose3d(
     x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, device=None
 ) -> SparseTensor:
@@ -269,7 +283,7 @@ def _nsubm_plan(x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, de
     )
 
 
-@explainable(_nsubm_plan)
+@explainable(_nsubm_plan, example=_example("subm"))
 def normalized_subm_conv3d(
     x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, device=None
 ) -> SparseTensor:
@@ -306,7 +320,7 @@ def _ntranspose_plan(
     )
 
 
-@explainable(_ntranspose_plan)
+@explainable(_ntranspose_plan, example=_example("transposed"))
 def normalized_conv_transpose3d(
     x,
     weight,
@@ -352,7 +366,7 @@ def _ngenerative_plan(
     )
 
 
-@explainable(_ngenerative_plan)
+@explainable(_ngenerative_plan, example=_example("transposed"))
 def normalized_generative_conv_transpose3d(
     x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, eps=1e-8, device=None
 ) -> SparseTensor:

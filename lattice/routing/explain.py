@@ -8,18 +8,26 @@ the very code the op runs — so diagnostics cannot drift from behaviour.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from lattice.routing.types import Route
 
 _PLANS: dict[str, Callable] = {}
+_EXAMPLES: dict[str, Callable] = {}
 
 
-def explainable(plan: Callable) -> Callable[[Callable], Callable]:
-    """Marks ``op`` as planned by ``plan`` (same arguments; returns an object with ``.route``)."""
+def explainable(plan: Callable, *, example: Callable | None = None) -> Callable[[Callable], Callable]:
+    """Marks ``op`` as planned by ``plan`` (same arguments; returns an object with ``.route``).
+
+    ``example(x, request)`` builds the op's other arguments for ``lattice explain``
+    from a tensor and an ``ExplainRequest`` (channels, kernel, dtype...).
+    """
 
     def wrap(op: Callable) -> Callable:
         op.__lattice_plan__ = plan
         _PLANS[op.__name__] = op
+        if example is not None:
+            _EXAMPLES[op.__name__] = example
         return op
 
     return wrap
@@ -44,3 +52,73 @@ def explain(op: Callable | str, *args, **kwargs) -> Route:
         name = getattr(op, "__name__", repr(op))
         raise ValueError(f"[explain] {name} is not an explainable lattice op")
     return plan(*args, **kwargs).route
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    """The shape of a call that ``lattice explain`` describes."""
+
+    channels: tuple[int, ...] = (32, 32)
+    kernel_size: int = 3
+    stride: int = 1
+    dtype: str = "float32"
+    device: str | None = None
+
+
+def explain_on(op: str, x, request: ExplainRequest) -> Route:
+    """Route of ``op`` on tensor ``x`` with the arguments ``request`` describes."""
+    if op not in _PLANS:
+        raise ValueError(f"[explain] unknown op {op!r}; explainable ops: {', '.join(explainable_ops())}")
+    if op not in _EXAMPLES:
+        raise ValueError(f"[explain] {op} cannot be explained from the command line yet")
+    args, kwargs = _EXAMPLES[op](x, request)
+    return explain(op, x, *args, **kwargs)
+
+
+TRANSPOSED_OPS = (
+    "conv_transpose3d",
+    "generative_conv_transpose3d",
+    "normalized_conv_transpose3d",
+    "normalized_generative_conv_transpose3d",
+    "pool_transpose3d",
+    "trilinear_upsample3d",
+)
+
+
+def input_level(op: str, request: ExplainRequest) -> int:
+    """Tensor stride the op's input needs: transposed ops start from a coarse level."""
+    return request.stride if op in TRANSPOSED_OPS else 1
+
+
+def synthetic_input(op: str, request: ExplainRequest, rows: int = 100_000, seed: int = 0):
+    """A random sparse tensor of about ``rows`` voxels at 10 % occupancy of a cube."""
+    import mlx.core as mx
+    import numpy as np
+
+    from lattice.core.tensor import SparseTensor
+
+    rng = np.random.default_rng(seed)
+    side = max(2, round((rows / 0.1) ** (1 / 3)))
+    flat = rng.choice(side**3, size=min(rows, side**3), replace=False)
+    xyz = np.stack(np.unravel_index(flat, (side,) * 3), axis=1).astype(np.int32)
+    coords = np.concatenate([np.zeros((len(xyz), 1), np.int32), xyz], axis=1)
+    feats = mx.zeros((len(coords), request.channels[0]), dtype=getattr(mx, request.dtype))
+    return SparseTensor(coords, feats, input_level(op, request))
+
+
+def points_input(op: str, request: ExplainRequest, points, voxel_size: float):
+    """Points voxelized at ``voxel_size`` (first occurrence), as the op's input tensor."""
+    import mlx.core as mx
+
+    from lattice.core.points import sparse_quantize
+    from lattice.core.tensor import SparseTensor
+
+    q = sparse_quantize(points, voxel_size)
+    level = input_level(op, request)
+    coords = q.coords
+    if level != 1:
+        from lattice.core.coordsets import downsample_coords
+
+        coords = downsample_coords(coords, level).coords
+    feats = mx.zeros((coords.shape[0], request.channels[0]), dtype=getattr(mx, request.dtype))
+    return SparseTensor(coords, feats, level)
