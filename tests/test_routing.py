@@ -1,0 +1,143 @@
+"""Routing layer: routes are pure values, ops run the route explain reports."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import lattice
+from lattice.backends import cpu
+from lattice.ops import conv3d, conv_transpose3d, subm_conv3d
+from lattice.routing import Capability, ConvRequest, LinearRequest, Tier, route_conv, route_linear
+from lattice_cli.main import app
+
+
+def _tensor(n=200, c=4, seed=0):
+    rng = np.random.default_rng(seed)
+    xyz = np.unique(rng.integers(0, 12, (n, 3)), axis=0)
+    coords = np.concatenate([np.zeros((len(xyz), 1), np.int64), xyz], axis=1)
+    return lattice.SparseTensor(coords, mx.array(rng.normal(size=(len(xyz), c)).astype(np.float32)))
+
+
+def _req(**kw):
+    base = dict(op="conv3d", kind="forward", dtype="float32", c_in=8, c_out=8, kernel_volume=27,
+                identity_relation=False, n_in=10, n_out=10, edges=30)
+    return ConvRequest(**(base | kw))
+
+
+def test_route_is_a_pure_value():
+    a, b = route_conv(_req()), route_conv(_req())
+    assert a == b and a.name == "cpu.gather_gemm_scatter"
+    assert [r.algorithm for r in a.rejected] == ["pointwise_gemm"]
+
+
+def test_pointwise_route_only_on_identity_relations():
+    assert route_conv(_req(kernel_volume=1, identity_relation=True)).name == "cpu.pointwise_gemm"
+    assert route_conv(_req(kernel_volume=1, identity_relation=False)).name == "cpu.gather_gemm_scatter"
+
+
+def test_gpu_request_without_gpu_kernels_falls_back_with_reason():
+    cuda = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
+    route = route_conv(_req(device="gpu"), cuda)
+    assert route.backend == "cpu"
+    assert any(r.backend == "gpu-cuda" and "no gpu-cuda conv kernels" in r.predicate for r in route.rejected)
+    cpu_only = Capability((Tier.CPU,), ("cpu",))
+    assert "no GPU device" in route_conv(_req(device="gpu"), cpu_only).rejected[0].predicate
+
+
+def test_linear_never_routes_to_mlx_matmul_on_cpu():
+    route = route_linear(LinearRequest("linear", "float32", 100, 8, 8))
+    assert route.name == "cpu.blas_gemm"
+    assert any(r.algorithm == "mlx_matmul" for r in route.rejected)
+    gpu = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
+    assert route_linear(LinearRequest("linear", "float32", 100, 8, 8, device="gpu"), gpu).name == "gpu.mlx_matmul"
+
+
+def test_bad_dtype_is_a_validation_error():
+    with pytest.raises(ValueError, match=r"\[conv3d\] features must be one of"):
+        route_conv(_req(dtype="int32"))
+
+
+@pytest.mark.parametrize(
+    "op, kwargs, ksize",
+    [
+        (subm_conv3d, {}, 3),
+        (conv3d, {"kernel_size": 2, "stride": 2}, 2),
+        (conv3d, {"kernel_size": 1}, 1),
+    ],
+)
+def test_explain_reports_the_route_the_op_dispatches(monkeypatch, op, kwargs, ksize):
+    x = _tensor()
+    w = mx.array(np.random.default_rng(1).normal(size=(5, ksize, ksize, ksize, 4)).astype(np.float32))
+    route = lattice.explain(op, x, w, **kwargs)
+    called = []
+    for name, fn in list(cpu.CONV.items()):
+        monkeypatch.setitem(cpu.CONV, name, lambda *a, _n=name, _f=fn: called.append(_n) or _f(*a))
+    op(x, w, **kwargs)
+    assert called == [route.algorithm]
+    assert route.facts["n_in"] == x.active_count and route.facts["edges"] > 0
+
+
+def test_explain_by_name_and_unknown_op():
+    x = _tensor()
+    w = mx.zeros((3, 3, 3, 3, 4))
+    assert lattice.explain("subm_conv3d", x, w).name == "cpu.gather_gemm_scatter"
+    with pytest.raises(ValueError, match="unknown op"):
+        lattice.explain("nope", x, w)
+    with pytest.raises(ValueError, match="not an explainable"):
+        lattice.explain(print, x)
+
+
+def test_explain_transposed_reports_generated_support():
+    x = _tensor()
+    coarse = conv3d(x, mx.zeros((4, 2, 2, 2, 4)), kernel_size=2, stride=2)
+    route = lattice.explain(conv_transpose3d, coarse, mx.zeros((4, 2, 2, 2, 4)), kernel_size=2, stride=2)
+    assert route.facts["kind"] == "transposed"
+    assert route.facts["n_out"] == 8 * coarse.active_count  # every offset generates a distinct row
+
+
+def test_relations_carry_their_route():
+    x = _tensor()
+    rel = lattice.ops.submanifold_kernel_relation(x)
+    assert rel.route.name == "cpu.hash_relation_symmetric"
+
+
+runner = CliRunner()
+
+
+def test_cli_explain_synthetic_json():
+    res = runner.invoke(app, ["explain", "subm_conv3d", "--channels", "8,16", "--rows", "2000", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["route"] == "cpu.gather_gemm_scatter"
+    assert out["facts"]["channels"] == "8->16" and out["facts"]["n_in"] == 2000
+
+
+def test_cli_explain_table_lists_rejected_routes():
+    res = runner.invoke(app, ["explain", "conv3d", "-k", "1", "--rows", "500", "--device", "gpu"])
+    assert res.exit_code == 0, res.output
+    assert "cpu.pointwise_gemm" in res.stdout and "no GPU device" in res.stdout
+
+
+def test_cli_explain_errors():
+    res = runner.invoke(app, ["explain", "nope"])
+    assert res.exit_code == 1 and "unknown op" in res.stderr
+    res = runner.invoke(app, ["explain", "conv3d", "--dtype", "int8"])
+    assert res.exit_code == 2
+    res = runner.invoke(app, ["explain", "conv3d", "--channels", "a,b"])
+    assert res.exit_code == 2
+
+
+def test_cli_explain_on_a_real_scan():
+    from conftest import KITTI_SCAN
+
+    if not KITTI_SCAN.is_file():
+        pytest.skip("shared data not found")
+    res = runner.invoke(app, ["explain", "subm_conv3d", str(KITTI_SCAN), "--voxel-size", "0.2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["facts"]["n_in"] > 10_000 and out["facts"]["average_neighbors"] > 1.0
