@@ -67,5 +67,10 @@ def coords_array(coords, op: str, name: str = "coords") -> mx.array:
     if coords.dtype != mx.int32:
         if not mx.issubdtype(coords.dtype, mx.integer):
             raise TypeError(f"[{op}] {name} must be int32, got {coords.dtype}")
+        if coords.size > 0 and coords.dtype in (mx.int64, mx.uint32, mx.uint64):
+            # a cast would wrap silently; these dtypes can hold values past int32
+            lo, hi = mx.min(coords).item(), mx.max(coords).item()
+            if lo < np.iinfo(np.int32).min or hi > np.iinfo(np.int32).max:
+                raise ValueError(f"[{op}] {name} values must fit int32, got {lo}..{hi}")
         coords = coords.astype(mx.int32)
     return coords

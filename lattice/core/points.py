@@ -27,7 +27,9 @@ class SparseQuantization:
 
 def _points(points, op: str) -> mx.array:
     if not isinstance(points, mx.array):
-        points = mx.array(np.asarray(points, dtype=np.float32))
+        arr = np.asarray(points)
+        # float64 input keeps its precision (projected coordinates in metres near 5e5).
+        points = mx.array(arr, dtype=mx.float64) if arr.dtype == np.float64 else mx.array(arr.astype(np.float32))
     if points.ndim != 2 or points.shape[1] != 3:
         raise ValueError(f"[{op}] points must have shape (N, 3), got {tuple(points.shape)}")
     if not mx.issubdtype(points.dtype, mx.floating):

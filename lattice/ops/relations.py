@@ -132,8 +132,14 @@ def radius_relation(
 ) -> NeighborRelation:
     """Source points within ``radius`` of every query (same batch), nearest first."""
     op = "radius_relation"
+    if np.ndim(radius) != 0:
+        raise ValueError(f"[{op}] radius must be a single number, got {radius!r}")
     r = float_triple(radius, "radius", op, positive=True)[0]
-    if max_neighbors is not None and (not isinstance(max_neighbors, (int, np.integer)) or max_neighbors < 1):
+    if max_neighbors is not None and (
+        isinstance(max_neighbors, bool)
+        or not isinstance(max_neighbors, (int, np.integer))
+        or max_neighbors < 1
+    ):
         raise ValueError(f"[{op}] max_neighbors must be a positive int or None, got {max_neighbors!r}")
     s, sb = _cloud(source, source_batch, op, "source")
     q, qb = (s, sb) if query is None else _cloud(query, query_batch, op, "query")

@@ -250,9 +250,16 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
   if (points.ndim() != 2 || points.shape(1) != 3) {
     throw std::invalid_argument("[sparse_quantize] points must have shape (N, 3)");
   }
-  if (points.dtype() != mx::float32) points = materialize(mx::astype(points, mx::float32));
+  // float64 points keep their precision (metres near 5e5 in projected LAS data);
+  // everything else is computed from float32.
+  if (points.dtype() != mx::float32 && points.dtype() != mx::float64) {
+    points = materialize(mx::astype(points, mx::float32, mx::Device::cpu));
+  }
+  const bool f64 = points.dtype() == mx::float64;
   const int64_t n = points.shape(0);
-  const float* p = points.data<float>();
+  const float* pf = f64 ? nullptr : points.data<float>();
+  const double* pd = f64 ? points.data<double>() : nullptr;
+  auto p_at = [&](int64_t j) { return f64 ? pd[j] : static_cast<double>(pf[j]); };
   const int32_t* bidx = nullptr;
   mx::array batch = mx::zeros({0}, mx::int32);
   if (batch_in) {
@@ -278,7 +285,7 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
       v[0] = bidx ? bidx[i] : 0;
       bool ok = v[0] >= 0;
       for (int a = 0; a < 3; ++a) {
-        double f = std::floor((static_cast<double>(p[3 * i + a]) - origin[a]) / voxel_size[a]);
+        double f = std::floor((p_at(3 * i + a) - origin[a]) / voxel_size[a]);
         if (!(f >= INT32_MIN && f <= INT32_MAX)) ok = false;  // also catches NaN
         v[a + 1] = ok ? static_cast<int64_t>(f) : 0;
       }
@@ -297,8 +304,8 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
   if (bad.load() >= 0) {
     int64_t i = bad.load();
     std::ostringstream msg;
-    msg << "[" << op << "] point " << i << " (" << p[3 * i] << ", " << p[3 * i + 1] << ", "
-        << p[3 * i + 2] << ")";
+    msg << "[" << op << "] point " << i << " (" << p_at(3 * i) << ", " << p_at(3 * i + 1) << ", "
+        << p_at(3 * i + 2) << ")";
     if (bidx && bidx[i] < 0) msg << " has a negative batch index " << bidx[i];
     else msg << " is not finite or its voxel index overflows int32";
     throw std::invalid_argument(msg.str());

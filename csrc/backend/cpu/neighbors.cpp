@@ -87,6 +87,18 @@ void check_finite(const Cloud& c, const char* op, const char* name) {
   }
 }
 
+// Smallest cell size whose indices span at most 2^18 cells per axis over the cloud, so
+// cell keys pack for up to 1024 batch members (cells larger than the search radius
+// still cover it: only more points are tested).
+double min_cell(const Cloud& c) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (int64_t i = 0; i < 3 * c.n; ++i) {
+    lo = std::min<double>(lo, c.p[i]);
+    hi = std::max<double>(hi, c.p[i]);
+  }
+  return c.n > 0 ? (hi - lo) / double(1 << 18) : 0.0;
+}
+
 using Hit = std::pair<float, int32_t>;  // (squared distance, source row)
 
 NeighborArrays pack_result(std::vector<std::vector<Hit>>& per_query, int64_t m, const char* op) {
@@ -128,7 +140,7 @@ NeighborArrays radius_neighbors(const mx::array& source, const mx::array& source
   Cloud qry = as_cloud(query, query_batch, op, "query");
   check_finite(src, op, "source");
   check_finite(qry, op, "query");
-  Grid g = build_grid(src, radius, op);
+  Grid g = build_grid(src, std::max(radius, min_cell(src)), op);
   const float r2 = static_cast<float>(radius * radius);
   std::vector<std::vector<Hit>> hits(qry.n);
   parallel_for(qry.n, [&](int64_t b, int64_t e) {
@@ -181,6 +193,7 @@ NeighborArrays knn_neighbors(const mx::array& source, const mx::array& source_ba
   double h = 1.0;
   if (dims > 0 && src.n > 0) h = std::pow(vol * double(std::max<int64_t>(k, 1)) / double(src.n), 1.0 / dims);
   if (!(h > 0) || !std::isfinite(h)) h = ext_max > 0 ? ext_max : 1.0;
+  h = std::max(h, min_cell(src));
   Grid g = build_grid(src, h, op);
   const Bounds& cb = g.cells.table->bounds;
   std::vector<std::vector<Hit>> hits(qry.n);

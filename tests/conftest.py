@@ -1,0 +1,101 @@
+"""Shared test fixtures: coordinate distributions and the real scan.
+
+Distributions (DESIGN.md section 7, STYLE.md "Habits"): isolated points, a line,
+a plane, a dense block, random sparse, a batch with an empty member, empty input
+and a single point — all with negative coordinates — plus a real SemanticKITTI
+scan from ``../shared/data`` (skipped cleanly when the data is absent).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:  # `import reference` under any pytest import mode
+    sys.path.insert(0, str(TESTS))
+
+REPO = TESTS.parent
+DATA = REPO / ".." / "shared" / "data"
+KITTI_SCAN = DATA / "semantickitti" / "seq00_000000.bin"
+
+
+def _coords(xyz, batch=0) -> np.ndarray:
+    xyz = np.asarray(xyz, dtype=np.int64).reshape(-1, 3)
+    b = np.broadcast_to(np.asarray(batch, dtype=np.int64), (len(xyz),))
+    return np.concatenate([b[:, None], xyz], axis=1).astype(np.int32)
+
+
+def _unique_random(rng, n, lo, hi) -> np.ndarray:
+    pts = np.unique(rng.integers(lo, hi + 1, size=(n * 2, 3)), axis=0)
+    return pts[rng.permutation(len(pts))[:n]]
+
+
+def make_cloud(name: str) -> np.ndarray:
+    """An (N, 4) int32 (batch, x, y, z) coordinate set of the named distribution."""
+    rng = np.random.default_rng(sum(map(ord, name)))  # deterministic per name
+    if name == "empty":
+        return np.zeros((0, 4), np.int32)
+    if name == "single":
+        return _coords([[3, -2, 5]])
+    if name == "isolated":  # no two points within 8 of each other
+        cells = _unique_random(rng, 40, -4, 4)
+        return _coords(cells * 9 - 3)
+    if name == "line":
+        x = np.arange(-12, 13)
+        return _coords(np.stack([x, np.full_like(x, -1), np.full_like(x, 2)], axis=1))
+    if name == "plane":
+        x, y = np.meshgrid(np.arange(-6, 7), np.arange(-5, 6), indexing="ij")
+        return _coords(np.stack([x.ravel(), y.ravel(), np.full(x.size, -3)], axis=1))
+    if name == "dense_block":  # a full 12^3 grid
+        g = np.arange(-6, 6)
+        x, y, z = np.meshgrid(g, g, g, indexing="ij")
+        pts = np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1)
+        return _coords(pts[rng.permutation(len(pts))])
+    if name == "random_sparse":
+        return _coords(_unique_random(rng, 300, -15, 15))
+    if name == "batched":  # batch members 0 and 2; member 1 is empty; xyz overlap across members
+        a = _unique_random(rng, 150, -8, 8)
+        b = _unique_random(rng, 120, -8, 8)
+        c = np.concatenate([_coords(a, 0), _coords(b, 2)])
+        return c[rng.permutation(len(c))]
+    raise KeyError(name)
+
+
+CLOUDS = ("empty", "single", "isolated", "line", "plane", "dense_block", "random_sparse", "batched")
+SMALL_CLOUDS = ("empty", "single", "isolated", "line", "plane", "random_sparse", "batched")
+
+
+@pytest.fixture(params=CLOUDS)
+def cloud(request) -> np.ndarray:
+    """Each coordinate distribution in turn."""
+    return make_cloud(request.param)
+
+
+def load_kitti_points() -> np.ndarray:
+    """The SemanticKITTI scan as float32 (N, 4): x, y, z, remission."""
+    if not KITTI_SCAN.is_file():
+        pytest.skip(f"shared data not found: {KITTI_SCAN}")
+    return np.fromfile(KITTI_SCAN, dtype=np.float32).reshape(-1, 4)
+
+
+@pytest.fixture(scope="session")
+def kitti_points() -> np.ndarray:
+    return load_kitti_points()
+
+
+@pytest.fixture(scope="session")
+def kitti_coords(kitti_points) -> np.ndarray:
+    """The scan voxelised at 0.2 m (batch 0) and at 0.4 m (batch 2); batch 1 is empty.
+
+    Voxels come from NumPy (``np.unique`` of ``floor(p / v)``), independent of the library.
+    """
+    parts = []
+    for batch, voxel in ((0, 0.2), (2, 0.4)):
+        vox = np.floor(kitti_points[:, :3].astype(np.float64) / voxel).astype(np.int64)
+        parts.append(_coords(np.unique(vox, axis=0), batch))
+    c = np.concatenate(parts)
+    return c[np.random.default_rng(0).permutation(len(c))]

@@ -1,0 +1,12 @@
+"""Slow, obviously-correct NumPy reference oracles that every fast route is compared against.
+
+- :mod:`reference.coords` — coordinate functions (downsample, union, intersection,
+  lookup, inverse map, Morton codes and order, sparse_quantize, knn / radius by
+  brute force);
+- :mod:`reference.relations` — the five kernel-relation kinds and the check that
+  compares a native ``KernelRelation`` with a reference one.
+"""
+
+from . import coords, relations
+
+__all__ = ["coords", "relations"]

@@ -1,0 +1,341 @@
+"""SparseTensor: validation (with the message), sizes, batches, derived tensors."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from conftest import make_cloud
+
+import lattice
+from lattice.core import CoordinateManager, SparseTensor
+
+C = np.array([[0, 1, 2, 3], [2, 0, 0, 0], [0, 1, 2, 4], [2, -5, 7, -1]], np.int32)
+
+
+def _feats(n=4, c=3, dtype=np.float32):
+    return np.arange(n * c, dtype=dtype).reshape(n, c)
+
+
+# ---- validation --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "coords,feats,kwargs,exc,message",
+    [
+        (
+            C[:, :3],
+            _feats(),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] coords must have shape \(N, 4\) as \(batch, x, y, z\), got \(4, 3\)",
+        ),
+        (
+            C.reshape(-1),
+            _feats(),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] coords must have shape \(N, 4\).*got \(16,\)",
+        ),
+        (C.reshape(1, 4, 4), _feats(), {}, ValueError, r"^\[SparseTensor\] coords must have shape \(N, 4\)"),
+        (
+            C.astype(np.float32),
+            _feats(),
+            {},
+            TypeError,
+            r"^\[SparseTensor\] coords must hold integers, got dtype float32",
+        ),
+        (
+            mx.array(C.astype(np.float32)),
+            _feats(),
+            {},
+            TypeError,
+            r"^\[SparseTensor\] coords must be int32, got .*float32",
+        ),
+        (
+            C.astype(np.int64) * 2**33,
+            _feats(),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] coords values must fit int32",
+        ),
+        (
+            mx.array(C.astype(np.int64) * 2**33),
+            _feats(),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] coords values must fit int32, got -42949672960\.\.60129542144",
+        ),
+        (
+            mx.array(np.array([[0, 3_000_000_000, 0, 0]], np.uint32)),
+            _feats(1),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] coords values must fit int32, got 0\.\.3000000000",
+        ),
+        (
+            C,
+            _feats().reshape(-1),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] feats must have shape \(N, C\), got \(12,\)",
+        ),
+        (
+            C,
+            _feats()[:3],
+            {},
+            ValueError,
+            r"^\[SparseTensor\] feats rows must match coords rows, got 3 and 4",
+        ),
+        (
+            C,
+            np.ones((4, 2), bool),
+            {},
+            TypeError,
+            r"^\[SparseTensor\] feats must be a real numeric dtype, got .*bool",
+        ),
+        (
+            np.concatenate([C, C[2:3]]),
+            _feats(5),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] duplicate active coordinates: rows 2 and 4 both hold \(0, 1, 2, 4\)",
+        ),
+        (
+            C * np.array([[-1, 1, 1, 1]], np.int32),
+            _feats(),
+            {},
+            ValueError,
+            r"^\[SparseTensor\] batch indices must be non-negative, got -2 at row 1",
+        ),
+        (
+            C,
+            _feats(),
+            {"stride": 0},
+            ValueError,
+            r"^\[SparseTensor\] stride must be positive, got \(0, 0, 0\)",
+        ),
+        (
+            C,
+            _feats(),
+            {"stride": (2, -1, 2)},
+            ValueError,
+            r"^\[SparseTensor\] stride must be positive, got \(2, -1, 2\)",
+        ),
+        (
+            C,
+            _feats(),
+            {"stride": (2, 2)},
+            ValueError,
+            r"^\[SparseTensor\] stride must be an int or 3 ints, got \(2, 2\)",
+        ),
+        (
+            C,
+            _feats(),
+            {"stride": 1.5},
+            TypeError,
+            r"^\[SparseTensor\] stride must be an int or 3 ints, got 1.5",
+        ),
+        (
+            C,
+            _feats(),
+            {"stride": True},
+            TypeError,
+            r"^\[SparseTensor\] stride must be an int or 3 ints, got True",
+        ),
+        (
+            C,
+            _feats(),
+            {"active_rows": 5},
+            ValueError,
+            r"^\[SparseTensor\] active_rows must be in \[0, 4\], got 5",
+        ),
+        (
+            C,
+            _feats(),
+            {"active_rows": -1},
+            ValueError,
+            r"^\[SparseTensor\] active_rows must be in \[0, 4\], got -1",
+        ),
+        (
+            C,
+            _feats(),
+            {"batch_counts": [2, 2]},
+            ValueError,
+            r"^\[SparseTensor\] batch_counts \[2, 2\] do not match the rows per batch \[2, 0, 2\]",
+        ),
+        (
+            C,
+            _feats(),
+            {"batch_counts": [2, 0, 1, 1]},
+            ValueError,
+            r"^\[SparseTensor\] batch_counts .* do not match",
+        ),
+        (
+            C,
+            _feats(),
+            {"batch_counts": [3, -1, 2]},
+            ValueError,
+            r"^\[SparseTensor\] batch_counts must be non-negative",
+        ),
+    ],
+)
+def test_sparse_tensor_rejects_bad_input(coords, feats, kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        SparseTensor(coords, feats, **kwargs)
+
+
+def test_coord_key_checks():
+    m1, m2 = CoordinateManager(), CoordinateManager()
+    k1 = m1.insert(C)
+    k2 = m2.insert(C)
+    with pytest.raises(ValueError, match=r"^\[SparseTensor\] coord_key needs the coord_manager that made it"):
+        SparseTensor(C, _feats(), coord_key=k1)
+    with pytest.raises(
+        ValueError,
+        match=rf"^\[SparseTensor\] coordinate key {k2.id} \(manager {m2.id}\) "
+        rf"does not belong to manager {m1.id}",
+    ):
+        SparseTensor(C, _feats(), coord_key=k2, coord_manager=m1)
+    with pytest.raises(
+        ValueError, match=r"^\[SparseTensor\] coord_key stride \(1, 1, 1\) differs from stride \(2, 2, 2\)"
+    ):
+        SparseTensor(C, _feats(), 2, coord_key=k1, coord_manager=m1)
+    with pytest.raises(ValueError, match=r"^\[SparseTensor\] coord_key holds 4 rows, tensor has 3"):
+        SparseTensor(C[:3], _feats(3), coord_key=k1, coord_manager=m1)
+    x = SparseTensor(C, _feats(), coord_key=k1, coord_manager=m1)
+    assert x.coord_key is k1 and x.coord_manager is m1
+
+
+# ---- sizes and batches ------------------------------------------------------------------------
+
+
+def test_sizes_and_attributes():
+    x = SparseTensor(C, _feats(c=5), (1, 2, 3))
+    assert x.stride == (1, 2, 3)
+    assert x.coords.dtype == mx.int32
+    assert (x.capacity, x.active_count, x.channels, x.shape, len(x)) == (4, 4, 5, (4, 5), 4)
+    assert x.dtype == mx.float32
+    assert x.coord_key.stride == (1, 2, 3)
+    assert x.coord_manager.size(x.coord_key) == 4
+    np.testing.assert_array_equal(np.asarray(x.coord_manager.coords(x.coord_key)), C)
+    assert "rows=4" in repr(x) and "channels=5" in repr(x)
+
+
+def test_int64_and_mx_coords_are_accepted():
+    for coords in (C.astype(np.int64), mx.array(C), mx.array(C.astype(np.int16)), C.tolist()):
+        x = SparseTensor(coords, _feats())
+        assert x.coords.dtype == mx.int32
+        np.testing.assert_array_equal(np.asarray(x.coords), C)
+
+
+def test_batches_with_an_empty_member():
+    x = SparseTensor(C, _feats())
+    np.testing.assert_array_equal(np.asarray(x.batch_indices), [0, 2, 0, 2])
+    np.testing.assert_array_equal(np.asarray(x.batch_counts), [2, 0, 2])
+    assert x.batch_size == 3
+    rows = [np.asarray(r).tolist() for r in x.batch_rows]
+    assert rows == [[0, 2], [], [1, 3]]
+    coords = x.decomposed_coordinates
+    feats = x.decomposed_features
+    assert [c.shape for c in coords] == [(2, 3), (0, 3), (2, 3)]
+    assert [f.shape for f in feats] == [(2, 3), (0, 3), (2, 3)]
+    for b, (c, f) in enumerate(zip(coords, feats, strict=True)):
+        sel = C[:, 0] == b
+        np.testing.assert_array_equal(np.asarray(c), C[sel, 1:])
+        np.testing.assert_array_equal(np.asarray(f), _feats()[sel])
+
+
+def test_explicit_batch_counts_may_add_trailing_empty_members():
+    x = SparseTensor(C, _feats(), batch_counts=[2, 0, 2, 0, 0])
+    np.testing.assert_array_equal(np.asarray(x.batch_counts), [2, 0, 2, 0, 0])
+    assert x.batch_size == 5
+    assert [len(r) for r in x.batch_rows] == [2, 0, 2, 0, 0]
+    assert x.export_components()["batch_counts"].shape == (5,)
+
+
+def test_empty_and_single_point_tensors():
+    e = SparseTensor(make_cloud("empty"), np.zeros((0, 4), np.float32))
+    assert (e.capacity, e.active_count, e.shape, e.batch_size) == (0, 0, (0, 4), 0)
+    assert e.batch_rows == [] and e.decomposed_coordinates == []
+    s = SparseTensor(make_cloud("single"), np.ones((1, 2), np.float32))
+    assert s.shape == (1, 2) and s.batch_size == 1
+
+
+def test_active_rows_ignores_rows_past_the_count():
+    coords = np.concatenate([C, C[:2]])  # rows 4, 5 repeat rows 0, 1 but are not active
+    x = SparseTensor(coords, _feats(6), active_rows=4)
+    assert (x.capacity, x.active_count, x.shape) == (6, 4, (4, 3))
+    assert x.coord_manager.size(x.coord_key) == 4
+    np.testing.assert_array_equal(np.asarray(x.batch_counts), [2, 0, 2])
+    y = SparseTensor(coords, _feats(6), active_rows=mx.array(4, dtype=mx.int32))
+    assert y.active_count == 4
+    comps = x.export_components()
+    assert comps["coords"].shape == (4, 4) and comps["feats"].shape == (4, 3)
+
+
+# ---- derived tensors --------------------------------------------------------------------------
+
+
+def test_replace_keeps_the_key_when_coords_are_unchanged():
+    x = SparseTensor(C, _feats())
+    y = x.replace(feats=_feats() * 2)
+    assert y.coord_key == x.coord_key and y.coord_manager is x.coord_manager
+    np.testing.assert_array_equal(np.asarray(y.feats), _feats() * 2)
+    assert y.same_coords(x)
+    z = x.replace(coords=C[::-1].copy(), stride=2)
+    assert z.coord_manager is x.coord_manager and z.coord_key != x.coord_key
+    assert z.stride == (2, 2, 2) and not z.same_coords(x)
+    with pytest.raises(ValueError, match=r"^\[replace\] changing the stride needs new coords"):
+        x.replace(stride=2)
+    with pytest.raises(ValueError, match=r"^\[SparseTensor\] feats rows must match"):
+        x.replace(feats=_feats(3))
+
+
+def test_reuse_coords_from():
+    x = SparseTensor(C, _feats())
+    f = SparseTensor(C[::-1].copy(), _feats() + 1)
+    y = f.reuse_coords_from(x)
+    assert y.coord_key == x.coord_key
+    np.testing.assert_array_equal(np.asarray(y.feats), _feats() + 1)
+    with pytest.raises(ValueError, match=r"^\[reuse_coords_from\] row counts differ: 3 and 4"):
+        SparseTensor(C[:3], _feats(3)).reuse_coords_from(x)
+
+
+def test_same_coords():
+    x = SparseTensor(C, _feats())
+    assert x.same_coords(x)
+    assert x.same_coords(SparseTensor(C.copy(), _feats(c=1)))  # another manager, same rows
+    assert not x.same_coords(SparseTensor(C[[1, 0, 2, 3]], _feats()))  # same set, other order
+    assert not x.same_coords(SparseTensor(C, _feats(), 2))
+    assert not x.same_coords(SparseTensor(C[:3], _feats(3)))
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32, mx.int32])
+def test_astype(dtype):
+    x = SparseTensor(C, _feats())
+    y = x.astype(dtype)
+    assert y.dtype == dtype and y.coord_key == x.coord_key
+    np.testing.assert_array_equal(np.asarray(y.feats.astype(mx.float32)), _feats())
+
+
+def test_export_and_from_components_round_trip():
+    x = SparseTensor(C, _feats(), (2, 4, 2))
+    comps = x.export_components()
+    assert set(comps) >= {"coords", "feats", "stride", "batch_counts"}
+    y = SparseTensor.from_components(comps)
+    assert y.stride == (2, 4, 2) and y.same_coords(x) and y.coord_manager is not x.coord_manager
+    np.testing.assert_array_equal(np.asarray(y.feats), _feats())
+    np.testing.assert_array_equal(np.asarray(y.batch_counts), [2, 0, 2])
+    # stride as arrays (as read back from an NPZ file), into a given manager
+    m = CoordinateManager()
+    for stride in (np.array([2, 4, 2], np.int32), mx.array([2, 4, 2])):
+        z = SparseTensor.from_components({**comps, "stride": stride}, coord_manager=m)
+        assert z.stride == (2, 4, 2) and z.coord_manager is m
+    with pytest.raises(ValueError, match=r"^\[from_components\] missing components: \['feats'\]"):
+        SparseTensor.from_components({"coords": C})
+
+
+def test_top_level_exports():
+    assert lattice.SparseTensor is SparseTensor
+    assert lattice.core.SparseTensor is SparseTensor
