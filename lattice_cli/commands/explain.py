@@ -38,7 +38,7 @@ def explain(
         if input is not None:
             from lattice.io import read_points
 
-            cloud = read_points(input, format=fmt)
+            cloud = read_points(input, format=fmt).drop_nan()
             x = ex.points_input(op, request, cloud.points, voxel_size)
             source = f"{input} at {voxel_size} voxel size"
         else:

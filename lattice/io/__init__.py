@@ -1,0 +1,32 @@
+"""Point-cloud and sparse-tensor files: PLY, NPZ, LAS/LAZ, PCD, KITTI ``.bin``.
+
+>>> from lattice.io import read_points, write_points
+>>> cloud = read_points("scan.pcd")          # PointCloud(points (N, 3), attributes {...})
+>>> write_points("scan.ply", cloud)          # atomic: temp file + rename
+
+Every reading problem is a ``PointCloudError`` (a ``ValueError``) with one line that
+names the file. See ``docs/io.md``.
+"""
+
+from lattice.io._common import PointCloudError
+from lattice.io._points import PointCloud, pack_rgb, unpack_rgb
+from lattice.io.atomic import atomic_write
+from lattice.io.formats import FORMATS, Format, format_from_name, read_points, write_points
+from lattice.io.sparse import SPARSE_FORMAT, SparseFile, read_sparse, write_sparse
+
+__all__ = [
+    "FORMATS",
+    "SPARSE_FORMAT",
+    "Format",
+    "PointCloud",
+    "PointCloudError",
+    "SparseFile",
+    "atomic_write",
+    "format_from_name",
+    "pack_rgb",
+    "read_points",
+    "read_sparse",
+    "unpack_rgb",
+    "write_points",
+    "write_sparse",
+]

@@ -1,0 +1,141 @@
+"""Shared pieces of the readers and writers: the error type, input opening, exact reads."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+PathOrFile = str | os.PathLike | BinaryIO
+
+
+class PointCloudError(ValueError):
+    """A point-cloud or sparse-tensor file could not be read or written.
+
+    The message is one line and starts with the file it is about.
+    """
+
+
+def is_file_like(obj: object) -> bool:
+    """True for an object with a ``read`` or ``write`` method (a stream), false for paths."""
+    return hasattr(obj, "read") or hasattr(obj, "write")
+
+
+def label_of(path_or_file: PathOrFile) -> str:
+    """The name used in error messages: the path, a stream's ``name``, or ``<stream>``."""
+    if is_file_like(path_or_file):
+        name = getattr(path_or_file, "name", None)
+        return name if isinstance(name, str) else "<stream>"
+    return os.fspath(path_or_file)
+
+
+def check_readable_path(path: str | os.PathLike) -> Path:
+    """Raise ``PointCloudError`` unless ``path`` is an existing, non-empty regular file."""
+    p = Path(path)
+    if not p.exists():
+        raise PointCloudError(f"{p}: no such file")
+    if p.is_dir():
+        raise PointCloudError(f"{p}: is a directory, expected a file")
+    if p.stat().st_size == 0:
+        raise PointCloudError(f"{p}: file is empty")
+    return p
+
+
+@contextmanager
+def open_input(path_or_file: PathOrFile) -> Iterator[tuple[BinaryIO, str]]:
+    """Yield ``(binary file, label)`` for a path or a readable binary stream.
+
+    Paths are checked (missing, directory, empty) and opened; a stream is read to the
+    end into memory (so pipes work with readers that seek) and must not be empty.
+    """
+    label = label_of(path_or_file)
+    if is_file_like(path_or_file):
+        data = path_or_file.read()
+        if isinstance(data, str):
+            raise PointCloudError(f"{label}: expected a binary stream, got a text stream")
+        if not data:
+            raise PointCloudError(f"{label}: input is empty")
+        yield io.BytesIO(data), label
+        return
+    path = check_readable_path(path_or_file)
+    with open(path, "rb") as f:
+        yield f, label
+
+
+def read_exact(f: BinaryIO, dtype: np.dtype, count: int, label: str, what: str) -> np.ndarray:
+    """Read exactly ``count`` items of ``dtype`` from ``f`` into a new array (one copy, no loop).
+
+    Raises ``PointCloudError`` naming ``what`` when fewer bytes are present than declared.
+    """
+    dtype = np.dtype(dtype)
+    available = remaining_bytes(f)
+    if available is not None and available < count * dtype.itemsize:  # before allocating
+        raise PointCloudError(
+            f"{label}: truncated {what}: header declares {count} items ({count * dtype.itemsize} bytes) "
+            f"but only {available} bytes are present"
+        )
+    out = np.empty(count, dtype=dtype)
+    raw = out.view(np.uint8) if out.size else np.empty(0, np.uint8)
+    got = f.readinto(memoryview(raw)) if raw.size else 0
+    got = got or 0
+    while 0 < got < raw.size:  # streams may return short reads before EOF
+        more = f.readinto(memoryview(raw)[got:])
+        if not more:
+            break
+        got += more
+    if got < raw.size:
+        raise PointCloudError(
+            f"{label}: truncated {what}: header declares {count} items ({raw.size} bytes) "
+            f"but only {got} bytes are present"
+        )
+    return out
+
+
+def remaining_bytes(f: BinaryIO) -> int | None:
+    """Bytes left after the current position of a seekable file, or None when unknown."""
+    try:
+        here = f.tell()
+        end = f.seek(0, io.SEEK_END)
+        f.seek(here)
+    except (OSError, AttributeError, ValueError):
+        return None
+    return end - here
+
+
+def native(a: np.ndarray) -> np.ndarray:
+    """``a`` as a contiguous array in native byte order (copying only when needed)."""
+    a = np.asarray(a)
+    if a.dtype.byteorder not in ("=", "|"):
+        a = a.astype(a.dtype.newbyteorder("="))
+    return np.ascontiguousarray(a)
+
+
+def points_dtype(*dtypes: np.dtype) -> np.dtype:
+    """float32 when every coordinate column is float32, float64 otherwise."""
+    return np.dtype(np.float32) if all(np.dtype(d) == np.float32 for d in dtypes) else np.dtype(np.float64)
+
+
+@contextmanager
+def open_output(path_or_file: PathOrFile) -> Iterator[BinaryIO]:
+    """Yield a binary file to write to: an atomic temp file for a path, a buffer for a stream.
+
+    A path is replaced only when the block succeeds (see ``atomic_write``). For a stream
+    the data are collected in memory and written in one piece at the end, so writers may
+    seek and a failure writes nothing.
+    """
+    if is_file_like(path_or_file):
+        buf = io.BytesIO()
+        yield buf
+        path_or_file.write(buf.getbuffer())
+        if hasattr(path_or_file, "flush"):
+            path_or_file.flush()
+        return
+    from lattice.io.atomic import atomic_write
+
+    with atomic_write(path_or_file) as f:
+        yield f

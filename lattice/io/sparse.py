@@ -1,0 +1,177 @@
+"""Sparse-tensor NPZ files (``format = "lattice.sparse/1"``), the exchange format of the CLI.
+
+Keys: ``coords`` int32 (N, 4) ``(batch, x, y, z)``, unique rows, batch >= 0; ``feats``
+(N, C); ``stride`` int32 (3,) positive; ``voxel_size`` float64 (3,) positive;
+``origin`` float64 (3,); ``feature_names`` (C,) fixed-width unicode; ``format`` the
+tag. No pickle is written or read. NumPy in, NumPy out: converting to a ``SparseTensor``
+is the caller's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lattice.io._common import PathOrFile, PointCloudError, label_of, open_input, open_output
+from lattice.io.npz import load_npz, save_npz
+
+SPARSE_FORMAT = "lattice.sparse/1"
+_KEYS = ("format", "coords", "feats", "stride", "voxel_size", "origin", "feature_names")
+
+
+@dataclass(frozen=True, eq=False)
+class SparseFile:
+    """The contents of a sparse-tensor NPZ, validated."""
+
+    coords: np.ndarray
+    feats: np.ndarray
+    stride: np.ndarray
+    voxel_size: np.ndarray
+    origin: np.ndarray
+    feature_names: tuple[str, ...]
+    format: str = SPARSE_FORMAT
+
+    @property
+    def num_rows(self) -> int:
+        """Number of active voxels N."""
+        return int(self.coords.shape[0])
+
+    @property
+    def num_channels(self) -> int:
+        """Number of feature channels C."""
+        return int(self.feats.shape[1])
+
+
+def _triple(value: Any, name: str, kind: str, where: str) -> np.ndarray:
+    a = np.asarray(value)
+    if a.ndim == 0:
+        a = np.full(3, a)
+    if a.shape != (3,) or a.dtype.kind not in ("iu" if kind == "int" else "iuf"):
+        raise PointCloudError(f"{where}: {name} must be 3 {kind}s, got {value!r}")
+    out = a.astype(np.int32 if kind == "int" else np.float64)
+    if not np.all(np.isfinite(out)):
+        raise PointCloudError(f"{where}: {name} must be finite, got {out.tolist()}")
+    return out
+
+
+def _coords(coords: Any, where: str) -> np.ndarray:
+    c = np.asarray(coords)
+    if c.ndim != 2 or c.shape[1] != 4 or c.dtype.kind not in "iu":
+        raise PointCloudError(f"{where}: coords must be an integer (N, 4) array, got {c.dtype} {c.shape}")
+    info = np.iinfo(np.int32)
+    if c.size and (c.min() < info.min or c.max() > info.max):
+        raise PointCloudError(f"{where}: coords do not fit int32 (range {c.min()}..{c.max()})")
+    c = c.astype(np.int32)
+    if c.size and c[:, 0].min() < 0:
+        raise PointCloudError(f"{where}: batch indices (coords[:, 0]) must be >= 0, got {c[:, 0].min()}")
+    if c.shape[0] > 1:
+        order = np.lexsort(c.T[::-1])
+        s = c[order]
+        dup = np.flatnonzero((s[1:] == s[:-1]).all(axis=1))
+        if dup.size:
+            raise PointCloudError(
+                f"{where}: coords must be unique, {s[dup[0]].tolist()} appears more than once"
+            )
+    return c
+
+
+def _feats(feats: Any, n: int, where: str) -> np.ndarray:
+    f = np.asarray(feats)
+    if f.ndim != 2 or f.shape[0] != n or f.dtype.kind not in "biuf":
+        raise PointCloudError(f"{where}: feats must be a numeric ({n}, C) array, got {f.dtype} {f.shape}")
+    return f
+
+
+def _names(names: Any, c: int, where: str) -> tuple[str, ...]:
+    if names is None:
+        return tuple(f"f{i}" for i in range(c))
+    if isinstance(names, str):
+        names = [names]
+    out = tuple(str(n) for n in (np.asarray(names).tolist() if isinstance(names, np.ndarray) else names))
+    if len(out) != c or not all(isinstance(n, str) and n for n in out) or len(set(out)) != c:
+        raise PointCloudError(f"{where}: feature_names must be {c} unique non-empty strings, got {list(out)}")
+    return out
+
+
+def _validated(coords, feats, stride, voxel_size, origin, feature_names, where: str) -> SparseFile:
+    c = _coords(coords, where)
+    f = _feats(feats, c.shape[0], where)
+    s = _triple(stride, "stride", "int", where)
+    v = _triple(voxel_size, "voxel_size", "float", where)
+    if np.any(s <= 0) or np.any(v <= 0):
+        raise PointCloudError(
+            f"{where}: stride and voxel_size must be positive, got {s.tolist()} and {v.tolist()}"
+        )
+    o = _triple(origin, "origin", "float", where)
+    return SparseFile(c, f, s, v, o, _names(feature_names, f.shape[1], where))
+
+
+def write_sparse(
+    path_or_file: PathOrFile,
+    coords: Any,
+    feats: Any,
+    *,
+    stride: int | Sequence[int] = (1, 1, 1),
+    voxel_size: float | Sequence[float] = (1.0, 1.0, 1.0),
+    origin: float | Sequence[float] = (0.0, 0.0, 0.0),
+    feature_names: Sequence[str] | None = None,
+    compress: bool = False,
+) -> None:
+    """Write a sparse tensor's arrays as a ``lattice.sparse/1`` NPZ (atomically for a path).
+
+    ``feature_names`` defaults to ``f0 … f{C-1}``. Raises ``PointCloudError`` for invalid
+    arrays (duplicate coords, wrong shapes, non-positive stride or voxel size).
+    """
+    where = label_of(path_or_file)
+    sf = _validated(coords, feats, stride, voxel_size, origin, feature_names, where)
+    arrays = {
+        "format": np.array(SPARSE_FORMAT),
+        "coords": sf.coords,
+        "feats": sf.feats,
+        "stride": sf.stride,
+        "voxel_size": sf.voxel_size,
+        "origin": sf.origin,
+        "feature_names": np.array(sf.feature_names, dtype=str if sf.feature_names else "<U1"),
+    }
+    with open_output(path_or_file) as f:
+        save_npz(f, arrays, compress=compress)
+
+
+def _check_stored(arrays: dict[str, np.ndarray], label: str) -> None:
+    if "format" not in arrays:
+        hint = " (it holds points: use read_points)" if "points" in arrays else ""
+        raise PointCloudError(f"{label}: not a lattice sparse-tensor NPZ, it has no 'format' key{hint}")
+    tag = arrays["format"]
+    if tag.dtype.kind != "U" or tag.size != 1 or str(tag.reshape(())) != SPARSE_FORMAT:
+        raise PointCloudError(
+            f"{label}: unsupported sparse format tag {tag.tolist()!r}, expected {SPARSE_FORMAT!r}"
+        )
+    missing = [k for k in _KEYS if k not in arrays]
+    if missing:
+        raise PointCloudError(f"{label}: sparse NPZ is missing keys {missing}")
+    names = arrays["feature_names"]
+    if names.dtype.kind != "U" or names.ndim != 1:
+        raise PointCloudError(
+            f"{label}: feature_names must be a 1-D unicode array, got {names.dtype} {names.shape}"
+        )
+    if arrays["coords"].dtype != np.int32:
+        raise PointCloudError(f"{label}: coords must be int32, got {arrays['coords'].dtype}")
+
+
+def read_sparse(path_or_file: PathOrFile) -> SparseFile:
+    """Read and validate a ``lattice.sparse/1`` NPZ; every problem is a one-line ``PointCloudError``."""
+    with open_input(path_or_file) as (f, label):
+        arrays = load_npz(f, label)
+    _check_stored(arrays, label)
+    return _validated(
+        arrays["coords"],
+        arrays["feats"],
+        arrays["stride"],
+        arrays["voxel_size"],
+        arrays["origin"],
+        arrays["feature_names"].tolist(),
+        label,
+    )
