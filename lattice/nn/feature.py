@@ -1,0 +1,129 @@
+"""Feature modules: subclasses of the ``mlx.nn`` ones that also accept a SparseTensor.
+
+A SparseTensor input gives a SparseTensor on the same coordinates (same key and
+manager); a plain ``mx.array`` input gives an array, exactly as the parent module
+would. Constructors, parameters and state are the parents' own, so checkpoints and
+``mlx.optimizers`` work unchanged. Each ``__call__`` calls one op of
+``lattice.ops.features``.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from lattice.core.tensor import SparseTensor
+from lattice.ops import features as F
+
+FeatureInput = SparseTensor | mx.array
+
+
+class Linear(nn.Linear):
+    """``y = x W^T + b`` on the features (``weight`` is ``(output_dims, input_dims)``).
+
+    Routed through ``lattice.ops.features.linear``: the linked BLAS on the CPU, MLX's
+    matmul on a GPU.
+    """
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.linear(x, self["weight"], self["bias"] if "bias" in self else None)
+
+
+class ReLU(nn.ReLU):
+    """``max(x, 0)`` on the features."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.relu(x)
+
+
+class Sigmoid(nn.Sigmoid):
+    """Logistic sigmoid on the features."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.sigmoid(x)
+
+
+class GELU(nn.GELU):
+    """GELU with ``approx`` in 'none' | 'precise' | 'tanh' | 'fast' (as ``mlx.nn.GELU``)."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.gelu(x, approximate=self._approx)
+
+
+class SiLU(nn.SiLU):
+    """``x * sigmoid(x)`` on the features."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.silu(x)
+
+
+class LeakyReLU(nn.LeakyReLU):
+    """``max(negative_slope * x, x)`` on the features."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.leaky_relu(x, negative_slope=self._negative_slope)
+
+
+class Tanh(nn.Tanh):
+    """Hyperbolic tangent on the features."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.tanh(x)
+
+
+class Softplus(nn.Softplus):
+    """``log(1 + exp(x))`` on the features."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.softplus(x)
+
+
+class Dropout(nn.Dropout):
+    """Dropout on the features while ``self.training``; identity in eval mode."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.dropout(x, p=1.0 - self._p_1, training=self.training)
+
+
+class BatchNorm(nn.BatchNorm):
+    """Batch norm over the active rows: batch statistics (and running-stat updates) in
+    training mode, running statistics in eval mode — exactly ``mlx.nn.BatchNorm`` on
+    the feature matrix.
+    """
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        if isinstance(x, SparseTensor):
+            return F.with_feats(x, super().__call__(F.active_feats(x)))
+        return super().__call__(x)
+
+
+class LayerNorm(nn.LayerNorm):
+    """Per-row normalisation over the channels, with the optional learned affine part."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        weight = self["weight"] if "weight" in self else None
+        bias = self["bias"] if "bias" in self else None
+        return F.layer_norm(x, weight=weight, bias=bias, eps=self.eps)
+
+
+class RMSNorm(nn.RMSNorm):
+    """``x / sqrt(mean(x^2) + eps) * weight`` per row over the channels."""
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return F.rms_norm(x, weight=self["weight"], eps=self.eps)
+
+
+__all__ = [
+    "BatchNorm",
+    "Dropout",
+    "GELU",
+    "LayerNorm",
+    "LeakyReLU",
+    "Linear",
+    "RMSNorm",
+    "ReLU",
+    "SiLU",
+    "Sigmoid",
+    "Softplus",
+    "Tanh",
+]

@@ -1,0 +1,271 @@
+"""Feature ops that keep coordinate identity: linear, activations, dropout, normalisation.
+
+Each op takes a SparseTensor (and returns one on the same coordinate key and manager)
+or a plain ``mx.array`` (and returns an array). Only the active rows (up to
+``x.active_count``) are read; the result holds exactly those rows.
+``linear`` asks the routing layer for its route and dispatches on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from lattice.backends import cpu
+from lattice.core.tensor import SparseTensor
+from lattice.routing import LinearRequest, requested_device, route_linear
+
+FeatureInput = SparseTensor | mx.array
+GELU_APPROXIMATIONS = ("none", "precise", "tanh", "fast")
+GEMM_DTYPES = (mx.float32, mx.float16, mx.bfloat16)
+
+
+# ---- shared helpers -------------------------------------------------------------------
+
+
+def active_feats(x: SparseTensor) -> mx.array:
+    """The features of the active rows of ``x`` (no copy when every row is active)."""
+    n = x.active_count
+    return x.feats if n == x.capacity else x.feats[:n]
+
+
+def with_feats(x: SparseTensor, feats: mx.array) -> SparseTensor:
+    """``x``'s active coordinates (same key and manager) with new row-aligned ``feats``."""
+    n = x.active_count
+    if n == x.capacity:
+        return x.replace(feats=feats)
+    return SparseTensor(
+        x.coords[:n], feats, x.stride, coord_key=x.coord_key, coord_manager=x.coord_manager,
+        batch_counts=x._batch_counts,
+    )
+
+
+def _split(x, op: str) -> tuple[mx.array, SparseTensor | None]:
+    if isinstance(x, SparseTensor):
+        return active_feats(x), x
+    if isinstance(x, mx.array):
+        return x, None
+    raise TypeError(f"[{op}] x must be a SparseTensor or an mx.array, got {type(x).__name__}")
+
+
+def _wrap(x: SparseTensor | None, y: mx.array) -> FeatureInput:
+    return y if x is None else with_feats(x, y)
+
+
+def _apply(x, op: str, fn: Callable[[mx.array], mx.array]) -> FeatureInput:
+    feats, st = _split(x, op)
+    return _wrap(st, fn(feats))
+
+
+def _channel_vector(value, name: str, channels: int, op: str, *, required: bool = False) -> mx.array | None:
+    if value is None:
+        if required:
+            raise ValueError(f"[{op}] {name} is required")
+        return None
+    if not isinstance(value, mx.array):
+        value = mx.array(value)
+    if value.shape != (channels,):
+        raise ValueError(f"[{op}] {name} must have shape ({channels},), got {tuple(value.shape)}")
+    return value
+
+
+def _positive(value: float, name: str, op: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"[{op}] {name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _dtype_name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")
+
+
+# ---- linear ---------------------------------------------------------------------------
+
+
+def _gemm_blas(a: mx.array, w: mx.array) -> mx.array:
+    return cpu.blas_gemm(a, w, trans_b=True)
+
+
+def _gemm_mlx(a: mx.array, w: mx.array) -> mx.array:
+    return mx.matmul(a, w.T)
+
+
+_LINEAR = {"cpu.blas_gemm": _gemm_blas, "gpu.mlx_matmul": _gemm_mlx}
+
+
+def linear(x: FeatureInput, weight: mx.array, bias: mx.array | None = None, *, device=None) -> FeatureInput:
+    """``y = x W^T + b`` on the features, with ``weight`` ``(out, in)`` as in ``mlx.nn.Linear``.
+
+    The route comes from ``lattice.routing.route_linear``: on the CPU one GEMM through
+    the linked BLAS (``cpu.blas_gemm``), on a GPU MLX's matmul. A plain array may have
+    any leading dimensions ``(..., in)``. Operands are promoted to a common float dtype.
+    """
+    op = "linear"
+    feats, st = _split(x, op)
+    if not isinstance(weight, mx.array):
+        raise TypeError(f"[{op}] weight must be an mx.array, got {type(weight).__name__}")
+    if feats.ndim < 1:
+        raise ValueError(f"[{op}] x must have at least one dimension, got shape {tuple(feats.shape)}")
+    c_in = int(feats.shape[-1])
+    if weight.ndim != 2 or weight.shape[1] != c_in:
+        raise ValueError(f"[{op}] weight must have shape (out, {c_in}), got {tuple(weight.shape)}")
+    c_out = int(weight.shape[0])
+    if bias is not None:
+        if not isinstance(bias, mx.array):
+            raise TypeError(f"[{op}] bias must be an mx.array, got {type(bias).__name__}")
+        if bias.shape != (c_out,):
+            raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
+    dtype = mx.result_type(feats.dtype, weight.dtype)
+    if dtype not in GEMM_DTYPES:
+        names = tuple(_dtype_name(d) for d in GEMM_DTYPES)
+        raise TypeError(f"[{op}] features and weight must promote to one of {names}, got {_dtype_name(dtype)}")
+    lead = tuple(feats.shape[:-1])
+    a = feats.reshape(-1, c_in).astype(dtype)
+    req = LinearRequest(op=op, dtype=_dtype_name(dtype), rows=int(a.shape[0]), c_in=c_in, c_out=c_out,
+                        device=requested_device(device))
+    route = route_linear(req)
+    impl = _LINEAR.get(route.name)
+    if impl is None:
+        raise RuntimeError(f"[{op}] route {route.name} has no implementation in this build")
+    y = impl(a, weight.astype(dtype))
+    if bias is not None:
+        y = y + bias.astype(dtype)
+    return _wrap(st, y.reshape(*lead, c_out))
+
+
+# ---- activations ----------------------------------------------------------------------
+
+
+def relu(x: FeatureInput) -> FeatureInput:
+    """``max(x, 0)`` on the features."""
+    return _apply(x, "relu", nn.relu)
+
+
+def sigmoid(x: FeatureInput) -> FeatureInput:
+    """Logistic sigmoid on the features."""
+    return _apply(x, "sigmoid", mx.sigmoid)
+
+
+def gelu(x: FeatureInput, *, approximate: str = "none") -> FeatureInput:
+    """GELU: exact (``'none'``), tanh approximation (``'precise'`` / ``'tanh'``) or ``'fast'``."""
+    op = "gelu"
+    if approximate not in GELU_APPROXIMATIONS:
+        raise ValueError(f"[{op}] approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    fn = {"none": nn.gelu, "precise": nn.gelu_approx, "tanh": nn.gelu_approx, "fast": nn.gelu_fast_approx}
+    return _apply(x, op, fn[approximate])
+
+
+def silu(x: FeatureInput) -> FeatureInput:
+    """``x * sigmoid(x)`` on the features."""
+    return _apply(x, "silu", nn.silu)
+
+
+def leaky_relu(x: FeatureInput, *, negative_slope: float = 0.01) -> FeatureInput:
+    """``max(negative_slope * x, x)`` on the features."""
+    op = "leaky_relu"
+    if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)):
+        raise TypeError(f"[{op}] negative_slope must be a number, got {negative_slope!r}")
+    return _apply(x, op, lambda f: nn.leaky_relu(f, negative_slope))
+
+
+def tanh(x: FeatureInput) -> FeatureInput:
+    """Hyperbolic tangent on the features."""
+    return _apply(x, "tanh", mx.tanh)
+
+
+def softplus(x: FeatureInput) -> FeatureInput:
+    """``log(1 + exp(x))`` on the features."""
+    return _apply(x, "softplus", nn.softplus)
+
+
+def dropout(x: FeatureInput, *, p: float = 0.5, training: bool = True, key: mx.array | None = None) -> FeatureInput:
+    """Zeroes each feature with probability ``p`` and scales the rest by ``1 / (1 - p)``.
+
+    Identity when ``training`` is False or ``p == 0``. ``key`` (optional) is an
+    ``mx.random`` key for a reproducible mask.
+    """
+    op = "dropout"
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ValueError(f"[{op}] p must be in [0, 1), got {p!r}")
+    feats, st = _split(x, op)
+    if not training or p == 0:
+        return _wrap(st, feats)
+    keep = mx.random.bernoulli(1.0 - p, feats.shape, key=key)
+    scale = mx.array(1.0 / (1.0 - p), dtype=feats.dtype)
+    return _wrap(st, mx.where(keep, feats * scale, mx.zeros((), dtype=feats.dtype)))
+
+
+# ---- normalisation --------------------------------------------------------------------
+
+
+def batch_norm(
+    x: FeatureInput,
+    *,
+    weight: mx.array | None,
+    bias: mx.array | None,
+    mean: mx.array,
+    var: mx.array,
+    eps: float = 1e-5,
+) -> FeatureInput:
+    """Inference-form batch norm: ``(x - mean) / sqrt(var + eps) * weight + bias`` per channel.
+
+    ``mean`` and ``var`` are given statistics of shape ``(C,)``; ``weight`` / ``bias``
+    may be None (no affine part).
+    """
+    op = "batch_norm"
+    feats, st = _split(x, op)
+    c = int(feats.shape[-1]) if feats.ndim else 0
+    mean = _channel_vector(mean, "mean", c, op, required=True)
+    var = _channel_vector(var, "var", c, op, required=True)
+    weight = _channel_vector(weight, "weight", c, op)
+    bias = _channel_vector(bias, "bias", c, op)
+    eps = _positive(eps, "eps", op)
+    y = (feats - mean) * mx.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return _wrap(st, y)
+
+
+def layer_norm(
+    x: FeatureInput, *, weight: mx.array | None = None, bias: mx.array | None = None, eps: float = 1e-5
+) -> FeatureInput:
+    """Per-row normalisation over the channels (``mx.fast.layer_norm``), optional affine."""
+    op = "layer_norm"
+    feats, st = _split(x, op)
+    c = int(feats.shape[-1]) if feats.ndim else 0
+    weight = _channel_vector(weight, "weight", c, op)
+    bias = _channel_vector(bias, "bias", c, op)
+    eps = _positive(eps, "eps", op)
+    return _wrap(st, mx.fast.layer_norm(feats, weight, bias, eps))
+
+
+def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e-5) -> FeatureInput:
+    """``x / sqrt(mean(x^2) + eps) * weight`` per row over the channels (``mx.fast.rms_norm``)."""
+    op = "rms_norm"
+    feats, st = _split(x, op)
+    c = int(feats.shape[-1]) if feats.ndim else 0
+    weight = _channel_vector(weight, "weight", c, op)
+    eps = _positive(eps, "eps", op)
+    return _wrap(st, mx.fast.rms_norm(feats, weight, eps))
+
+
+__all__ = [
+    "active_feats",
+    "batch_norm",
+    "dropout",
+    "gelu",
+    "layer_norm",
+    "leaky_relu",
+    "linear",
+    "relu",
+    "rms_norm",
+    "sigmoid",
+    "silu",
+    "softplus",
+    "tanh",
+    "with_feats",
+]
