@@ -1,0 +1,180 @@
+"""voxelize / devoxelize against NumPy references (floor + unique, trilinear formula)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lattice
+from lattice.ops import build_point_voxel_map, devoxelize, voxelize
+
+
+def _ref_voxelize(points, feats, voxel, reduction):
+    v = np.floor(points.astype(np.float64) / voxel).astype(np.int64)
+    keys, first, inverse, counts = np.unique(
+        v, axis=0, return_index=True, return_inverse=True, return_counts=True
+    )
+    inverse = inverse.reshape(-1)
+    out = {}
+    for u in range(len(keys)):
+        rows = np.nonzero(inverse == u)[0]
+        f = feats[rows]
+        val = {
+            "mean": f.mean(0),
+            "sum": f.sum(0),
+            "max": f.max(0),
+            "first": f[rows.min() - rows.min()],
+            "count": np.array([len(rows)], np.float32),
+        }[reduction]
+        out[tuple(keys[u])] = val
+    return out
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "max", "first", "count"])
+def test_voxelize_matches_reference(reduction):
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(600, 3)).astype(np.float32) * 2
+    feats = rng.normal(size=(600, 3)).astype(np.float32)
+    x, inv = voxelize(
+        pts, None if reduction == "count" else feats, 0.5, reduction=reduction, return_index=True
+    )
+    ref = _ref_voxelize(pts, feats, 0.5, reduction)
+    coords = np.array(x.coords)
+    assert x.active_count == len(ref)
+    got = {tuple(c[1:]): np.array(f) for c, f in zip(coords, np.array(x.feats), strict=True)}
+    assert set(got) == set(ref)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5)
+    # the point -> voxel index maps every point to the voxel that contains it
+    np.testing.assert_array_equal(coords[np.array(inv), 1:], np.floor(pts.astype(np.float64) / 0.5))
+
+
+def test_voxelize_first_takes_the_first_point():
+    pts = np.array([[0.1, 0, 0], [0.2, 0, 0], [1.5, 0, 0]], np.float32)
+    feats = np.array([[1.0], [2.0], [3.0]], np.float32)
+    x = voxelize(pts, feats, 1.0, reduction="first")
+    assert np.array(x.feats).ravel().tolist() == [1.0, 3.0]
+
+
+def test_voxelize_max_gradient_goes_to_the_first_maximum():
+    pts = mx.array(np.array([[0.1, 0, 0], [0.2, 0, 0], [0.3, 0, 0]], np.float32))
+    feats = mx.array(np.array([[5.0], [5.0], [1.0]], np.float32))
+    g = mx.grad(lambda f: voxelize(pts, f, 1.0, reduction="max").feats.sum())(feats)
+    assert np.array(g).ravel().tolist() == [1.0, 0.0, 0.0]
+
+
+def test_voxelize_mean_is_differentiable():
+    rng = np.random.default_rng(1)
+    pts = rng.uniform(0, 3, (50, 3)).astype(np.float32)
+    feats = mx.array(rng.normal(size=(50, 2)).astype(np.float32))
+    x, inv = voxelize(pts, feats, 1.0, return_index=True)
+    counts = np.bincount(np.array(inv))
+    g = mx.grad(lambda f: voxelize(pts, f, 1.0).feats.sum())(feats)
+    np.testing.assert_allclose(np.array(g)[:, 0], 1.0 / counts[np.array(inv)], rtol=1e-6)
+
+
+def test_voxelize_batches_origin_and_stride():
+    pts = np.array([[0.5, 0.5, 0.5], [0.5, 0.5, 0.5], [2.5, 0, 0]], np.float32)
+    x = voxelize(
+        pts, np.ones((3, 1), np.float32), 1.0, batch_indices=[0, 2, 2], origin=(0.0, 0.0, -1.0), stride=2
+    )
+    assert x.stride == (2, 2, 2)
+    assert sorted(map(tuple, np.array(x.coords).tolist())) == [(0, 0, 0, 1), (2, 0, 0, 1), (2, 2, 0, 1)]
+    assert np.array(x.batch_counts).tolist() == [1, 0, 2]
+
+
+def test_voxelize_errors():
+    with pytest.raises(ValueError, match=r"\[voxelize\] reduction"):
+        voxelize(np.zeros((2, 3)), np.zeros((2, 1)), reduction="median")
+    with pytest.raises(ValueError, match=r"feats are required"):
+        voxelize(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"voxel_size must be positive"):
+        voxelize(np.zeros((2, 3)), np.zeros((2, 1)), 0.0)
+    with pytest.raises(ValueError, match=r"not finite"):
+        voxelize(np.array([[np.nan, 0, 0]]), np.zeros((1, 1)))
+
+
+def test_voxelize_empty():
+    x = voxelize(np.zeros((0, 3), np.float32), np.zeros((0, 4), np.float32), 0.1)
+    assert x.active_count == 0 and x.channels == 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(*[st.floats(-1e3, 1e3, allow_nan=False, width=32)] * 3), min_size=0, max_size=200),
+    st.floats(0.01, 10.0),
+)
+def test_voxel_set_equals_numpy_floor_unique(points, voxel):
+    pts = np.array(points, np.float32).reshape(-1, 3)
+    q = lattice.sparse_quantize(pts, voxel)
+    ref = np.unique(np.floor(pts.astype(np.float64) / voxel).astype(np.int64), axis=0)
+    got = np.array(q.coords)[:, 1:]
+    assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, ref.tolist()))
+
+
+def _ref_devoxelize(points, coords, feats, voxel):
+    table = {tuple(c): i for i, c in enumerate(coords[:, 1:].tolist())}
+    out = np.zeros((len(points), feats.shape[1]))
+    for n, p in enumerate(points.astype(np.float64) / voxel):
+        base = np.floor(p - 0.5)
+        t = p - 0.5 - base
+        acc, wsum = np.zeros(feats.shape[1]), 0.0
+        for dx in (0, 1):
+            for dy in (0, 1):
+                for dz in (0, 1):
+                    key = (int(base[0] + dx), int(base[1] + dy), int(base[2] + dz))
+                    w = (t[0] if dx else 1 - t[0]) * (t[1] if dy else 1 - t[1]) * (t[2] if dz else 1 - t[2])
+                    if key in table:
+                        acc += w * feats[table[key]]
+                        wsum += w
+        out[n] = acc / wsum if wsum > 0 else 0.0
+    return out
+
+
+def test_devoxelize_trilinear_matches_reference():
+    rng = np.random.default_rng(3)
+    pts = rng.uniform(-2, 2, (300, 3)).astype(np.float32)
+    x = voxelize(pts, rng.normal(size=(300, 2)).astype(np.float32), 0.5)
+    got = np.array(devoxelize(pts, x, 0.5))
+    ref = _ref_devoxelize(pts, np.array(x.coords), np.array(x.feats), 0.5)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_devoxelize_nearest_and_missing():
+    pts = np.array([[0.2, 0.2, 0.2], [9.0, 9.0, 9.0]], np.float32)
+    x = voxelize(pts[:1], np.array([[7.0]], np.float32), 1.0)
+    got = np.array(devoxelize(pts, x, 1.0, interpolation="nearest")).ravel()
+    assert got.tolist() == [7.0, 0.0]
+    pvm = build_point_voxel_map(pts, x, 1.0)
+    assert np.array(pvm.rows).shape == (2, 8) and float(np.array(pvm.weights)[1].sum()) == 0.0
+    with pytest.raises(ValueError, match="interpolation"):
+        devoxelize(pts, x, 1.0, interpolation="cubic")
+
+
+def test_devoxelize_is_differentiable_in_voxel_features():
+    rng = np.random.default_rng(4)
+    pts = rng.uniform(0, 2, (40, 3)).astype(np.float32)
+    x = voxelize(pts, rng.normal(size=(40, 1)).astype(np.float32), 0.5)
+    pvm = build_point_voxel_map(pts, x, 0.5)
+
+    def f(v):
+        return lattice.ops.interpolate_point_features(v, pvm).sum()
+
+    g = np.array(mx.grad(f)(x.feats)).ravel()
+    w = np.array(pvm.weights)
+    rows = np.array(pvm.rows)
+    ref = np.zeros(x.active_count)
+    np.add.at(ref, rows[rows >= 0], w[rows >= 0])
+    np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_voxelize_kitti_scan_matches_numpy(kitti_points):
+    pts = kitti_points[:, :3]
+    x = voxelize(pts, kitti_points[:, 3:4], 0.05)
+    ref = np.unique(np.floor(pts.astype(np.float64) / 0.05).astype(np.int64), axis=0)
+    assert x.active_count == len(ref)
+    got = np.array(x.coords)[:, 1:]
+    assert np.array_equal(np.unique(got, axis=0), ref)
