@@ -65,12 +65,15 @@ def test_console_script():
     assert out.stdout.strip() == f"lattice {lattice.__version__}"
 
 
-def test_module_entry_point():
+def test_module_entry_point(tmp_path):
+    # Run outside the checkout: from its root the source folders would shadow the installed
+    # package (whose lattice/ holds the built extension).
     out = subprocess.run(
         [sys.executable, "-m", "lattice_cli.main", "backend", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["version"] == lattice.__version__
