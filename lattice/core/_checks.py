@@ -59,7 +59,7 @@ def coords_array(coords, op: str, name: str = "coords") -> mx.array:
             arr = arr.reshape(0, 4) if arr.ndim != 2 else arr
         if arr.size > 0 and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max):
             raise ValueError(f"[{op}] {name} values must fit int32")
-        coords = mx.array(arr.astype(np.int32, copy=False))
+        coords = mx.array(np.ascontiguousarray(arr, dtype=np.int32))
     if coords.ndim != 2 or coords.shape[1] != 4:
         raise ValueError(
             f"[{op}] {name} must have shape (N, 4) as (batch, x, y, z), got {tuple(coords.shape)}"

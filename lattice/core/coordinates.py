@@ -7,10 +7,12 @@ derived from one input share their manager, so a U-Net builds each relation once
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import Triple, coords_array, int_triple
@@ -49,6 +51,7 @@ class CoordinateManager:
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
         self._downsampled: dict[tuple[int, Triple], CoordinateMapKey] = {}
+        self._interned: dict[tuple[str, int, Triple], CoordinateMapKey] = {}
 
     def __repr__(self) -> str:
         return f"CoordinateManager(id={self.id}, sets={len(self._tables)}, relations={len(self._relations)})"
@@ -63,6 +66,24 @@ class CoordinateManager:
         coords = coords_array(coords, op)
         table = _ext.build_table(coords, op)
         return self._register(table, int_triple(stride, "stride", op, minimum=1))
+
+    def intern(self, coords, stride=1, *, op: str = "CoordinateManager.intern") -> CoordinateMapKey:
+        """Like ``insert``, but the same coordinates at the same stride give the same key.
+
+        Used for targets passed as arrays, so repeated calls hit the relation cache
+        instead of registering a new set each time. Identity is a 128-bit digest of the
+        rows (order matters).
+        """
+        coords = coords_array(coords, op)
+        stride = int_triple(stride, "stride", op, minimum=1)
+        data = np.asarray(coords)
+        digest = hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()
+        cache = (digest, data.shape[0], stride)
+        key = self._interned.get(cache)
+        if key is None:
+            key = self._register(_ext.build_table(coords, op), stride)
+            self._interned[cache] = key
+        return key
 
     def _register(self, table, stride: Triple) -> CoordinateMapKey:
         key = CoordinateMapKey(next(self._next_id), stride, self.id)

@@ -14,7 +14,7 @@ from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
 
 def _as_features(feats, op: str) -> mx.array:
     if not isinstance(feats, mx.array):
-        feats = mx.array(np.asarray(feats))
+        feats = mx.array(np.ascontiguousarray(feats))
     if feats.ndim != 2:
         raise ValueError(f"[{op}] feats must have shape (N, C), got {tuple(feats.shape)}")
     if feats.dtype == mx.bool_ or mx.issubdtype(feats.dtype, mx.complexfloating):

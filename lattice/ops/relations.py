@@ -36,9 +36,9 @@ def _target(manager: CoordinateManager, target, level, op: str) -> CoordinateMap
     if isinstance(target, SparseTensor):
         if target.coord_manager is manager:
             return target.coord_key
-        # A target from another manager: its coordinates join this manager.
-        return manager.insert(target.coords[: target.active_count], target.stride, op=op)
-    return manager.insert(coords_array(target, op, "target"), level, op=op)
+        # A target from another manager: its coordinates join this manager (once).
+        return manager.intern(target.coords[: target.active_count], target.stride, op=op)
+    return manager.intern(coords_array(target, op, "target"), level, op=op)
 
 
 def _level(stride_in, spec: KernelSpec, transposed: bool):
