@@ -15,6 +15,7 @@ from lattice.core.coordsets import (
 )
 from lattice.core.kernel import KernelSpec, kernel_offsets
 from lattice.core.points import SparseQuantization, sparse_quantize
+from lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
 from lattice.core.relation import KernelRelation, NeighborRelation, RelationEdges, RelationKind
 from lattice.core.tensor import SparseTensor
 
@@ -25,12 +26,14 @@ __all__ = [
     "KernelRelation",
     "KernelSpec",
     "NeighborRelation",
+    "QuantizedWeight",
     "RelationCacheKey",
     "RelationEdges",
     "RelationKind",
     "SparseQuantization",
     "SparseTensor",
     "contains_coords",
+    "dequantize_weight",
     "downsample_coords",
     "intersection_coords",
     "inverse_map",
@@ -39,6 +42,7 @@ __all__ = [
     "morton_codes",
     "morton_order",
     "morton_sort_coords",
+    "quantize_weight",
     "sparse_quantize",
     "union_coords",
 ]

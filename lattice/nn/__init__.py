@@ -3,18 +3,24 @@
 - :mod:`lattice.nn.conv` — ``Conv3d``, ``SubmConv3d``, ``ConvTranspose3d``,
   ``GenerativeConvTranspose3d`` and their ``Normalized*`` variants;
 - :mod:`lattice.nn.feature` — ``Linear``, ``ReLU``, ``Sigmoid``, ``GELU``, ``SiLU``,
-  ``LeakyReLU``, ``Tanh``, ``Softplus``, ``Dropout``, ``BatchNorm``, ``LayerNorm``, ``RMSNorm``.
+  ``LeakyReLU``, ``Tanh``, ``Softplus``, ``Dropout``, ``BatchNorm``, ``LayerNorm``, ``RMSNorm``;
+- :mod:`lattice.nn.quantized` — ``QuantizedConv3d``, ``QuantizedSubmConv3d``,
+  ``QuantizedConvTranspose3d``, ``QuantizedGenerativeConvTranspose3d``, ``QuantizedLinear``
+  and ``quantize(model)``.
 
 Everything in the submodules is importable from ``lattice.nn`` (and ``mlx_lattice.nn``).
 """
 
-from lattice.nn import conv, feature
+from lattice.nn import conv, feature, quantized
 from lattice.nn.conv import *  # noqa: F403
 from lattice.nn.feature import *  # noqa: F403
+from lattice.nn.quantized import *  # noqa: F403
 
 __all__ = [
     "conv",
     "feature",
+    "quantized",
     *conv.__all__,
     *feature.__all__,
+    *quantized.__all__,
 ]

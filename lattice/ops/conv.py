@@ -12,6 +12,7 @@ import mlx.core as mx
 
 from lattice.backends import cpu
 from lattice.core.kernel import KernelSpec
+from lattice.core.quantized import QuantizedWeight, check_conv_weight
 from lattice.core.relation import KernelRelation, RelationKind
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
@@ -19,10 +20,20 @@ from lattice.routing import ConvRequest, Route, requested_device, route_conv
 from lattice.routing.explain import explainable
 
 
-def mapped_weight(weight: mx.array, spec: KernelSpec, op: str) -> mx.array:
-    """Weight as (K, C_in, C_out) from MLX's dense (C_out, Kx, Ky, Kz, C_in) or mapped layout."""
+def mapped_weight(
+    weight: mx.array | QuantizedWeight, spec: KernelSpec, op: str
+) -> mx.array | QuantizedWeight:
+    """Weight as (K, C_in, C_out) from MLX's dense (C_out, Kx, Ky, Kz, C_in) or mapped layout.
+
+    A packed ``QuantizedWeight`` is checked against the kernel and returned as is (the
+    packed routes dequantize it).
+    """
+    if isinstance(weight, QuantizedWeight):
+        return check_conv_weight(weight, spec, op)
     if not isinstance(weight, mx.array):
-        raise TypeError(f"[{op}] weight must be an mx.array, got {type(weight).__name__}")
+        raise TypeError(
+            f"[{op}] weight must be an mx.array or a QuantizedWeight, got {type(weight).__name__}"
+        )
     if weight.ndim == 5:
         c_out, kx, ky, kz, c_in = weight.shape
         if (kx, ky, kz) != spec.size:
@@ -42,12 +53,19 @@ def mapped_weight(weight: mx.array, spec: KernelSpec, op: str) -> mx.array:
     )
 
 
+def _channels(w) -> tuple[int, int]:
+    """(C_in, C_out) of a mapped weight or a packed conv weight."""
+    if isinstance(w, QuantizedWeight):
+        return w.in_channels, w.out_channels
+    return int(w.shape[1]), int(w.shape[2])
+
+
 def _check_input(x, op: str) -> None:
     if not isinstance(x, SparseTensor):
         raise TypeError(f"[{op}] x must be a SparseTensor, got {type(x).__name__}")
 
 
-def _conv_request(op, x, w, rel, normalized, device) -> ConvRequest:
+def _conv_request(op, x, w, rel, normalized, device, explicit_target=False) -> ConvRequest:
     spec = rel.spec
     identity = (
         rel.out_key == rel.in_key
@@ -56,12 +74,13 @@ def _conv_request(op, x, w, rel, normalized, device) -> ConvRequest:
         and spec.padding == (0, 0, 0)
         and rel.kind in (RelationKind.FORWARD, RelationKind.SUBMANIFOLD, RelationKind.TARGET)
     )
+    c_in, c_out = _channels(w)
     return ConvRequest(
         op=op,
         kind=rel.kind.value,
         dtype=str(x.feats.dtype).removeprefix("mlx.core."),
-        c_in=int(w.shape[1]),
-        c_out=int(w.shape[2]),
+        c_in=c_in,
+        c_out=c_out,
         kernel_volume=spec.volume,
         identity_relation=identity,
         n_in=x.active_count,
@@ -69,6 +88,8 @@ def _conv_request(op, x, w, rel, normalized, device) -> ConvRequest:
         edges=rel.edge_count,
         normalized=normalized,
         device=requested_device(device),
+        explicit_target=explicit_target,
+        **(w.route_fields if isinstance(w, QuantizedWeight) else {}),
     )
 
 
@@ -79,7 +100,7 @@ class ConvPlan:
     op: str
     route: Route
     relation: KernelRelation
-    weight: mx.array
+    weight: mx.array | QuantizedWeight
     normalized: bool = False
 
 
@@ -88,12 +109,13 @@ def _plan(
 ) -> ConvPlan:
     _check_input(x, op)
     w = mapped_weight(weight, spec, op)
-    if w.shape[1] != x.channels:
-        raise ValueError(f"[{op}] weight expects {w.shape[1]} input channels, x has {x.channels}")
-    if bias is not None and (bias.ndim != 1 or bias.shape[0] != w.shape[2]):
-        raise ValueError(f"[{op}] bias must have shape ({w.shape[2]},), got {tuple(bias.shape)}")
+    c_in, c_out = _channels(w)
+    if c_in != x.channels:
+        raise ValueError(f"[{op}] weight expects {c_in} input channels, x has {x.channels}")
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != c_out):
+        raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
     rel = _relation(x, kind, spec, coordinates, op)
-    route = route_conv(_conv_request(op, x, w, rel, normalized, device))
+    route = route_conv(_conv_request(op, x, w, rel, normalized, device, coordinates is not None))
     return ConvPlan(op, route, rel, w, normalized)
 
 

@@ -14,6 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.backends import cpu
+from lattice.core.quantized import QuantizedWeight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
 
@@ -92,11 +93,38 @@ def _gemm_mlx(a: mx.array, w: mx.array) -> mx.array:
     return mx.matmul(a, w.T)
 
 
-_LINEAR = {"cpu.blas_gemm": _gemm_blas, "gpu.mlx_matmul": _gemm_mlx}
+_LINEAR = {
+    "cpu.blas_gemm": _gemm_blas,
+    "gpu.mlx_matmul": _gemm_mlx,
+    "cpu.dequant_blas_gemm": cpu.dequant_blas_gemm,  # packed (quantized) weights
+}
 
 
-def linear(x: FeatureInput, weight: mx.array, bias: mx.array | None = None, *, device=None) -> FeatureInput:
+def _linear_out_channels(weight, c_in: int, op: str) -> int:
+    """C_out of a dense ``(out, in)`` weight or a packed linear ``QuantizedWeight``."""
+    if isinstance(weight, QuantizedWeight):
+        if weight.layout != "linear" or weight.in_channels != c_in:
+            raise ValueError(f"[{op}] packed weight must be a linear (out, {c_in}) weight, got {weight!r}")
+        return weight.out_channels
+    if not isinstance(weight, mx.array):
+        raise TypeError(f"[{op}] weight must be an mx.array, got {type(weight).__name__}")
+    if weight.ndim != 2 or weight.shape[1] != c_in:
+        raise ValueError(f"[{op}] weight must have shape (out, {c_in}), got {tuple(weight.shape)}")
+    return int(weight.shape[0])
+
+
+def _packed_dtype(feats_dtype: mx.Dtype) -> mx.Dtype:
+    """Packed weights compute in the features' float dtype (float32 for integer features)."""
+    return feats_dtype if feats_dtype in GEMM_DTYPES else mx.result_type(feats_dtype, mx.float32)
+
+
+def linear(
+    x: FeatureInput, weight: mx.array | QuantizedWeight, bias: mx.array | None = None, *, device=None
+) -> FeatureInput:
     """``y = x W^T + b`` on the features, with ``weight`` ``(out, in)`` as in ``mlx.nn.Linear``.
+
+    ``weight`` may be a packed linear ``QuantizedWeight`` (route ``cpu.dequant_blas_gemm``;
+    the result keeps the features' float dtype).
 
     The route comes from ``lattice.routing.route_linear``: on the CPU one GEMM through
     the linked BLAS (``cpu.blas_gemm``), on a GPU MLX's matmul. A plain array may have
@@ -104,32 +132,29 @@ def linear(x: FeatureInput, weight: mx.array, bias: mx.array | None = None, *, d
     """
     op = "linear"
     feats, st = _split(x, op)
-    if not isinstance(weight, mx.array):
-        raise TypeError(f"[{op}] weight must be an mx.array, got {type(weight).__name__}")
+    packed = isinstance(weight, QuantizedWeight)
     if feats.ndim < 1:
         raise ValueError(f"[{op}] x must have at least one dimension, got shape {tuple(feats.shape)}")
     c_in = int(feats.shape[-1])
-    if weight.ndim != 2 or weight.shape[1] != c_in:
-        raise ValueError(f"[{op}] weight must have shape (out, {c_in}), got {tuple(weight.shape)}")
-    c_out = int(weight.shape[0])
+    c_out = _linear_out_channels(weight, c_in, op)
     if bias is not None:
         if not isinstance(bias, mx.array):
             raise TypeError(f"[{op}] bias must be an mx.array, got {type(bias).__name__}")
         if bias.shape != (c_out,):
             raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
-    dtype = mx.result_type(feats.dtype, weight.dtype)
+    dtype = _packed_dtype(feats.dtype) if packed else mx.result_type(feats.dtype, weight.dtype)
     if dtype not in GEMM_DTYPES:
         names = tuple(_dtype_name(d) for d in GEMM_DTYPES)
         raise TypeError(f"[{op}] features and weight must promote to one of {names}, got {_dtype_name(dtype)}")
     lead = tuple(feats.shape[:-1])
     a = feats.reshape(-1, c_in).astype(dtype)
     req = LinearRequest(op=op, dtype=_dtype_name(dtype), rows=int(a.shape[0]), c_in=c_in, c_out=c_out,
-                        device=requested_device(device))
+                        device=requested_device(device), **(weight.route_fields if packed else {}))
     route = route_linear(req)
     impl = _LINEAR.get(route.name)
     if impl is None:
         raise RuntimeError(f"[{op}] route {route.name} has no implementation in this build")
-    y = impl(a, weight.astype(dtype))
+    y = impl(a, weight if packed else weight.astype(dtype))
     if bias is not None:
         y = y + bias.astype(dtype)
     return _wrap(st, y.reshape(*lead, c_out))

@@ -27,6 +27,9 @@ class ConvRequest:
     weight_layout: str = "dense"  # dense | packed
     normalized: bool = False
     device: str = "cpu"
+    # --- packed (quantized) weights: lattice/core/quantized.py ---
+    packing: str = ""  # e.g. "int8, group 64, float16 scales" when weight_layout == "packed"
+    explicit_target: bool = False  # the caller gave the output support (coordinates=)
 
 
 def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
@@ -47,8 +50,9 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     rb = RouteBuilder(req.op, facts)
     if req.dtype not in FLOAT_DTYPES:
         raise ValueError(f"[{req.op}] features must be one of {FLOAT_DTYPES}, got {req.dtype}")
-    if req.weight_layout != "dense":
-        raise ValueError(f"[{req.op}] weight layout {req.weight_layout!r} has no route in this build")
+    packed = _check_weight_layout(req)
+    if packed:
+        facts["packing"] = req.packing
     # 1. device
     if req.device == "gpu":
         tier = (
@@ -58,7 +62,9 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             rb.reject("gpu", "gather_gemm_scatter", "no GPU device in this process")
         else:
             rb.reject(tier.value, "gather_gemm_scatter", f"no {tier.value} conv kernels in this build")
-    # 2-5. CPU routes by relation and shape
+    # 2-5. CPU routes by relation, weight layout and shape
+    if packed:
+        return _route_packed(rb, req)
     if req.identity_relation and req.kernel_volume == 1:
         return rb.take(
             "cpu",
@@ -70,4 +76,45 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
         "cpu",
         "gather_gemm_scatter",
         "per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows (tiled over all cores)",
+    )
+
+
+# ---- packed (quantized) weights ---------------------------------------------------------------
+
+
+def _check_weight_layout(req: ConvRequest) -> bool:
+    """True for packed weights; rejects the conv kinds that cannot take them."""
+    if req.weight_layout not in ("dense", "packed"):
+        raise ValueError(f"[{req.op}] weight_layout must be 'dense' or 'packed', got {req.weight_layout!r}")
+    if req.weight_layout == "dense":
+        return False
+    if req.normalized:
+        raise ValueError(
+            f"[{req.op}] normalised convolutions do not take packed (quantized) weights: conv(1, W**2) "
+            "needs the float weight; pass dequantize_weight(qweight) instead"
+        )
+    if req.kind == "transposed" and req.explicit_target:
+        raise ValueError(
+            f"[{req.op}] a transposed convolution onto an explicit target (coordinates=) does not take "
+            "packed (quantized) weights; use generated support or pass dequantize_weight(qweight)"
+        )
+    return True
+
+
+def _route_packed(rb: RouteBuilder, req: ConvRequest) -> Route:
+    """Packed weights: dequantize (K * C_in * C_out values, tiny) then the dense BLAS routes."""
+    rb.reject("cpu", "gather_gemm_scatter", "weight_layout == dense")
+    if req.identity_relation and req.kernel_volume == 1:
+        rb.reject("cpu", "pointwise_gemm", "weight_layout == dense")
+        return rb.take(
+            "cpu",
+            "dequant_pointwise_gemm",
+            "packed 1x1x1 kernel on the input support: dequantize the weight, one BLAS GEMM over all rows",
+        )
+    rb.reject("cpu", "dequant_pointwise_gemm", "kernel_volume == 1 and output support == input support")
+    return rb.take(
+        "cpu",
+        "dequant_gather_gemm_scatter",
+        "packed weight dequantized to (K, C_in, C_out) in float32, then per kernel offset: gather, "
+        "BLAS GEMM, scatter-add (tiled over all cores)",
     )

@@ -1,0 +1,392 @@
+"""Quantized modules: sparse convolutions and linear layers with packed int4 / int8 weights.
+
+Each module stores its weight packed as in :mod:`lattice.core.quantized` — ``weight``
+(uint32), ``scales`` and ``biases`` — plus an optional float ``bias``, all frozen like
+``mlx.nn.QuantizedLinear`` (``unfreeze`` leaves the packed arrays frozen). Conv
+modules keep MLX's dense layout ``(C_out, Kx, Ky, Kz, C_in)`` packed along ``C_in``;
+``QuantizedLinear`` packs ``(out, in)`` exactly like ``mlx.nn.QuantizedLinear`` (with
+``in`` zero-padded to the group size). Each ``__call__`` calls one op of
+:mod:`lattice.ops` with a :class:`~lattice.core.quantized.QuantizedWeight`; the
+routing layer picks the packed route. :func:`quantize` swaps a model's conv and
+linear modules for these in place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_map_with_path
+
+from lattice.core.kernel import KernelSpec
+from lattice.core.quantized import QuantizedWeight, quantize_weight
+from lattice.core.tensor import SparseTensor
+from lattice.nn import conv as fconv
+from lattice.ops import conv as C
+from lattice.ops import features as F
+
+IntOrTriple = int | Sequence[int]
+PACKED = ("weight", "scales", "biases")
+_REPR_NAMES = {"size": "kernel_size"}
+
+__all__ = [
+    "QuantizedConv3d",
+    "QuantizedConvTranspose3d",
+    "QuantizedGenerativeConvTranspose3d",
+    "QuantizedLinear",
+    "QuantizedSubmConv3d",
+    "quantize",
+]
+
+
+def _channels(value, name: str, module: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"[{module}] {name} must be a positive int, got {value!r}")
+    return value
+
+
+def _one_target(target, coordinates, module: str):
+    if target is not None and coordinates is not None:
+        raise ValueError(f"[{module}] give the output support as target or as coordinates, not both")
+    return target if target is not None else coordinates
+
+
+def _flag(value, name: str, module: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"[{module}] {name} must be True or False, got {value!r}")
+    return value
+
+
+class _Packed(nn.Module):
+    """Packed-weight storage shared by the quantized modules."""
+
+    _layout = "dense"  # QuantizedWeight layout of the stored weight
+
+    def _store(self, q: QuantizedWeight, bias: mx.array | None) -> None:
+        self.group_size, self.bits = q.group_size, q.bits
+        self.in_channels, self.out_channels = q.in_channels, q.out_channels
+        self.weight, self.scales, self.biases = q.data, q.scales, q.biases
+        if bias is not None:
+            self.bias = bias
+        self.freeze()
+
+    def unfreeze(self, *args, **kwargs) -> nn.Module:
+        """Unfreezes like ``mlx.nn.Module.unfreeze``, except the packed arrays stay frozen."""
+        super().unfreeze(*args, **kwargs)
+        self.freeze(recurse=False, keys=list(PACKED))
+        return self
+
+    def _bias(self) -> mx.array | None:
+        return self["bias"] if "bias" in self else None
+
+    def _logical_shape(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def qweight(self) -> QuantizedWeight:
+        """The packed weight as a :class:`QuantizedWeight` (no copy)."""
+        return QuantizedWeight(
+            self["weight"],
+            self["scales"],
+            self["biases"],
+            self.bits,
+            self.group_size,
+            self._logical_shape(),
+            self._layout,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the packed weight (data + scales + biases), without the float bias."""
+        return sum(int(self[k].nbytes) for k in PACKED)
+
+
+class _QuantizedConv(_Packed):
+    """A sparse convolution with a packed dense-layout weight; subclasses name their float twin."""
+
+    _float: type[nn.Module]
+    _geometry: tuple[str, ...]  # constructor keywords taken from the spec
+
+    def _init(self, in_channels, out_channels, spec: KernelSpec, bias, group_size, bits) -> None:
+        name = type(self).__name__
+        in_channels = _channels(in_channels, "in_channels", name)
+        out_channels = _channels(out_channels, "out_channels", name)
+        _flag(bias, "bias", name)
+        self.spec = spec
+        scale = math.sqrt(1.0 / (in_channels * spec.volume))
+        w = mx.random.uniform(low=-scale, high=scale, shape=(out_channels, *spec.size, in_channels))
+        q = quantize_weight(w, group_size=group_size, bits=bits)
+        self._store(q, mx.zeros((out_channels,)) if bias else None)
+
+    def _logical_shape(self) -> tuple[int, ...]:
+        return (self.out_channels, *self.spec.size, self.in_channels)
+
+    @classmethod
+    def from_conv(cls, module: nn.Module, group_size: int | None = None, bits: int = 4):
+        """The quantized twin of a float conv module (same geometry; its bias kept in float)."""
+        name = f"{cls.__name__}.from_conv"
+        normalized = type(module).__name__.startswith("Normalized")
+        if not isinstance(module, cls._float) or normalized:
+            why = " (normalised convolutions need the float weight)" if normalized else ""
+            raise TypeError(f"[{name}] expected a {cls._float.__name__}, got {type(module).__name__}{why}")
+        q = quantize_weight(module["weight"], group_size=group_size, bits=bits)
+        obj = cls.__new__(cls)
+        nn.Module.__init__(obj)
+        obj.spec = module.spec
+        obj._store(q, module["bias"] if "bias" in module else None)
+        return obj
+
+    @property
+    def kernel_size(self):
+        return self.spec.size
+
+    def _extra_repr(self) -> str:
+        geometry = ", ".join(f"{_REPR_NAMES.get(k, k)}={getattr(self.spec, k)}" for k in self._geometry)
+        return (
+            f"{self.in_channels}, {self.out_channels}, {geometry}, bias={'bias' in self}, "
+            f"group_size={self.group_size}, bits={self.bits}"
+        )
+
+
+class QuantizedConv3d(_QuantizedConv):
+    """:class:`lattice.nn.Conv3d` with a packed weight; ``conv(x, coordinates=target)`` is target mode."""
+
+    _float = fconv.Conv3d
+    _geometry = ("size", "stride", "padding", "dilation")
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        kernel_size: IntOrTriple = 3,
+        stride: IntOrTriple = 1,
+        padding: IntOrTriple = 0,
+        dilation: IntOrTriple = 1,
+        bias: bool = True,
+        group_size: int | None = None,
+        bits: int = 4,
+    ) -> None:
+        super().__init__()
+        spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
+        self._init(in_channels, out_channels, spec, bias, group_size, bits)
+
+    def __call__(self, x: SparseTensor, *, coordinates=None) -> SparseTensor:
+        s = self.spec
+        return C.conv3d(
+            x,
+            self.qweight(),
+            self._bias(),
+            kernel_size=s.size,
+            stride=s.stride,
+            padding=s.padding,
+            dilation=s.dilation,
+            coordinates=coordinates,
+        )
+
+
+class QuantizedSubmConv3d(_QuantizedConv):
+    """:class:`lattice.nn.SubmConv3d` with a packed weight (output support = input support)."""
+
+    _float = fconv.SubmConv3d
+    _geometry = ("size", "dilation")
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        kernel_size: IntOrTriple = 3,
+        dilation: IntOrTriple = 1,
+        bias: bool = True,
+        group_size: int | None = None,
+        bits: int = 4,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        spec = KernelSpec(kernel_size, 1, 0, dilation, op=name)
+        if not spec.is_odd:
+            raise ValueError(f"[{name}] kernel_size must be odd on every axis, got {spec.size}")
+        self._init(in_channels, out_channels, spec, bias, group_size, bits)
+
+    def __call__(self, x: SparseTensor) -> SparseTensor:
+        return C.subm_conv3d(
+            x, self.qweight(), self._bias(), kernel_size=self.spec.size, dilation=self.spec.dilation
+        )
+
+
+class QuantizedConvTranspose3d(_QuantizedConv):
+    """:class:`lattice.nn.ConvTranspose3d` with a packed weight, on generated support only
+    (an explicit ``target`` is rejected by the op: use the float module there).
+    """
+
+    _float = fconv.ConvTranspose3d
+    _geometry = ("size", "stride", "padding", "dilation")
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        kernel_size: IntOrTriple = 2,
+        stride: IntOrTriple = 2,
+        padding: IntOrTriple = 0,
+        dilation: IntOrTriple = 1,
+        bias: bool = True,
+        group_size: int | None = None,
+        bits: int = 4,
+    ) -> None:
+        super().__init__()
+        spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
+        self._init(in_channels, out_channels, spec, bias, group_size, bits)
+
+    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
+        s = self.spec
+        return C.conv_transpose3d(
+            x,
+            self.qweight(),
+            self._bias(),
+            kernel_size=s.size,
+            stride=s.stride,
+            padding=s.padding,
+            dilation=s.dilation,
+            coordinates=_one_target(target, coordinates, type(self).__name__),
+        )
+
+
+class QuantizedGenerativeConvTranspose3d(_QuantizedConv):
+    """:class:`lattice.nn.GenerativeConvTranspose3d` with a packed weight (generated or explicit target)."""
+
+    _float = fconv.GenerativeConvTranspose3d
+    _geometry = ("size", "stride")
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        kernel_size: IntOrTriple = 2,
+        stride: IntOrTriple = 2,
+        bias: bool = True,
+        group_size: int | None = None,
+        bits: int = 4,
+    ) -> None:
+        super().__init__()
+        spec = KernelSpec(kernel_size, stride, 0, 1, op=type(self).__name__)
+        self._init(in_channels, out_channels, spec, bias, group_size, bits)
+
+    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
+        return C.generative_conv_transpose3d(
+            x,
+            self.qweight(),
+            self._bias(),
+            kernel_size=self.spec.size,
+            stride=self.spec.stride,
+            coordinates=_one_target(target, coordinates, type(self).__name__),
+        )
+
+
+class QuantizedLinear(_Packed):
+    """``y = x W^T + b`` with a packed ``(output_dims, input_dims)`` weight, on a SparseTensor's
+    features or a plain array (route ``cpu.dequant_blas_gemm``).
+    """
+
+    _layout = "linear"
+
+    def __init__(
+        self,
+        input_dims: int,
+        output_dims: int,
+        bias: bool = True,
+        group_size: int | None = None,
+        bits: int = 4,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        input_dims = _channels(input_dims, "input_dims", name)
+        output_dims = _channels(output_dims, "output_dims", name)
+        _flag(bias, "bias", name)
+        scale = math.sqrt(1.0 / input_dims)
+        w = mx.random.uniform(low=-scale, high=scale, shape=(output_dims, input_dims))
+        self._store(
+            quantize_weight(w, group_size=group_size, bits=bits), mx.zeros((output_dims,)) if bias else None
+        )
+
+    def _logical_shape(self) -> tuple[int, ...]:
+        return (self.out_channels, self.in_channels)
+
+    @classmethod
+    def from_linear(cls, module: nn.Module, group_size: int | None = None, bits: int = 4) -> QuantizedLinear:
+        """The quantized twin of an ``mlx.nn.Linear`` / ``lattice.nn.Linear`` (bias kept in float)."""
+        if not isinstance(module, nn.Linear):
+            raise TypeError(
+                f"[{cls.__name__}.from_linear] expected an mlx.nn.Linear, got {type(module).__name__}"
+            )
+        q = quantize_weight(module["weight"], group_size=group_size, bits=bits)
+        obj = cls.__new__(cls)
+        nn.Module.__init__(obj)
+        obj._store(q, module["bias"] if "bias" in module else None)
+        return obj
+
+    def _extra_repr(self) -> str:
+        return (
+            f"input_dims={self.in_channels}, output_dims={self.out_channels}, bias={'bias' in self}, "
+            f"group_size={self.group_size}, bits={self.bits}"
+        )
+
+    def __call__(self, x):
+        return F.linear(x, self.qweight(), self._bias())
+
+
+# ---- whole models ------------------------------------------------------------------------------
+
+_NORMALIZED = (
+    fconv.NormalizedSubmConv3d,
+    fconv.NormalizedConvTranspose3d,
+    fconv.NormalizedGenerativeConvTranspose3d,
+)
+_CONVERSIONS: tuple[tuple[type, Callable], ...] = (
+    (fconv.Conv3d, QuantizedConv3d.from_conv),
+    (fconv.SubmConv3d, QuantizedSubmConv3d.from_conv),
+    (fconv.ConvTranspose3d, QuantizedConvTranspose3d.from_conv),
+    (fconv.GenerativeConvTranspose3d, QuantizedGenerativeConvTranspose3d.from_conv),
+    (nn.Linear, QuantizedLinear.from_linear),
+)
+
+
+def _conversion(module: nn.Module) -> Callable | None:
+    if isinstance(module, _NORMALIZED):
+        return None
+    return next((fn for cls, fn in _CONVERSIONS if isinstance(module, cls)), None)
+
+
+def quantize(
+    model: nn.Module,
+    *,
+    bits: int = 4,
+    group_size: int | None = None,
+    class_predicate: Callable[[str, nn.Module], bool] | None = None,
+) -> nn.Module:
+    """Swaps ``model``'s conv and linear leaf modules for their quantized forms, in place.
+
+    Converted: ``Conv3d``, ``SubmConv3d``, ``ConvTranspose3d``, ``GenerativeConvTranspose3d``
+    and ``mlx.nn.Linear`` (so ``lattice.nn.Linear``). Normalised convolutions keep their
+    float weight. ``class_predicate(path, module)`` (as in ``mlx.nn.quantize``) chooses
+    which convertible modules to quantize — e.g. to keep a ``ConvTranspose3d`` that is
+    called with an explicit target in float. Returns ``model``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"[quantize] model must be an mlx.nn.Module, got {type(model).__name__}")
+    # check the parameters once, before any module is swapped
+    quantize_weight(mx.zeros((1, 32)), group_size=32 if group_size is None else group_size, bits=bits)
+
+    def convert(path: str, module: nn.Module) -> nn.Module:
+        fn = _conversion(module)
+        if fn is None or (class_predicate is not None and not class_predicate(path, module)):
+            return module
+        return fn(module, group_size=group_size, bits=bits)
+
+    leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)
+    model.update_modules(leaves)
+    return model
