@@ -24,8 +24,18 @@ def _tensor(n=200, c=4, seed=0):
 
 
 def _req(**kw):
-    base = dict(op="conv3d", kind="forward", dtype="float32", c_in=8, c_out=8, kernel_volume=27,
-                identity_relation=False, n_in=10, n_out=10, edges=30)
+    base = dict(
+        op="conv3d",
+        kind="forward",
+        dtype="float32",
+        c_in=8,
+        c_out=8,
+        kernel_volume=27,
+        identity_relation=False,
+        n_in=10,
+        n_out=10,
+        edges=30,
+    )
     return ConvRequest(**(base | kw))
 
 
@@ -54,7 +64,10 @@ def test_linear_never_routes_to_mlx_matmul_on_cpu():
     assert route.name == "cpu.blas_gemm"
     assert any(r.algorithm == "mlx_matmul" for r in route.rejected)
     gpu = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
-    assert route_linear(LinearRequest("linear", "float32", 100, 8, 8, device="gpu"), gpu).name == "gpu.mlx_matmul"
+    assert (
+        route_linear(LinearRequest("linear", "float32", 100, 8, 8, device="gpu"), gpu).name
+        == "gpu.mlx_matmul"
+    )
 
 
 def test_bad_dtype_is_a_validation_error():
@@ -141,3 +154,13 @@ def test_cli_explain_on_a_real_scan():
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["facts"]["n_in"] > 10_000 and out["facts"]["average_neighbors"] > 1.0
+
+
+def test_cli_explain_packed_weight_route():
+    res = runner.invoke(
+        app,
+        ["explain", "subm_conv3d", "--channels", "64,64", "--quantize", "int8", "--rows", "500", "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["route"] == "cpu.dequant_gather_gemm_scatter"
+    assert runner.invoke(app, ["explain", "subm_conv3d", "--quantize", "int3"]).exit_code == 2

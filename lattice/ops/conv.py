@@ -12,7 +12,7 @@ import mlx.core as mx
 
 from lattice.backends import cpu
 from lattice.core.kernel import KernelSpec
-from lattice.core.quantized import QuantizedWeight, check_conv_weight
+from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
 from lattice.core.relation import KernelRelation, RelationKind
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
@@ -157,6 +157,8 @@ def _example(kind: str):
     def build(x, req):
         k = req.kernel_size
         w = mx.zeros((req.channels[-1], k, k, k, x.channels), dtype=getattr(mx, req.dtype))
+        if req.quantize:
+            w = quantize_weight(w.astype(mx.float32), bits=req.quantize)
         kwargs = {"kernel_size": k, "device": req.device}
         if kind != "subm":
             kwargs["stride"] = req.stride

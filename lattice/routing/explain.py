@@ -63,6 +63,7 @@ class ExplainRequest:
     stride: int = 1
     dtype: str = "float32"
     device: str | None = None
+    quantize: int | None = None  # bits of a packed weight (4 or 8), None for dense
 
 
 def explain_on(op: str, x, request: ExplainRequest) -> Route:

@@ -24,6 +24,9 @@ def explain(
     voxel_size: float = typer.Option(0.05, "--voxel-size", help="Voxel size for a point-cloud input."),
     rows: int = typer.Option(100_000, "--rows", help="Active rows of the synthetic input."),
     fmt: str | None = typer.Option(None, "--format", help="Input format when the extension does not tell."),
+    quantize: str | None = typer.Option(
+        None, "--quantize", help="int8 | int4: explain with a packed weight."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result."),
 ) -> None:
     """Show the route an op takes: chosen route, reason, each rejected route and the failed predicate."""
@@ -31,8 +34,11 @@ def explain(
 
     if dtype not in ("float32", "float16", "bfloat16"):
         fail(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}", code=2)
+    bits = {None: None, "int8": 8, "int4": 4}.get(quantize, -1)
+    if bits == -1:
+        fail(f"--quantize must be int8 or int4, got {quantize!r}", code=2)
     request = ex.ExplainRequest(
-        tuple(parse_int_list(channels, "--channels")), kernel_size, stride, dtype, device
+        tuple(parse_int_list(channels, "--channels")), kernel_size, stride, dtype, device, bits
     )
     try:
         if input is not None:
