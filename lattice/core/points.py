@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
@@ -17,19 +17,25 @@ class SparseQuantization:
 
     ``coords`` (M, 4) int32 unique voxels in first-occurrence order;
     ``inverse_rows`` (N,) the voxel row of every point; ``counts`` (M,) points per voxel.
+    ``table``: the native hash table of ``coords`` (an ``_ext.CoordTable``), so a caller
+    can register it with a ``CoordinateManager`` instead of hashing the coords again.
     """
 
     coords: mx.array
     active_rows: int
     inverse_rows: mx.array
     counts: mx.array
+    table: object = field(default=None, repr=False, compare=False)
 
 
 def _points(points, op: str) -> mx.array:
     if not isinstance(points, mx.array):
         arr = np.asarray(points)
         # float64 input keeps its precision (projected coordinates in metres near 5e5).
-        points = mx.array(arr, dtype=mx.float64) if arr.dtype == np.float64 else mx.array(arr.astype(np.float32))
+        if arr.dtype == np.float64:
+            points = mx.array(arr, dtype=mx.float64)
+        else:  # mx.array copies once; float32 input needs no astype copy before it
+            points = mx.array(arr.astype(np.float32, copy=False))
     if points.ndim != 2 or points.shape[1] != 3:
         raise ValueError(f"[{op}] points must have shape (N, 3), got {tuple(points.shape)}")
     if not mx.issubdtype(points.dtype, mx.floating):
@@ -66,4 +72,4 @@ def sparse_quantize(
             raise TypeError(f"[{op}] batch_indices must be integers, got {batch.dtype}")
         batch = batch[:n]
     table, inverse, counts = _ext.sparse_quantize(points, vs, org, batch)
-    return SparseQuantization(table.coords, table.size, inverse, counts)
+    return SparseQuantization(table.coords, table.size, inverse, counts, table)

@@ -6,12 +6,16 @@
 
 Every reading problem is a ``PointCloudError`` (a ``ValueError``) with one line that
 names the file. See ``docs/io.md``.
+
+``to_open3d`` / ``from_open3d`` convert to and from Open3D (the optional extra
+``lattice[open3d]``); Open3D itself is imported only when they are called.
 """
 
 from lattice.io._common import PointCloudError
 from lattice.io._points import PointCloud, pack_rgb, unpack_rgb
 from lattice.io.atomic import atomic_write
 from lattice.io.formats import FORMATS, Format, format_from_name, read_points, write_points
+from lattice.io.open3d import from_open3d, to_open3d  # imports open3d only when called
 from lattice.io.sparse import SPARSE_FORMAT, SparseFile, read_sparse, write_sparse
 
 __all__ = [
@@ -23,9 +27,11 @@ __all__ = [
     "SparseFile",
     "atomic_write",
     "format_from_name",
+    "from_open3d",
     "pack_rgb",
     "read_points",
     "read_sparse",
+    "to_open3d",
     "unpack_rgb",
     "write_points",
     "write_sparse",
