@@ -1,12 +1,62 @@
-"""Options and helpers shared by the commands (one place for aliases and exit codes)."""
+"""Options and helpers shared by the commands (one place for aliases, exit codes and messages).
+
+Exit codes: 0 ok, 1 failed input or run, 2 usage. Every error is one line on stderr,
+``lattice: error: ...``; warnings are ``lattice: warning: ...``. A summary goes to stdout,
+or to stderr when stdout carries the data (``-o -``).
+"""
 
 from __future__ import annotations
 
-from typing import NoReturn
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, BinaryIO, NoReturn
 
+import click
 import typer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+STDIO = "-"
+
+# ---- shared options ------------------------------------------------------------------
+
+InputsArg = Annotated[
+    list[str],
+    typer.Argument(help="Input files, directories or quoted globs; - reads stdin.", show_default=False),
+]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output", "-o", help="Output file (a sparse-tensor NPZ), or - for stdout. One input only."
+    ),
+]
+OutputDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output-dir", "-d", help="Batch mode: one output per input in this directory (created if needed)."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Batch mode: replace existing outputs (default: skip them).")
+]
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", "-j", min=1, help="Batch mode: files processed in parallel (processes).")
+]
+FormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="Input format when the extension does not tell: ply, npz, las, laz, pcd, kitti, nuscenes.",
+    ),
+]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Refuse points with NaN/Inf coordinates instead of dropping them.")
+]
+
+
+# ---- messages -------------------------------------------------------------------------
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
@@ -15,7 +65,43 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     raise typer.Exit(code)
 
 
+def error(message: str) -> None:
+    """One error line on stderr without exiting (a failed file of a batch)."""
+    typer.echo(f"lattice: error: {message}", err=True)
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    typer.echo(f"lattice: warning: {message}", err=True)
+
+
+def error_message(err: BaseException) -> str:
+    """The one-line text for an exception: the message of input errors, the file and reason of OS errors."""
+    if isinstance(err, OSError) and err.strerror:
+        where = err.filename if err.filename is not None else ""
+        return f"{where}: {err.strerror}" if where else err.strerror
+    if isinstance(err, ValueError | TypeError):
+        text = str(err)
+    else:
+        text = f"{type(err).__name__}: {err}"
+    return " ".join(text.split()) or type(err).__name__
+
+
+def plural(n: int, word: str) -> str:
+    """``1 channel``, ``5 channels``."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def emit(summary: dict, text: str, *, as_json: bool, data_on_stdout: bool = False) -> None:
+    """Print a summary: JSON or a text line, on stdout unless stdout carries the data."""
+    typer.echo(json.dumps(summary) if as_json else text, err=data_on_stdout)
+
+
+# ---- parsing --------------------------------------------------------------------------
+
+
 def parse_int_list(text: str, name: str) -> list[int]:
+    """Comma-separated positive integers (usage error otherwise)."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -23,3 +109,55 @@ def parse_int_list(text: str, name: str) -> list[int]:
     if not values or min(values) <= 0:
         fail(f"{name} must be positive integers, got {text!r}", code=EXIT_USAGE)
     return values
+
+
+def parse_triple(text: str, name: str, kind: type = float) -> tuple:
+    """``S`` or ``X,Y,Z`` as a triple of ``kind``; text that is not numbers is a usage error.
+
+    Range checks (positive, finite) belong to the library function, whose ValueError is exit 1.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = [kind(p) for p in parts]
+    except ValueError:
+        fail(
+            f"{name} must be one or three {kind.__name__}s separated by commas, got {text!r}", code=EXIT_USAGE
+        )
+    if len(values) not in (1, 3):
+        fail(f"{name} must be one or three numbers, got {len(values)} in {text!r}", code=EXIT_USAGE)
+    return tuple(values * 3 if len(values) == 1 else values)
+
+
+def parse_names(text: str | None) -> tuple[str, ...] | None:
+    """``a,b,c`` as a tuple; None stays None (all); ``none`` or an empty string is ``()``."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("", "none"):
+        return ()
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+# ---- stdin / stdout -------------------------------------------------------------------
+
+
+def input_stream(name: str) -> str | BinaryIO:
+    """``-`` is stdin (binary); anything else is returned as the path."""
+    return click.get_binary_stream("stdin") if name == STDIO else name
+
+
+def output_target(name: str) -> str | BinaryIO:
+    """``-`` is stdout (binary, refused on a terminal); a path's directory must exist."""
+    if name == STDIO:
+        if sys.stdout.isatty():
+            fail("refusing to write a binary NPZ to a terminal; redirect stdout or give -o FILE", EXIT_USAGE)
+        return click.get_binary_stream("stdout")
+    path = Path(name)
+    if path.is_dir():
+        fail(f"cannot write {name}: it is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        fail(f"cannot write {name}: {parent} {what}")
+    if not os.access(parent, os.W_OK):
+        fail(f"cannot write {name}: {parent} is not writable")
+    return name

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from lattice_cli.commands import demo as demo_cmd
 from lattice_cli.commands import explain as explain_cmd
 from lattice_cli.commands import info as info_cmd
+from lattice_cli.commands import model_run as model_run_cmd
+from lattice_cli.commands import pool as pool_cmd
+from lattice_cli.commands import upsample as upsample_cmd
+from lattice_cli.commands import voxelize as voxelize_cmd
 
 app = typer.Typer(
     name="lattice",
@@ -33,8 +38,14 @@ def main(
     """Sparse point-cloud and sparse-voxel tools on MLX."""
 
 
-app.command("backend")(info_cmd.backend)
+app.command("demo")(demo_cmd.demo)
+app.command("voxelize")(voxelize_cmd.voxelize)
+app.command("pool")(pool_cmd.pool)
+app.command("upsample")(upsample_cmd.upsample)
+app.command("info")(info_cmd.info)
+app.command("model-run")(model_run_cmd.model_run)
 app.command("explain")(explain_cmd.explain)
+app.command("backend")(info_cmd.backend)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -251,7 +251,7 @@ def test_a_small_model_trains():
 def test_modules_are_reexported():
     for name in nnc.__all__:
         assert getattr(lattice.nn, name) is getattr(nnc, name)
-    for name in ("Linear", "ReLU", "BatchNorm", "QuantizedConv3d", "quantize"):
+    for name in ("Linear", "ReLU", "BatchNorm", "MaxPool3d", "QuantizedConv3d", "quantize"):
         assert hasattr(lattice.nn, name)
 
 

@@ -49,6 +49,19 @@ from lattice.ops.points import (
     voxelize,
     voxelize_features,
 )
+from lattice.ops.pool import (
+    PoolMode,
+    avg_pool3d,
+    global_avg_pool,
+    global_max_pool,
+    global_pool,
+    global_sum_pool,
+    max_pool3d,
+    pool3d,
+    pool_transpose3d,
+    sum_pool3d,
+    trilinear_upsample3d,
+)
 from lattice.ops.relations import (
     generative_kernel_relation,
     kernel_relation,
@@ -108,4 +121,15 @@ __all__ = [
     "interpolate_point_features",
     "voxelize",
     "voxelize_features",
+    "PoolMode",
+    "avg_pool3d",
+    "global_avg_pool",
+    "global_max_pool",
+    "global_pool",
+    "global_sum_pool",
+    "max_pool3d",
+    "pool3d",
+    "pool_transpose3d",
+    "sum_pool3d",
+    "trilinear_upsample3d",
 ]

@@ -6,6 +6,16 @@ layout, device capability) to a Route value. Ops call these and dispatch on the 
 from lattice.routing.conv import ConvRequest, route_conv
 from lattice.routing.device import Capability, capability, requested_device
 from lattice.routing.linear import LinearRequest, route_linear
+from lattice.routing.pool import (
+    GlobalPoolRequest,
+    PoolRequest,
+    UpsampleRequest,
+    route_global_pool,
+    route_pool,
+    route_pool_backward,
+    route_upsample,
+    route_upsample_backward,
+)
 from lattice.routing.relations import RelationRequest, route_relation
 from lattice.routing.types import Rejection, Route, Tier
 
@@ -22,4 +32,12 @@ __all__ = [
     "route_conv",
     "route_linear",
     "route_relation",
+    "GlobalPoolRequest",
+    "PoolRequest",
+    "UpsampleRequest",
+    "route_global_pool",
+    "route_pool",
+    "route_pool_backward",
+    "route_upsample",
+    "route_upsample_backward",
 ]

@@ -1,0 +1,339 @@
+"""Sparse pooling: local sum / max / avg over the forward relation, pool transpose
+(contributor average), trilinear upsampling, and global pooling to dense rows.
+
+Each op is a *plan* (validate, build or fetch the relation from the input's
+coordinate manager, ask the routing layer for the forward and backward routes) and an
+execution of that plan; ``lattice.explain`` runs only the plan. Semantics
+(DESIGN.md section 3, docs/pooling.md):
+
+- local pooling: output support ``unique(floor(coords / stride))``, stride
+  ``x.stride * stride``; edges ``i = o * stride + k * dilation - padding``; ``avg``
+  divides by the number of contributors of the output row; an output row that the
+  geometry leaves without contributors (e.g. ``kernel_size < stride``) is 0 in every
+  mode. ``max`` is per channel; its gradient goes to the smallest input row among
+  the tied maxima (NaN counts as the largest value).
+- ``pool_transpose3d``: each fine row is the mean of the coarse rows that reach it
+  through the transposed relation ``t = s * stride + k * dilation - padding``.
+- ``trilinear_upsample3d``: ``sum w x / sum w`` with ``w = prod_a (1 - |t_a - s_a * c_a| / s_a)``
+  over the coarse rows ``c`` present within ``|t_a - s_a * c_a| < s_a``.
+- global pooling: dense ``(B, C)``; avg = sum / max(count, 1).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import mlx.core as mx
+import numpy as np
+
+from lattice.backends import cpu_pool
+from lattice.core._checks import Triple, int_triple
+from lattice.core.coordinates import CoordinateMapKey
+from lattice.core.kernel import KernelSpec
+from lattice.core.relation import KernelRelation, RelationKind
+from lattice.core.tensor import SparseTensor
+from lattice.ops.relations import _target
+from lattice.routing import Route, requested_device
+from lattice.routing.explain import explainable
+from lattice.routing.pool import (
+    GlobalPoolRequest,
+    PoolRequest,
+    UpsampleRequest,
+    route_global_pool,
+    route_pool,
+    route_pool_backward,
+    route_upsample,
+    route_upsample_backward,
+)
+
+IntOrTriple = int | Sequence[int]
+
+
+class PoolMode(StrEnum):
+    """Reduction of a pooling op."""
+
+    SUM = "sum"
+    MAX = "max"
+    AVG = "avg"
+
+
+def pool_mode(mode, op: str) -> PoolMode:
+    """Normalises a mode given as a PoolMode or its string value."""
+    try:
+        return PoolMode(mode)
+    except ValueError:
+        raise ValueError(f"[{op}] mode must be one of {tuple(m.value for m in PoolMode)}, got {mode!r}") from None
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What a local pooling or upsampling call will do: relation, reduction, routes."""
+
+    op: str
+    route: Route
+    backward: Route
+    relation: KernelRelation
+    mode: PoolMode
+    weights: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GlobalPoolPlan:
+    """What a global pooling call will do."""
+
+    op: str
+    route: Route
+    mode: PoolMode
+    batch_size: int
+
+
+def _features(x, op: str) -> mx.array:
+    if not isinstance(x, SparseTensor):
+        raise TypeError(f"[{op}] x must be a SparseTensor, got {type(x).__name__}")
+    if x.dtype not in (mx.float32, mx.float16, mx.bfloat16):
+        raise TypeError(f"[{op}] features must be float32, float16 or bfloat16, got {_dtype_name(x.dtype)}")
+    return x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
+
+
+def _dtype_name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")
+
+
+def _execute(plan: PoolPlan, x: SparseTensor) -> SparseTensor:
+    impl = cpu_pool.POOL[plan.route.algorithm]
+    y = impl(_features(x, plan.op), plan.relation, plan.mode.value, backward=plan.backward.algorithm,
+             weights=plan.weights)
+    key, manager = plan.relation.out_key, x.coord_manager
+    return SparseTensor(manager.coords(key), y, key.stride, coord_key=key, coord_manager=manager)
+
+
+# ---- local pooling ---------------------------------------------------------------------
+
+
+def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> PoolPlan:
+    _features(x, op)
+    mode = pool_mode(mode, op)
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    rel = x.coord_manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op)
+    req = PoolRequest(op=op, mode=mode.value, dtype=_dtype_name(x.dtype), channels=x.channels,
+                      kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.active_count,
+                      n_out=rel.out_count, edges=rel.edge_count, device=requested_device(device))
+    return PoolPlan(op, route_pool(req), route_pool_backward(req), rel, mode)
+
+
+def _local(op: str, fixed_mode: PoolMode | None):
+    """The plan function of one local pooling op (``fixed_mode`` for sum/max/avg_pool3d)."""
+
+    def plan(x, *, mode="sum", kernel_size=2, stride=2, padding=0, dilation=1, device=None) -> PoolPlan:
+        return _pool_plan(op, x, fixed_mode or mode, kernel_size, stride, padding, dilation, device)
+
+    return plan
+
+
+def _kernel_example(x, req):
+    return (), {"kernel_size": req.kernel_size, "stride": req.stride, "device": req.device}
+
+
+_POOL3D_PLAN = _local("pool3d", None)
+
+
+@explainable(_POOL3D_PLAN, example=_kernel_example)
+def pool3d(x, *, mode: PoolMode | str = "sum", kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2,
+           padding: IntOrTriple = 0, dilation: IntOrTriple = 1, device=None) -> SparseTensor:
+    """Local sparse pooling (``mode`` sum, max or avg) over the forward relation.
+
+    Output support ``unique(floor(coords / stride))`` at stride ``x.stride * stride``.
+    """
+    return _execute(_POOL3D_PLAN(x, mode=mode, kernel_size=kernel_size, stride=stride, padding=padding,
+                                 dilation=dilation, device=device), x)
+
+
+_SUM_PLAN, _MAX_PLAN, _AVG_PLAN = (_local(f"{m.value}_pool3d", m) for m in PoolMode)
+
+
+@explainable(_SUM_PLAN, example=_kernel_example)
+def sum_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
+               dilation: IntOrTriple = 1, device=None) -> SparseTensor:
+    """Local sparse sum pooling (see ``pool3d``)."""
+    return _execute(_SUM_PLAN(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                              device=device), x)
+
+
+@explainable(_MAX_PLAN, example=_kernel_example)
+def max_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
+               dilation: IntOrTriple = 1, device=None) -> SparseTensor:
+    """Local sparse max pooling, per channel (see ``pool3d``; gradient ties go to the smallest input row)."""
+    return _execute(_MAX_PLAN(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                              device=device), x)
+
+
+@explainable(_AVG_PLAN, example=_kernel_example)
+def avg_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
+               dilation: IntOrTriple = 1, device=None) -> SparseTensor:
+    """Local sparse average pooling: divides by the contributors of each output row (see ``pool3d``)."""
+    return _execute(_AVG_PLAN(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                              device=device), x)
+
+
+# ---- upsampling ------------------------------------------------------------------------
+
+
+def _fine_level(op: str, x: SparseTensor, stride: Triple) -> Triple:
+    if any(a % b for a, b in zip(x.stride, stride, strict=True)):
+        raise ValueError(f"[{op}] x.stride {x.stride} is not divisible by stride {stride}")
+    return tuple(a // b for a, b in zip(x.stride, stride, strict=True))
+
+
+def _target_key(op: str, x: SparseTensor, target, level: Triple) -> CoordinateMapKey | None:
+    if isinstance(target, (SparseTensor, CoordinateMapKey)) and target.stride != level:
+        raise ValueError(
+            f"[{op}] target stride must equal x.stride / stride = {level}, got {target.stride} "
+            f"(x.stride {x.stride})"
+        )
+    return _target(x.coord_manager, target, level, op)
+
+
+def _upsample_plan(op, x, rel: KernelRelation, method, weights, explicit_target, device) -> PoolPlan:
+    req = UpsampleRequest(op=op, method=method, dtype=_dtype_name(x.dtype), channels=x.channels,
+                          kernel_volume=rel.n_kernels, n_in=x.active_count, n_out=rel.out_count,
+                          edges=rel.edge_count, explicit_target=explicit_target, device=requested_device(device))
+    return PoolPlan(op, route_upsample(req), route_upsample_backward(req), rel, PoolMode.AVG, weights)
+
+
+def _pool_transpose_plan(x, target=None, *, kernel_size=2, stride=2, padding=0, dilation=1,
+                         device=None) -> PoolPlan:
+    op = "pool_transpose3d"
+    _features(x, op)
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    tkey = _target_key(op, x, target, _fine_level(op, x, spec.stride))
+    rel = x.coord_manager.relation(RelationKind.TRANSPOSED, x.coord_key, spec, tkey, op=op)
+    return _upsample_plan(op, x, rel, "transpose", None, tkey is not None, device)
+
+
+@explainable(_pool_transpose_plan, example=_kernel_example)
+def pool_transpose3d(x, target=None, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2,
+                     padding: IntOrTriple = 0, dilation: IntOrTriple = 1, device=None) -> SparseTensor:
+    """Contributor average onto generated support or ``target`` (rows and order kept).
+
+    Each fine row is the mean of the coarse rows reaching it through the transposed
+    relation ``t = s * stride + k * dilation - padding``; target rows without
+    contributors are 0. A target must be at stride ``x.stride / stride``.
+    """
+    plan = _pool_transpose_plan(x, target, kernel_size=kernel_size, stride=stride, padding=padding,
+                                dilation=dilation, device=device)
+    return _execute(plan, x)
+
+
+def trilinear_weights(stride: Triple) -> tuple[float, ...]:
+    """Per kernel offset of the ``2s - 1`` kernel (z fastest): ``prod_a (1 - |k_a| / s_a)``."""
+    axes = [[1.0 - abs(k) / s for k in range(-(s - 1), s)] for s in stride]
+    return tuple(wx * wy * wz for wx, wy, wz in itertools.product(*axes))
+
+
+def _trilinear_plan(x, target=None, *, stride=2, device=None) -> PoolPlan:
+    op = "trilinear_upsample3d"
+    _features(x, op)
+    s = int_triple(stride, "stride", op, minimum=1)
+    # DESIGN's kernel 2s - 1 with padding s - 1 counts taps from 0; with the library's centred
+    # odd offsets that is the generative relation t = c * s + k, |k| < s, without padding.
+    spec = KernelSpec(tuple(2 * a - 1 for a in s), s, 0, 1, op=op)
+    tkey = _target_key(op, x, target, _fine_level(op, x, s))
+    rel = x.coord_manager.relation(RelationKind.GENERATIVE, x.coord_key, spec, tkey, op=op)
+    return _upsample_plan(op, x, rel, "trilinear", trilinear_weights(s), tkey is not None, device)
+
+
+def _stride_example(x, req):
+    return (), {"stride": req.stride, "device": req.device}
+
+
+@explainable(_trilinear_plan, example=_stride_example)
+def trilinear_upsample3d(x, target=None, *, stride: IntOrTriple = 2, device=None) -> SparseTensor:
+    """Normalised separable linear interpolation onto generated support or ``target``.
+
+    A coarse row ``c`` sits at fine index ``c * stride``; a fine row ``t`` gets
+    ``sum w x / sum w`` over the coarse rows present with weight
+    ``w = prod_a (1 - |t_a - c_a * s_a| / s_a) > 0`` (``2s - 1`` taps per axis), so
+    generated support is every such ``t``; target rows without neighbours are 0.
+    """
+    return _execute(_trilinear_plan(x, target, stride=stride, device=device), x)
+
+
+# ---- global pooling --------------------------------------------------------------------
+
+
+def _global_plan_for(op: str, fixed_mode: PoolMode | None):
+    def plan(x, *, mode="sum", batch_size=None, device=None) -> GlobalPoolPlan:
+        _features(x, op)
+        m = pool_mode(fixed_mode or mode, op)
+        size = _batch_size(op, x, batch_size, m)
+        req = GlobalPoolRequest(op=op, mode=m.value, dtype=_dtype_name(x.dtype), channels=x.channels,
+                                n_in=x.active_count, batch_size=size, device=requested_device(device))
+        return GlobalPoolPlan(op, route_global_pool(req), m, size)
+
+    return plan
+
+
+def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
+    counts = np.asarray(x.batch_counts, dtype=np.int64)
+    if batch_size is None:
+        batch_size = int(counts.size)
+    elif isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 0:
+        raise ValueError(f"[{op}] batch_size must be a non-negative int or None, got {batch_size!r}")
+    elif batch_size < counts.size:
+        raise ValueError(
+            f"[{op}] batch_size {batch_size} is smaller than the largest batch index + 1 ({counts.size})"
+        )
+    if mode is PoolMode.MAX:
+        full = np.zeros(int(batch_size), np.int64)
+        full[: counts.size] = counts
+        empty = np.flatnonzero(full == 0).tolist()
+        if empty:
+            raise ValueError(
+                f"[{op}] max over an empty batch member is undefined: member(s) {empty} of batch_size "
+                f"{batch_size} have no rows"
+            )
+    return int(batch_size)
+
+
+def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
+    impl = cpu_pool.GLOBAL_POOL[plan.route.algorithm]
+    return impl(_features(x, plan.op), x.batch_indices, plan.batch_size, plan.mode.value)
+
+
+def _device_example(x, req):
+    return (), {"device": req.device}
+
+
+_GLOBAL_PLAN = _global_plan_for("global_pool", None)
+_GSUM_PLAN, _GMAX_PLAN, _GAVG_PLAN = (_global_plan_for(f"global_{m.value}_pool", m) for m in PoolMode)
+
+
+@explainable(_GLOBAL_PLAN, example=_device_example)
+def global_pool(x, *, mode: PoolMode | str = "sum", batch_size: int | None = None, device=None) -> mx.array:
+    """Dense ``(B, C)`` pooling of each batch member's rows (``mode`` sum, max or avg).
+
+    ``B`` is ``batch_size`` or the largest batch index + 1. Empty members give 0 for
+    sum and avg (avg = sum / max(count, 1)); max over an empty member is an error.
+    """
+    return _global_execute(_GLOBAL_PLAN(x, mode=mode, batch_size=batch_size, device=device), x)
+
+
+@explainable(_GSUM_PLAN, example=_device_example)
+def global_sum_pool(x, *, batch_size: int | None = None, device=None) -> mx.array:
+    """Dense ``(B, C)`` sum of each batch member's rows (see ``global_pool``)."""
+    return _global_execute(_GSUM_PLAN(x, batch_size=batch_size, device=device), x)
+
+
+@explainable(_GAVG_PLAN, example=_device_example)
+def global_avg_pool(x, *, batch_size: int | None = None, device=None) -> mx.array:
+    """Dense ``(B, C)`` mean of each batch member's rows; empty members give 0."""
+    return _global_execute(_GAVG_PLAN(x, batch_size=batch_size, device=device), x)
+
+
+@explainable(_GMAX_PLAN, example=_device_example)
+def global_max_pool(x, *, batch_size: int | None = None, device=None) -> mx.array:
+    """Dense ``(B, C)`` per-channel max of each batch member's rows; an empty member is an error."""
+    return _global_execute(_GMAX_PLAN(x, batch_size=batch_size, device=device), x)

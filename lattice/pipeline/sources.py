@@ -1,0 +1,269 @@
+"""Point sources that hand out chunks, so large files are voxelized in bounded memory.
+
+Streamed (read chunk by chunk from disk; memory is one chunk, whatever the file size):
+
+- KITTI ``.bin`` and nuScenes (``format="nuscenes"``): fixed-width float32 rows;
+- binary PLY (little or big endian) whose first element is ``vertex`` with scalar
+  properties only: the vertex block is read record by record after the header;
+- NPZ points archives (stored or deflated) whose arrays are C-ordered: each array
+  member is decompressed progressively, rows in step.
+
+Everything else (ascii PLY, PLY with list properties or elements before ``vertex``, PCD,
+LAS/LAZ, any stream such as stdin) is read whole with ``lattice.io.read_points`` and
+sliced. Whatever the path, the points and attribute names are exactly what
+``read_points`` gives, and every problem is a one-line ``PointCloudError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from lattice.io import PointCloud, PointCloudError, format_from_name, read_points
+from lattice.io.kitti import LAYOUTS
+
+DEFAULT_CHUNK_POINTS = 2_000_000
+Chunk = tuple[np.ndarray, dict[str, np.ndarray]]
+
+_PLY_TYPES = {
+    "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
+    "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
+    "float": "f4", "float32": "f4", "double": "f8", "float64": "f8",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PointSource:
+    """A point cloud that can be read in chunks.
+
+    ``attributes`` maps each per-point attribute to ``(dtype, shape after N)``;
+    ``streamed`` says whether chunks come from disk (True) or from a cloud in memory.
+    """
+
+    label: str
+    format: str
+    num_points: int
+    attributes: dict[str, tuple[np.dtype, tuple[int, ...]]]
+    streamed: bool
+    _read: Callable[[int], Iterator[Chunk]]
+
+    def chunks(self, chunk_points: int = DEFAULT_CHUNK_POINTS) -> Iterator[Chunk]:
+        """Yield ``(points (n, 3), {attribute: (n, ...)})`` for consecutive runs of points."""
+        if chunk_points < 1:
+            raise ValueError(f"[PointSource] chunk_points must be positive, got {chunk_points}")
+        return self._read(int(chunk_points))
+
+
+def memory_source(cloud: PointCloud, label: str | None = None) -> PointSource:
+    """A source over a cloud already in memory (chunks are slices, no copies)."""
+
+    def read(k: int) -> Iterator[Chunk]:
+        for s in range(0, max(len(cloud), 1), k):
+            yield cloud.points[s : s + k], {a: v[s : s + k] for a, v in cloud.attributes.items()}
+
+    schema = {a: (v.dtype, v.shape[1:]) for a, v in cloud.attributes.items()}
+    name = label or cloud.source or "<cloud>"
+    return PointSource(name, cloud.format or "memory", len(cloud), schema, False, read)
+
+
+def open_source(path_or_file: str | os.PathLike | BinaryIO, *, format: str | None = None) -> PointSource:
+    """A chunked source for a path (streamed where the format allows) or a binary stream (in memory)."""
+    if hasattr(path_or_file, "read"):
+        return memory_source(read_points(path_or_file, format=format))
+    path = Path(path_or_file)
+    label = os.fspath(path_or_file)
+    if not path.exists():
+        raise PointCloudError(f"{label}: no such file")
+    if path.is_dir():
+        raise PointCloudError(f"{label}: is a directory, expected a file")
+    if path.stat().st_size == 0:
+        raise PointCloudError(f"{label}: file is empty")
+    fmt = (format or format_from_name(label) or "").lower().lstrip(".")
+    fmt = {"bin": "kitti", "velodyne": "kitti"}.get(fmt, fmt)
+    source = None
+    if fmt in LAYOUTS:
+        source = _scan_source(path, label, fmt)
+    elif fmt == "ply":
+        source = _ply_source(path, label)
+    elif fmt == "npz":
+        source = _npz_source(path, label)
+    return source or memory_source(read_points(path, format=format), label)
+
+
+# ---- KITTI / nuScenes ------------------------------------------------------------------
+
+
+def _scan_source(path: Path, label: str, layout: str) -> PointSource:
+    extra = LAYOUTS[layout]
+    width = 3 + len(extra)
+    size = path.stat().st_size
+    if size % (4 * width):
+        raise PointCloudError(
+            f"{label}: {size} bytes is not a whole number of {layout} points "
+            f"(float32 x, y, z, {', '.join(extra)} = {4 * width} bytes each)"
+        )
+    n = size // (4 * width)
+
+    def read(k: int) -> Iterator[Chunk]:
+        with open(path, "rb") as f:
+            for s in range(0, n, k):
+                m = min(k, n - s)
+                raw = np.fromfile(f, dtype="<f4", count=m * width)
+                if raw.size != m * width:
+                    raise PointCloudError(
+                        f"{label}: file shrank while reading ({s + raw.size // width} of {n})"
+                    )
+                raw = raw.reshape(m, width).astype(np.float32, copy=False)
+                yield np.ascontiguousarray(raw[:, :3]), {a: raw[:, 3 + i].copy() for i, a in enumerate(extra)}
+
+    schema = {a: (np.dtype(np.float32), ()) for a in extra}
+    return PointSource(label, layout, n, schema, True, read)
+
+
+# ---- binary PLY ------------------------------------------------------------------------
+
+
+def _ply_header(path: Path) -> tuple[int, str, list[list[str]]] | None:
+    """``(header bytes, format word, header lines as words)``, or None when this is not a PLY."""
+    with open(path, "rb") as f:
+        if f.readline(64).rstrip(b"\r\n") != b"ply":
+            return None
+        words, size = [], 0
+        while True:
+            line = f.readline(1 << 16)
+            if not line or size > (1 << 20):
+                return None
+            words.append(line.decode("ascii", "replace").split())
+            if words[-1] == ["end_header"]:
+                break
+        offset = f.tell()
+    fmt = next((w[1] for w in words if w[:1] == ["format"] and len(w) >= 2), "")
+    return offset, fmt, words
+
+
+def _ply_source(path: Path, label: str) -> PointSource | None:
+    """A streamed source for a binary PLY that starts with a list-free ``vertex`` element, else None."""
+    header = _ply_header(path)
+    if header is None:
+        return None
+    offset, fmt, words = header
+    order = {"binary_little_endian": "<", "binary_big_endian": ">"}.get(fmt)
+    elements = [i for i, w in enumerate(words) if w[:1] == ["element"]]
+    if order is None or not elements or words[elements[0]][1:2] != ["vertex"] or len(words[elements[0]]) != 3:
+        return None
+    try:
+        n = int(words[elements[0]][2])
+    except ValueError:
+        return None
+    fields = []
+    for w in words[elements[0] + 1 :]:
+        if w[:1] in (["element"], ["end_header"]):
+            break
+        if w[:1] == ["property"]:
+            if len(w) != 3 or w[1] not in _PLY_TYPES:
+                return None  # list or unknown type: read_points explains or handles it
+            fields.append((w[2], order + _PLY_TYPES[w[1]]))
+    names = [f[0] for f in fields]
+    if not {"x", "y", "z"} <= set(names) or len(set(names)) != len(names) or n < 0:
+        return None
+    dtype = np.dtype(fields)
+    present = (path.stat().st_size - offset) // dtype.itemsize
+    if present < n:
+        raise PointCloudError(
+            f"{label}: truncated PLY: header declares {n} vertex rows but only {present} are present"
+        )
+    pdtype = np.float32 if all(dtype[a] == np.float32 for a in "xyz") else np.float64
+    attrs = [a for a in names if a not in ("x", "y", "z")]
+
+    def read(k: int) -> Iterator[Chunk]:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            for s in range(0, n, k):
+                rec = np.fromfile(f, dtype=dtype, count=min(k, n - s))
+                pts = np.stack([rec[a] for a in "xyz"], axis=1).astype(pdtype)
+                yield pts, {a: rec[a].astype(rec[a].dtype.newbyteorder("=")) for a in attrs}
+
+    schema = {a: (dtype[a].newbyteorder("="), ()) for a in attrs}
+    return PointSource(label, "ply", n, schema, True, read)
+
+
+# ---- NPZ -------------------------------------------------------------------------------
+
+
+def _npy_header(zf: zipfile.ZipFile, name: str) -> tuple[tuple[int, ...], np.dtype, int] | None:
+    with zf.open(name) as m:
+        version = np.lib.format.read_magic(m)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(m)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(m)
+        else:
+            return None
+        if fortran or dtype.hasobject:
+            return None
+        return shape, dtype, m.tell()
+
+
+def _npz_layout(path: Path) -> tuple[int, tuple, dict[str, tuple]] | None:
+    """``(N, points header, {attribute: header})`` of a streamable points NPZ, or None.
+
+    A header is ``(shape, dtype, data offset)``.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            headers = {n[:-4]: _npy_header(zf, n) for n in zf.namelist() if n.endswith(".npy")}
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None  # read_points gives the precise message
+    if any(h is None for h in headers.values()) or "points" not in headers or "format" in headers:
+        return None
+    points = headers.pop("points")
+    shape, pdtype, _ = points
+    if len(shape) != 2 or shape[1] != 3 or pdtype.kind not in "biuf":
+        return None
+    n = shape[0]
+    attrs = {
+        k: h
+        for k, h in headers.items()
+        if len(h[0]) in (1, 2) and h[0][0] == n and h[1].kind in "biuf" and k not in ("x", "y", "z")
+    }
+    return n, points, attrs
+
+
+def _npz_source(path: Path, label: str) -> PointSource | None:
+    layout = _npz_layout(path)
+    if layout is None:
+        return None
+    n, points, attrs = layout
+    arrays = {"points": points, **attrs}
+    pdtype = points[1] if points[1] in (np.float32, np.float64) else np.dtype(np.float64)
+
+    def rows(member, header: tuple, m: int) -> np.ndarray:
+        shape, dtype, _ = header
+        size = m * int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        data = member.read(size)
+        if len(data) != size:
+            raise PointCloudError(f"{label}: truncated or malformed NPZ: an array ends early")
+        return np.frombuffer(data, dtype=dtype).reshape((m, *shape[1:])).astype(dtype.newbyteorder("="))
+
+    def read(k: int) -> Iterator[Chunk]:
+        try:
+            with zipfile.ZipFile(path) as zf, contextlib.ExitStack() as stack:
+                members = {a: stack.enter_context(zf.open(f"{a}.npy")) for a in arrays}
+                for a, member in members.items():
+                    member.read(arrays[a][2])  # skip the .npy header
+                for s in range(0, n, k):
+                    m = min(k, n - s)
+                    pts = rows(members["points"], points, m).astype(pdtype, copy=False)
+                    yield pts, {a: rows(members[a], h, m) for a, h in attrs.items()}
+        except (zipfile.BadZipFile, EOFError, OSError) as e:
+            raise PointCloudError(f"{label}: truncated or malformed NPZ: {e}") from e
+
+    schema = {a: (h[1].newbyteorder("="), tuple(h[0][1:])) for a, h in attrs.items()}
+    return PointSource(label, "npz", n, schema, True, read)

@@ -1,0 +1,217 @@
+"""Route selection for the pooling family: local pooling (forward and backward),
+pool transpose and trilinear upsampling, global pooling.
+
+The backward route is fixed when the forward op runs (the primitive's VJP walks the
+relation the way its route says). Where the kernel windows cannot overlap —
+``stride >= (size - 1) * dilation + 1`` on every axis — each input row reaches at
+most one output row and the backward pass is a pure gather (no scatter, no atomics);
+otherwise it scatter-adds one kernel offset at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lattice.routing.device import Capability, capability
+from lattice.routing.types import Route, RouteBuilder, Tier
+
+POOL_MODES = ("sum", "max", "avg")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+UPSAMPLE_METHODS = ("transpose", "trilinear")
+
+Triple = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class PoolRequest:
+    """Local pooling over a forward relation: metadata only, no arrays."""
+
+    op: str
+    mode: str  # sum | max | avg
+    dtype: str
+    channels: int
+    kernel_size: Triple
+    stride: Triple
+    dilation: Triple
+    n_in: int
+    n_out: int
+    edges: int
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class UpsampleRequest:
+    """Pool transpose (contributor average) or trilinear upsampling over a transposed relation."""
+
+    op: str
+    method: str  # transpose | trilinear
+    dtype: str
+    channels: int
+    kernel_volume: int
+    n_in: int
+    n_out: int
+    edges: int
+    explicit_target: bool
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class GlobalPoolRequest:
+    """Global pooling of the rows of each batch member to dense (batch_size, C)."""
+
+    op: str
+    mode: str
+    dtype: str
+    channels: int
+    n_in: int
+    batch_size: int
+    device: str = "cpu"
+
+
+def windows_exclusive(kernel_size: Triple, stride: Triple, dilation: Triple) -> bool:
+    """True when kernel windows never overlap: ``stride >= (size - 1) * dilation + 1`` on every axis."""
+    return all(s >= (k - 1) * d + 1 for k, s, d in zip(kernel_size, stride, dilation, strict=True))
+
+
+def _reject_gpu(rb: RouteBuilder, device: str, algorithm: str, cap: Capability) -> None:
+    if device != "gpu":
+        return
+    tier = Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
+    if tier is None:
+        rb.reject("gpu", algorithm, "no GPU device in this process")
+    else:
+        rb.reject(tier.value, algorithm, f"no {tier.value} pooling kernels in this build")
+
+
+def _check(op: str, dtype: str, mode: str | None = None) -> None:
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"[{op}] features must be one of {FLOAT_DTYPES}, got {dtype}")
+    if mode is not None and mode not in POOL_MODES:
+        raise ValueError(f"[{op}] mode must be one of {POOL_MODES}, got {mode!r}")
+
+
+def _pool_facts(req: PoolRequest) -> dict:
+    return {
+        "mode": req.mode,
+        "dtype": req.dtype,
+        "channels": req.channels,
+        "kernel_size": req.kernel_size,
+        "stride": req.stride,
+        "dilation": req.dilation,
+        "n_in": req.n_in,
+        "n_out": req.n_out,
+        "edges": req.edges,
+        "device": req.device,
+    }
+
+
+def route_pool(req: PoolRequest, cap: Capability | None = None) -> Route:
+    """Forward local pooling: edges sorted by output row, one reduction pass per output row."""
+    cap = cap or capability()
+    _check(req.op, req.dtype, req.mode)
+    facts = _pool_facts(req) | {"backward": route_pool_backward(req, cap).name}
+    rb = RouteBuilder(req.op, facts)
+    _reject_gpu(rb, req.device, "segment_reduce", cap)
+    return rb.take(
+        "cpu",
+        "segment_reduce",
+        f"{req.mode} over the forward relation: edges counting-sorted by output row, each output row "
+        "reduced in one pass (rows spread over all cores, float32 accumulation)",
+    )
+
+
+def route_pool_backward(req: PoolRequest, cap: Capability | None = None) -> Route:
+    """Backward local pooling: pure gather when the windows cannot overlap, else per-offset scatter."""
+    cap = cap or capability()
+    _check(req.op, req.dtype, req.mode)
+    rb = RouteBuilder(req.op + ".backward", _pool_facts(req))
+    _reject_gpu(rb, req.device, "input_exclusive_gather", cap)
+    what = "the argmax row of each output row and channel" if req.mode == "max" else "the output row"
+    if windows_exclusive(req.kernel_size, req.stride, req.dilation):
+        rb.reject("cpu", "scatter_general", "input-exclusive windows take the pure gather")
+        return rb.take(
+            "cpu",
+            "input_exclusive_gather",
+            f"stride >= (size - 1) * dilation + 1 on every axis: each input row reaches at most one "
+            f"output row, so dX[i] is read from {what} (no scatter)",
+        )
+    rb.reject(
+        "cpu",
+        "input_exclusive_gather",
+        f"stride >= (size - 1) * dilation + 1 on every axis: stride {req.stride}, size "
+        f"{req.kernel_size}, dilation {req.dilation}",
+    )
+    return rb.take(
+        "cpu",
+        "scatter_general",
+        "overlapping windows: per kernel offset, scatter-add into dX (edges of one offset share no "
+        "input row, so no atomics)",
+    )
+
+
+def _upsample_facts(req: UpsampleRequest) -> dict:
+    return {
+        "method": req.method,
+        "dtype": req.dtype,
+        "channels": req.channels,
+        "kernel_volume": req.kernel_volume,
+        "n_in": req.n_in,
+        "n_out": req.n_out,
+        "edges": req.edges,
+        "average_contributors": round(req.edges / req.n_out, 3) if req.n_out else 0.0,
+        "support": "explicit target" if req.explicit_target else "generated",
+        "device": req.device,
+    }
+
+
+def route_upsample(req: UpsampleRequest, cap: Capability | None = None) -> Route:
+    """Pool transpose / trilinear upsampling: a (weighted) contributor average per output row."""
+    cap = cap or capability()
+    _check(req.op, req.dtype)
+    if req.method not in UPSAMPLE_METHODS:
+        raise ValueError(f"[{req.op}] method must be one of {UPSAMPLE_METHODS}, got {req.method!r}")
+    rb = RouteBuilder(req.op, _upsample_facts(req) | {"backward": route_upsample_backward(req, cap).name})
+    _reject_gpu(rb, req.device, "segment_reduce", cap)
+    weights = (
+        "separable linear weights 1 - |k| / stride per offset, normalised by their sum over present neighbours"
+        if req.method == "trilinear"
+        else "unit weights, divided by the number of contributors"
+    )
+    return rb.take(
+        "cpu",
+        "segment_reduce",
+        f"{'generative' if req.method == 'trilinear' else 'transposed'} relation sorted by output row, each "
+        f"output row averaged in one pass: {weights}",
+    )
+
+
+def route_upsample_backward(req: UpsampleRequest, cap: Capability | None = None) -> Route:
+    """Backward of the upsampling average: every coarse row feeds all its kernel offsets."""
+    cap = cap or capability()
+    _check(req.op, req.dtype)
+    rb = RouteBuilder(req.op + ".backward", _upsample_facts(req))
+    _reject_gpu(rb, req.device, "scatter_general", cap)
+    if req.kernel_volume == 1:
+        rb.reject("cpu", "scatter_general", "a single kernel offset takes the pure gather")
+        return rb.take("cpu", "input_exclusive_gather",
+                       "one kernel offset: each input row reaches at most one output row (pure gather)")
+    rb.reject("cpu", "input_exclusive_gather",
+              f"kernel_volume == 1 (each input row reaches up to {req.kernel_volume} output rows)")
+    return rb.take("cpu", "scatter_general",
+                   "per kernel offset, scatter-add into dX (edges of one offset share no input row)")
+
+
+def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> Route:
+    """Global pooling: rows sorted by batch member, fixed runs of rows reduced in parallel."""
+    cap = cap or capability()
+    _check(req.op, req.dtype, req.mode)
+    rb = RouteBuilder(req.op, {"mode": req.mode, "dtype": req.dtype, "channels": req.channels,
+                               "n_in": req.n_in, "batch_size": req.batch_size, "device": req.device,
+                               "backward": "cpu.input_exclusive_gather"})
+    _reject_gpu(rb, req.device, "batch_segment_reduce", cap)
+    return rb.take(
+        "cpu",
+        "batch_segment_reduce",
+        "rows counting-sorted by batch member, runs of 4096 rows reduced in parallel and combined in "
+        "row order; backward is a pure gather (each row belongs to one member)",
+    )

@@ -1,0 +1,275 @@
+"""Single-file and batch runs of one file-to-file job (``job(src, dst) -> summary dict``).
+
+One input with ``-o OUT`` (``-`` for stdin / stdout) runs the job once. Several inputs,
+a directory (searched recursively; its sub-folders are mirrored) or a quoted glob need
+``--output-dir``: every input gets ``<output-dir>/<name>.npz``. Existing outputs are
+skipped unless ``--overwrite``; ``--workers N`` runs files in N processes (``spawn``,
+each with ``cpu_count // N`` threads); a failing file is recorded and the others go on.
+A rich progress bar is drawn when stderr is a terminal. The summary counts done,
+skipped and failed files, and the exit code is 1 when any file failed.
+"""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from lattice_cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    STDIO,
+    emit,
+    error,
+    error_message,
+    fail,
+    input_stream,
+    output_target,
+    warn,
+)
+
+Job = Callable[..., dict]
+_GLOB = set("*?[")
+_THREAD_VARS = ("LATTICE_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One input file and the output it becomes (``error`` set when it cannot even start)."""
+
+    src: str
+    dst: str | None
+    error: str | None = None
+
+
+def run_one(job: Job, src: str, dst: str) -> dict:
+    """Run ``job`` on one file and never raise: ``{"input", "output", "status", "error"|"summary"}``."""
+    try:
+        summary = job(src, dst)
+    except Exception as err:  # one bad file fails that file, not the batch
+        message = error_message(err)
+        message = message if message.startswith(src) else f"{src}: {message}"
+        return {"input": src, "output": dst, "status": "failed", "error": message}
+    return {"input": src, "output": dst, "status": "done", "summary": summary}
+
+
+# ---- planning ---------------------------------------------------------------------------
+
+
+def _visible_files(directory: Path, accept: Callable[[Path], bool]) -> list[Path]:
+    return sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+        and accept(p)
+    )
+
+
+def expand_inputs(items: list[str], output_dir: Path, accept: Callable[[Path], bool]) -> list[Task]:
+    """Tasks for explicit files, directories (recursive, mirrored) and globs, in input order."""
+    tasks: list[Task] = []
+    for item in items:
+        path = Path(item)
+        if item == STDIO:
+            fail("- (stdin) cannot be used in batch mode; give one input and -o", EXIT_USAGE)
+        if path.is_dir():
+            found = _visible_files(path, accept)
+            if not found:
+                tasks.append(Task(item, None, f"{item}: no input files in this directory"))
+            tasks += [
+                Task(str(p), str((output_dir / p.relative_to(path)).with_suffix(".npz"))) for p in found
+            ]
+        elif not path.exists() and _GLOB & set(item):
+            found = sorted(p for p in map(Path, glob.glob(item, recursive=True)) if p.is_file())
+            if not found:
+                tasks.append(Task(item, None, f"{item}: no files match this pattern"))
+            tasks += [Task(str(p), str(output_dir / f"{p.stem}.npz")) for p in found]
+        else:
+            tasks.append(Task(item, str(output_dir / f"{path.stem}.npz")))
+    seen: dict[str, str] = {}
+    for t in tasks:
+        if t.dst is None:
+            continue
+        key = os.path.realpath(t.dst)
+        if key == os.path.realpath(t.src):
+            fail(f"output {t.dst} would replace its input; choose another --output-dir", EXIT_USAGE)
+        if key in seen:
+            fail(f"inputs {seen[key]} and {t.src} would both write {t.dst}", EXIT_USAGE)
+        seen[key] = t.src
+    return tasks
+
+
+def prepare_output_dir(directory: Path) -> None:
+    """Create the output directory and prove it can be written, or fail with exit 1."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        fail(f"cannot write to output directory {directory}: {err.strerror or err}")
+
+
+# ---- running ----------------------------------------------------------------------------
+
+
+@contextmanager
+def _worker_threads(workers: int) -> Iterator[None]:
+    """Give each worker process ``cpu_count // workers`` threads (unless the user set them)."""
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    saved = {k: os.environ.get(k) for k in _THREAD_VARS}
+    for k in _THREAD_VARS:
+        os.environ.setdefault(k, threads)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    progress.add_task("files", total=total)
+    return progress
+
+
+def _execute(job: Job, tasks: list[Task], workers: int, on_result: Callable[[dict], None]) -> None:
+    if workers <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            on_result(run_one(job, t.src, t.dst))
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a process that runs MLX threads
+    with _worker_threads(workers), ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context) as pool:
+        futures = {pool.submit(run_one, job, t.src, t.dst): t for t in tasks}
+        for future in as_completed(futures):
+            t = futures[future]
+            try:
+                on_result(future.result())
+            except BrokenProcessPool as err:
+                on_result(
+                    {"input": t.src, "output": t.dst, "status": "failed", "error": f"worker died: {err}"}
+                )
+
+
+def run_batch(
+    job: Job, tasks: list[Task], *, workers: int = 1, overwrite: bool = False, progress: bool = False
+) -> dict:
+    """Run ``job`` over ``tasks``; returns ``{"done", "skipped", "failed", "files": [...]}`` in input order."""
+    results: dict[int, dict] = {}
+    pending: list[tuple[int, Task]] = []
+    for i, t in enumerate(tasks):
+        if t.error is not None:
+            results[i] = {"input": t.src, "output": None, "status": "failed", "error": t.error}
+        elif not overwrite and os.path.exists(t.dst):
+            results[i] = {"input": t.src, "output": t.dst, "status": "skipped", "reason": "output exists"}
+        else:
+            pending.append((i, t))
+    bar = _progress(progress, len(tasks))
+    index = {(t.src, t.dst): i for i, t in pending}
+
+    def on_result(result: dict) -> None:
+        results[index[(result["input"], result["output"])]] = result
+        if bar is not None:
+            bar.advance(bar.task_ids[0])
+
+    if bar is not None:
+        bar.start()
+        bar.advance(bar.task_ids[0], len(tasks) - len(pending))
+    try:
+        for t in [t for _, t in pending if t.dst is not None]:
+            Path(t.dst).parent.mkdir(parents=True, exist_ok=True)
+        _execute(job, [t for _, t in pending], workers, on_result)
+    finally:
+        if bar is not None:
+            bar.stop()
+    files = [results[i] for i in range(len(tasks))]
+    count = {s: sum(f["status"] == s for f in files) for s in ("done", "skipped", "failed")}
+    return {**count, "files": files}
+
+
+# ---- the command-level driver -----------------------------------------------------------
+
+
+def run_files(
+    job: Job,
+    inputs: list[str],
+    *,
+    output: str | None,
+    output_dir: Path | None,
+    describe: Callable[[dict], str],
+    as_json: bool,
+    overwrite: bool = False,
+    workers: int = 1,
+    accept: Callable[[Path], bool] = lambda p: True,
+) -> None:
+    """Parse-level dispatch shared by voxelize / pool / upsample: one file or a batch.
+
+    One input with ``-o`` is a single run (a directory given there is an input error).
+    Otherwise several inputs, a directory or a pattern need ``--output-dir``.
+    """
+    if output is not None:
+        if output_dir is not None or len(inputs) > 1:
+            fail("-o/--output takes a single input; use --output-dir for several inputs", EXIT_USAGE)
+        _run_single(job, inputs[0], output, describe, as_json)
+        return
+    if output_dir is None:
+        if len(inputs) > 1 or any(Path(i).is_dir() or (_GLOB & set(i)) for i in inputs):
+            fail("several inputs, a directory or a pattern need --output-dir", EXIT_USAGE)
+        fail("missing -o/--output (a file, or - for stdout); use --output-dir for batch mode", EXIT_USAGE)
+    tasks = expand_inputs(inputs, output_dir, accept)
+    prepare_output_dir(output_dir)
+    summary = run_batch(job, tasks, workers=workers, overwrite=overwrite, progress=sys.stderr.isatty())
+    for f in summary["files"]:
+        if f["status"] == "failed":
+            error(f["error"])
+        elif f["status"] == "done":
+            _warnings(f["summary"])
+    text = f"done {summary['done']}, skipped {summary['skipped']}, failed {summary['failed']} ({len(tasks)} inputs)"
+    emit(summary, text, as_json=as_json)
+    if summary["failed"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _warnings(summary: dict) -> None:
+    dropped = summary.get("nonfinite_dropped", 0)
+    if dropped:
+        warn(
+            f"{summary.get('input')}: dropped {dropped} points with non-finite coordinates (use --strict to refuse)"
+        )
+
+
+def _run_single(job: Job, src: str, dst: str, describe: Callable[[dict], str], as_json: bool) -> None:
+    if src != STDIO and Path(src).is_dir():
+        fail(f"{src}: is a directory, expected a file (use --output-dir to process the files in it)")
+    target = output_target(dst)
+    try:
+        summary = job(input_stream(src), target)
+    except Exception as err:  # one clear line, never a traceback
+        fail(error_message(err))
+    summary["input"] = src
+    _warnings(summary)
+    emit(summary, describe(summary), as_json=as_json, data_on_stdout=dst == STDIO)

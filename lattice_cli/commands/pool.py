@@ -1,0 +1,71 @@
+"""`lattice pool`: local sparse pooling of sparse-tensor NPZ files."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lattice_cli.batch import run_files
+from lattice_cli.common import (
+    InputsArg,
+    JsonOpt,
+    OutputDirOpt,
+    OutputOpt,
+    OverwriteOpt,
+    WorkersOpt,
+    fail,
+    parse_triple,
+    plural,
+)
+
+
+def is_sparse_file(path: Path) -> bool:
+    """Directory scans for sparse-tensor commands take ``*.npz`` files."""
+    return path.suffix.lower() == ".npz"
+
+
+def describe(s: dict) -> str:
+    """The one-line text summary of a pool run."""
+    return (
+        f"{s['input']}: {s['rows_in']} rows at stride {s['stride_in']} -> {s['rows_out']} rows at stride "
+        f"{s['stride_out']} ({s['mode']} pool, kernel {s['kernel_size']}, {plural(s['channels'], 'channel')}) -> {s['output']}"
+    )
+
+
+def pool(
+    inputs: InputsArg,
+    output: OutputOpt = None,
+    output_dir: OutputDirOpt = None,
+    mode: Annotated[
+        str, typer.Option("--mode", "-m", help="sum, max or avg (avg divides by contributors).")
+    ] = "max",
+    kernel_size: Annotated[str, typer.Option("--kernel-size", "-k", help="K or KX,KY,KZ.")] = "2",
+    stride: Annotated[
+        str, typer.Option("--stride", "-s", help="S or SX,SY,SZ; output stride = input stride * S.")
+    ] = "2",
+    overwrite: OverwriteOpt = False,
+    workers: WorkersOpt = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pool a sparse tensor: output support unique(floor(coords / stride)), sum / max / avg per channel."""
+    from lattice.pipeline import POOL_MODES, pool_file
+
+    if mode not in POOL_MODES:
+        fail(f"--mode must be one of {', '.join(POOL_MODES)}, got {mode!r}", code=2)
+    k = parse_triple(kernel_size, "--kernel-size", int)
+    s = parse_triple(stride, "--stride", int)
+    job = functools.partial(pool_file, mode=mode, kernel_size=k, stride=s)
+    run_files(
+        job,
+        inputs,
+        output=output,
+        output_dir=output_dir,
+        describe=describe,
+        as_json=as_json,
+        overwrite=overwrite,
+        workers=workers,
+        accept=is_sparse_file,
+    )

@@ -1,0 +1,84 @@
+"""`lattice upsample`: sparse tensors to a finer stride, onto generated or explicit support."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lattice_cli.batch import run_files
+from lattice_cli.commands.pool import is_sparse_file
+from lattice_cli.common import (
+    InputsArg,
+    JsonOpt,
+    OutputDirOpt,
+    OutputOpt,
+    OverwriteOpt,
+    WorkersOpt,
+    fail,
+    parse_triple,
+    plural,
+)
+
+
+def describe(s: dict) -> str:
+    """The one-line text summary of an upsample run."""
+    support = "target support" if s["target"] else "generated support"
+    return (
+        f"{s['input']}: {s['rows_in']} rows at stride {s['stride_in']} -> {s['rows_out']} rows at stride "
+        f"{s['stride_out']} ({s['method']}, {support}, {plural(s['channels'], 'channel')}) -> {s['output']}"
+    )
+
+
+def upsample(
+    inputs: InputsArg,
+    output: OutputOpt = None,
+    output_dir: OutputDirOpt = None,
+    stride: Annotated[
+        str, typer.Option("--stride", "-s", help="S or SX,SY,SZ; output stride = input stride / S.")
+    ] = "2",
+    target: Annotated[
+        Path | None,
+        typer.Option(
+            "--target", "-t", help="Sparse NPZ whose rows (and order) the output takes; at the finer stride."
+        ),
+    ] = None,
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method", help="trilinear (normalised interpolation) or transpose (contributor average)."
+        ),
+    ] = "trilinear",
+    kernel_size: Annotated[
+        str | None,
+        typer.Option("--kernel-size", "-k", help="transpose only: K or KX,KY,KZ (default: the stride)."),
+    ] = None,
+    overwrite: OverwriteOpt = False,
+    workers: WorkersOpt = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Upsample a sparse tensor by a stride, by trilinear interpolation or a transposed pool."""
+    from lattice.pipeline import UPSAMPLE_METHODS, upsample_file
+
+    if method not in UPSAMPLE_METHODS:
+        fail(f"--method must be one of {', '.join(UPSAMPLE_METHODS)}, got {method!r}", code=2)
+    if kernel_size is not None and method != "transpose":
+        fail("--kernel-size applies to --method transpose only", code=2)
+    s = parse_triple(stride, "--stride", int)
+    k = parse_triple(kernel_size, "--kernel-size", int) if kernel_size is not None else None
+    job = functools.partial(
+        upsample_file, stride=s, target=None if target is None else str(target), method=method, kernel_size=k
+    )
+    run_files(
+        job,
+        inputs,
+        output=output,
+        output_dir=output_dir,
+        describe=describe,
+        as_json=as_json,
+        overwrite=overwrite,
+        workers=workers,
+        accept=is_sparse_file,
+    )
