@@ -166,4 +166,5 @@ NB_MODULE(_ext, m) {
   m.def("num_threads", &lattice::num_threads);
 
   lattice::bind_pool(m);
+
 }

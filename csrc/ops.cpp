@@ -1,6 +1,6 @@
 // Graph-building ops for the lattice primitives: shape and dtype checks, then
 // array(shape, dtype, primitive, inputs). Backends trust what passes here.
-#include <sstream>
+#include "core/message.h"
 #include <stdexcept>
 
 #include "primitives.h"
@@ -32,7 +32,7 @@ mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& i
   const int c_in = transpose_w ? w.shape(2) : w.shape(1);
   const int c_out = transpose_w ? w.shape(1) : w.shape(2);
   if (x.shape(1) != c_in) {
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[sparse_conv] features have " << x.shape(1) << " channels, weight expects " << c_in;
     throw std::invalid_argument(msg.str());
   }
@@ -64,7 +64,7 @@ mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool t
   const int kb = trans_b ? b.shape(1) : b.shape(0);
   const int n = trans_b ? b.shape(0) : b.shape(1);
   if (k != kb) {
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[linear] inner dimensions differ: " << k << " and " << kb;
     throw std::invalid_argument(msg.str());
   }

@@ -6,7 +6,7 @@
 #include "pool.h"
 
 #include <algorithm>
-#include <sstream>
+#include "core/message.h"
 #include <stdexcept>
 
 namespace lattice {
@@ -44,7 +44,7 @@ void check_relation(const mx::array& in_rows, const mx::array& out_rows, const E
   require(in_rows.size() == out_rows.size() && static_cast<int64_t>(in_rows.size()) == bounds->back(),
           std::string("[") + op + "] edge arrays do not match the relation");
   if (weights) {
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[" << op << "] " << weights->size() << " offset weights for " << bounds->size() - 1 << " offsets";
     require(weights->size() + 1 == bounds->size(), msg.str());
   }

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <sstream>
+#include "core/message.h"
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -27,7 +27,7 @@ inline mx::array materialize(const mx::array& a) {
 // Checks an (N, 4) int32 coordinate array and returns it materialised.
 inline mx::array as_coords(const mx::array& a, const char* op, const char* name = "coords") {
   if (a.ndim() != 2 || a.shape(1) != 4) {
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[" << op << "] " << name << " must have shape (N, 4) as (batch, x, y, z), got ndim "
         << a.ndim();
     if (a.ndim() > 0) {
@@ -68,7 +68,7 @@ class OutArray {
 
 inline int32_t checked_rows(int64_t n, const char* op) {
   if (n > static_cast<int64_t>(INT32_MAX)) {
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[" << op << "] " << n << " rows exceed the int32 row index range";
     throw std::overflow_error(msg.str());
   }

@@ -10,7 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
-#include <sstream>
+#include "core/message.h"
 #include <stdexcept>
 
 namespace lattice {
@@ -38,7 +38,7 @@ class Packer {
       total *= radix_[a];
     }
     if (total >= static_cast<unsigned __int128>(kEmptyKey)) {
-      std::ostringstream msg;
+      lattice::Message msg;
       msg << "[" << op << "] coordinates span too large to pack into a 64-bit key: batch "
           << b.lo[0] << ".." << b.hi[0] << ", x " << b.lo[1] << ".." << b.hi[1] << ", y "
           << b.lo[2] << ".." << b.hi[2] << ", z " << b.lo[3] << ".." << b.hi[3]
@@ -83,7 +83,7 @@ inline void check_int32_bounds(const Bounds& b, const char* op) {
   if (b.empty()) return;
   for (int a = 1; a < 4; ++a) {
     if (b.lo[a] < lo || b.hi[a] > hi) {
-      std::ostringstream msg;
+      lattice::Message msg;
       msg << "[" << op << "] output coordinates overflow int32 on axis " << "xyz"[a - 1] << ": "
           << b.lo[a] << ".." << b.hi[a];
       throw std::overflow_error(msg.str());

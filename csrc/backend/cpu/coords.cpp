@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <sstream>
+#include "core/message.h"
 
 namespace lattice {
 
@@ -40,7 +40,7 @@ Bounds coord_bounds(const int32_t* c, int64_t n) {
 }
 
 static std::string fmt_coord(const int32_t* c) {
-  std::ostringstream s;
+  lattice::Message s;
   s << "(" << c[0] << ", " << c[1] << ", " << c[2] << ", " << c[3] << ")";
   return s.str();
 }
@@ -54,7 +54,7 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
   if (!t->bounds.empty() && t->bounds.lo[0] < 0) {
     for (int64_t i = 0; i < t->n; ++i) {
       if (c[4 * i] < 0) {
-        std::ostringstream msg;
+        lattice::Message msg;
         msg << "[" << op << "] batch indices must be non-negative, got " << c[4 * i] << " at row " << i;
         throw std::invalid_argument(msg.str());
       }
@@ -85,7 +85,7 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
         break;
       }
     }
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[" << op << "] duplicate active coordinates: rows " << std::min(i, other) << " and "
         << std::max(i, other) << " both hold " << fmt_coord(c + 4 * i)
         << " (deduplicate with sparse_quantize or sparse_from_coordinates)";
@@ -210,7 +210,7 @@ static void morton_fill(const int32_t* c, int64_t n, uint64_t* out) {
     }
   });
   if (bad.load() >= 0) {
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[morton_codes] coordinates must lie in [-2^20, 2^20) for 63-bit Morton codes; row "
         << bad.load() << " holds " << fmt_coord(c + 4 * bad.load());
     throw std::overflow_error(msg.str());
@@ -303,7 +303,7 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
   });
   if (bad.load() >= 0) {
     int64_t i = bad.load();
-    std::ostringstream msg;
+    lattice::Message msg;
     msg << "[" << op << "] point " << i << " (" << p_at(3 * i) << ", " << p_at(3 * i + 1) << ", "
         << p_at(3 * i + 2) << ")";
     if (bidx && bidx[i] < 0) msg << " has a negative batch index " << bidx[i];
