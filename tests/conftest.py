@@ -8,11 +8,17 @@ scan from ``../shared/data`` (skipped cleanly when the data is absent).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import pytest
+
+# LATTICE_TEST_DEVICE=cpu|gpu runs the suite with that MLX default device (GPU tests use gpu).
+if os.environ.get("LATTICE_TEST_DEVICE") in ("cpu", "gpu"):
+    mx.set_default_device(getattr(mx, os.environ["LATTICE_TEST_DEVICE"]))
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # `import reference` under any pytest import mode
