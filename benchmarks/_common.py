@@ -63,3 +63,32 @@ def report(rows: list[dict], title: str, json_path: str | None = None) -> None:
 
 def _fmt(v) -> str:
     return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def openblas_sgemm_ms(m: int, k: int, n: int, repeats: int = 7, threads: int | None = None) -> float:
+    """Median ms of a plain sgemm (m x k) @ (k x n) in the OpenBLAS that lattice links
+    (scipy-openblas32), called directly through ctypes into a preallocated output, with
+    OpenBLAS's own threads (default: all cores) — the fair "plain sgemm" reference.
+    """
+    import ctypes
+    import glob
+    import os
+
+    import scipy_openblas32
+
+    path = glob.glob(os.path.join(scipy_openblas32.get_lib_dir(), "libscipy_openblas*.so"))[0]
+    lib = ctypes.CDLL(path)
+    a = np.random.default_rng(0).random((m, k), dtype=np.float32)
+    b = np.random.default_rng(1).random((k, n), dtype=np.float32)
+    c = np.zeros((m, n), np.float32)
+    ptr = ctypes.c_void_p
+    saved = lib.scipy_openblas_get_num_threads()
+    lib.scipy_openblas_set_num_threads(threads or os.cpu_count() or 1)
+    try:
+        def call() -> None:
+            lib.scipy_cblas_sgemm(101, 111, 111, m, n, k, ctypes.c_float(1.0), ptr(a.ctypes.data), k,
+                                  ptr(b.ctypes.data), n, ctypes.c_float(0.0), ptr(c.ctypes.data), n)
+
+        return median_ms(call, repeats)
+    finally:
+        lib.scipy_openblas_set_num_threads(saved)

@@ -8,8 +8,10 @@ decoder). Channels C_in = C_out = 16 / 32 / 64; float32 and float16 features.
 Per row: N in / out and the relation's edge count; ``relation_ms`` — building the
 relation alone (cache cleared, input table kept); ``fwd_ms`` — the convolution with
 the relation cached; ``fwd_bwd_ms`` — value and gradients for features and weight;
-``gemm_ms`` — ``lattice._ext.blas_gemm`` on (edges x C_in) @ (C_in x C_out) float32,
-the same multiply-adds as the convolution without the gather / scatter; ``fwd/gemm``
+``gemm_ms`` — a plain OpenBLAS sgemm (the linked scipy-openblas32, its own threads, output
+preallocated) of (edges x C_in) @ (C_in x C_out) float32: the same multiply-adds as the
+convolution without the gather / scatter; ``sgemm_share`` — gemm_ms / fwd_ms, the conv's
+throughput as a fraction of that sgemm's; ``fwd/gemm``
 their ratio; ``GFLOP/s`` of the forward pass. Medians.
 
     python benchmarks/bench_conv.py [--quick] [--repeats 5] [--json out.json]
@@ -24,10 +26,9 @@ from collections.abc import Callable
 
 import mlx.core as mx
 import numpy as np
-from _common import dense_block, kitti_voxels, median_ms, report
+from _common import dense_block, kitti_voxels, median_ms, openblas_sgemm_ms, report
 
 from lattice import ops
-from lattice.backends import cpu
 from lattice.core import KernelSpec, RelationKind, SparseTensor
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16}
@@ -102,10 +103,7 @@ def bench_case(name: str, case: Case, dtype: str, repeats: int) -> dict:
     grad = mx.value_and_grad(loss, argnums=(0, 1))
     fwd_ms = median_ms(_timed(lambda: case.call(feats, case.w).feats), repeats)
     fwd_bwd_ms = median_ms(_timed(lambda: grad(feats, case.w)), repeats)
-    a = mx.random.uniform(shape=(max(rel.edge_count, 1), c_in))
-    b = mx.random.uniform(shape=(c_in, c_out))
-    mx.eval(a, b)
-    gemm_ms = median_ms(_timed(lambda: cpu.blas_gemm(a, b)), repeats)
+    gemm_ms = openblas_sgemm_ms(max(rel.edge_count, 1), c_in, c_out, repeats)
     flops = 2.0 * rel.edge_count * c_in * c_out
     return {
         "input": name,
@@ -120,6 +118,7 @@ def bench_case(name: str, case: Case, dtype: str, repeats: int) -> dict:
         "fwd_bwd_ms": fwd_bwd_ms,
         "gemm_ms": gemm_ms,
         "fwd/gemm": fwd_ms / gemm_ms if gemm_ms > 0 else float("nan"),
+        "sgemm_share": gemm_ms / fwd_ms if fwd_ms > 0 else float("nan"),
         "GFLOP/s": flops / fwd_ms / 1e6 if fwd_ms > 0 else float("nan"),
     }
 

@@ -50,7 +50,7 @@ mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
   lattice::OutArray<float> c({m, n}, mx::float32);
   if (m > 0 && n > 0) {
     if (k == 0) std::fill(c.data(), c.data() + size_t(m) * n, 0.0f);
-    else lattice::blas::sgemm(false, false, m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n, 0.0f, c.data(), n);
+    else lattice::blas::sgemm_parallel(false, false, m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n, 0.0f, c.data(), n);
   }
   return std::move(c).finish();
 }
@@ -59,6 +59,7 @@ mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
 
 NB_MODULE(_ext, m) {
   m.doc() = "lattice native core (CPU backend)";
+  lattice::blas::init();
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

@@ -11,6 +11,13 @@ namespace lattice::blas {
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc);
 
+// The same product split over lattice's threads, each calling single-threaded BLAS.
+void sgemm_parallel(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                    const float* b, int ldb, float beta, float* c, int ldc);
+
+// Called once at module load: BLAS itself runs single-threaded.
+void init();
+
 std::string vendor();
 int num_threads();
 void set_num_threads(int n);

@@ -1,6 +1,7 @@
 // CPU sparse convolution: gather -> GEMM (linked BLAS) -> scatter-add, per kernel
 // offset, in tiles spread over both cores. Edges of one offset never share an
 // output row, so tiles of one offset scatter without atomics.
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/blas.h"
@@ -13,17 +14,35 @@ namespace lattice {
 namespace {
 
 // Edges per tile: the gathered tile stays in L2.
+static const int64_t kTileFloats = [] {
+  const char* e = std::getenv("LATTICE_CONV_TILE_FLOATS");
+  return e ? std::max<int64_t>(1024, std::atoll(e)) : int64_t(1) << 14;
+}();
 inline int64_t tile_rows(int c_in, int c_out) {
-  int64_t t = (1 << 15) / std::max(1, std::max(c_in, c_out));
+  int64_t t = kTileFloats / std::max(1, std::max(c_in, c_out));
   return std::clamp<int64_t>(t, 64, 1024);
 }
 
-// OpenBLAS threads off while our own threads drive many small GEMMs.
-struct SingleThreadedBlas {
-  int saved;
-  SingleThreadedBlas() : saved(blas::num_threads()) { blas::set_num_threads(1); }
-  ~SingleThreadedBlas() { blas::set_num_threads(saved); }
-};
+// dst[j] = src[rows[j]] for m rows of c floats.
+inline void gather_rows(const float* __restrict src, const int32_t* __restrict rows, int64_t m, int c,
+                        float* __restrict dst) {
+  for (int64_t j = 0; j < m; ++j) {
+    const float* __restrict s = src + static_cast<int64_t>(rows[j]) * c;
+    float* __restrict d = dst + j * c;
+    for (int i = 0; i < c; ++i) d[i] = s[i];
+  }
+}
+
+// dst[rows[j]] += src[j]; rows are distinct within one call (one kernel offset).
+inline void scatter_add_rows(const float* __restrict src, const int32_t* __restrict rows, int64_t m, int c,
+                             float* __restrict dst) {
+  for (int64_t j = 0; j < m; ++j) {
+    float* __restrict d = dst + static_cast<int64_t>(rows[j]) * c;
+    const float* __restrict s = src + j * c;
+    for (int i = 0; i < c; ++i) d[i] += s[i];
+  }
+}
+
 
 void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
                   mx::array& out, const std::vector<int64_t>& bounds, bool transpose_w, int identity_k) {
@@ -52,7 +71,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
     // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).
     if (n_out > 0 && c_out > 0) {
       if (c_in == 0) std::memset(Y, 0, sizeof(float) * n_out * c_out);
-      else blas::sgemm(false, transpose_w, n_out, c_out, c_in, 1.0f, X, c_in, W + identity_k * wk, ldw, 0.0f, Y, c_out);
+      else blas::sgemm_parallel(false, transpose_w, n_out, c_out, c_in, 1.0f, X, c_in, W + identity_k * wk, ldw, 0.0f, Y, c_out);
     }
     initialised = true;
   }
@@ -60,7 +79,6 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
     parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
   }
   if (c_in > 0 && c_out > 0) {
-    SingleThreadedBlas single;
     const int64_t T = tile_rows(c_in, c_out);
     for (int k = 0; k < K; ++k) {
       if (k == identity_k && initialised) continue;
@@ -72,16 +90,12 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
         const int64_t m = e - b;
         g.resize(static_cast<size_t>(m) * c_in);
         p.resize(static_cast<size_t>(m) * c_out);
-        for (int64_t j = 0; j < m; ++j) {
-          std::memcpy(g.data() + j * c_in, X + static_cast<int64_t>(IR[e0 + b + j]) * c_in, sizeof(float) * c_in);
-        }
+        const int32_t* ir = IR + e0 + b;
+        const int32_t* orow = OR + e0 + b;
+        gather_rows(X, ir, m, c_in, g.data());
         blas::sgemm(false, transpose_w, static_cast<int>(m), c_out, c_in, 1.0f, g.data(), c_in, Wk, ldw, 0.0f,
                     p.data(), c_out);
-        for (int64_t j = 0; j < m; ++j) {
-          float* y = Y + static_cast<int64_t>(OR[e0 + b + j]) * c_out;
-          const float* s = p.data() + j * c_out;
-          for (int c = 0; c < c_out; ++c) y[c] += s[c];
-        }
+        scatter_add_rows(p.data(), orow, m, c_out, Y);
       });
     }
   }
@@ -109,7 +123,6 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
   for (int k = 0; k < K; ++k)
     for (int64_t s = bounds[k]; s < bounds[k + 1]; s += part) items.push_back({k, s, std::min(bounds[k + 1], s + part)});
   std::vector<float> partial(items.size() * gk);
-  SingleThreadedBlas single;
   parallel_chunks(static_cast<int64_t>(items.size()), static_cast<int64_t>(items.size()), [&](int64_t i, int64_t, int64_t) {
     thread_local std::vector<float> ga, gb;
     const Item& it = items[i];
@@ -118,10 +131,8 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
       const int64_t m = std::min(T, it.e - s);
       ga.resize(static_cast<size_t>(m) * ca);
       gb.resize(static_cast<size_t>(m) * cb);
-      for (int64_t j = 0; j < m; ++j) {
-        std::memcpy(ga.data() + j * ca, A + static_cast<int64_t>(RA[s + j]) * ca, sizeof(float) * ca);
-        std::memcpy(gb.data() + j * cb, B + static_cast<int64_t>(RB[s + j]) * cb, sizeof(float) * cb);
-      }
+      gather_rows(A, RA + s, m, ca, ga.data());
+      gather_rows(B, RB + s, m, cb, gb.data());
       blas::sgemm(true, false, ca, cb, static_cast<int>(m), 1.0f, ga.data(), ca, gb.data(), cb, s == it.b ? 0.0f : 1.0f,
                   acc, cb);
     }
@@ -178,7 +189,7 @@ void BlasGemm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::ar
     }
     if (m > 0 && n > 0) {
       if (k == 0) std::memset(C, 0, sizeof(float) * m * n);
-      else blas::sgemm(ta, tb, m, n, k, 1.0f, A, a.shape(1), B, b.shape(1), 0.0f, C, n);
+      else blas::sgemm_parallel(ta, tb, m, n, k, 1.0f, A, a.shape(1), B, b.shape(1), 0.0f, C, n);
     }
     if (out.dtype() != mx::float32) store_from_f32(C, out);
   });
