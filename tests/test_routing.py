@@ -166,3 +166,19 @@ def test_cli_explain_packed_weight_route():
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["route"] == "cpu.dequant_gather_gemm_scatter"
     assert runner.invoke(app, ["explain", "subm_conv3d", "--quantize", "int3"]).exit_code == 2
+
+
+def test_non_overlapping_forward_relation_takes_the_exclusive_route_and_equals_the_general_one():
+    x = _tensor(n=400)
+    fast = lattice.ops.kernel_relation(x, kernel_size=2, stride=2)
+    assert fast.route.name == "cpu.hash_relation_exclusive"
+    # the general input-driven builder on the same target gives the same edge set
+    general = lattice.ops.target_kernel_relation(x, fast.out_coords, kernel_size=2, stride=2)
+    assert general.route.name == "cpu.hash_relation_input_driven"
+
+    def edges(rel):
+        return sorted(zip(np.array(rel.edges.kernel_ids).tolist(), np.array(rel.edges.in_rows).tolist(),
+                          np.array(rel.edges.out_rows).tolist(), strict=True))
+
+    assert edges(fast) == edges(general)
+    assert lattice.ops.kernel_relation(x, kernel_size=3, stride=3).route.name == "cpu.hash_relation_input_driven"

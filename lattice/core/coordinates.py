@@ -51,6 +51,7 @@ class CoordinateManager:
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
         self._downsampled: dict[tuple[int, Triple], CoordinateMapKey] = {}
+        self._down_inverse: dict[tuple[int, Triple], mx.array] = {}
         self._interned: dict[tuple[str, int, Triple], CoordinateMapKey] = {}
 
     def __repr__(self) -> str:
@@ -128,9 +129,10 @@ class CoordinateManager:
             return key
         cache = (key.id, stride)
         if cache not in self._downsampled:
-            table, _ = _ext.downsample(self._tables[key.id], stride)
+            table, inverse = _ext.downsample(self._tables[key.id], stride)
             level = tuple(a * b for a, b in zip(key.stride, stride, strict=True))
             self._downsampled[cache] = self._register(table, level)
+            self._down_inverse[cache] = inverse
         return self._downsampled[cache]
 
     # ---- relations ---------------------------------------------------------------
@@ -161,7 +163,15 @@ class CoordinateManager:
         from lattice.routing.relations import RelationRequest, route_relation
 
         table = self._tables[in_key.id]
-        route = route_relation(RelationRequest(op, kind.value, table.size, spec.volume))
+        exclusive = (
+            kind is RelationKind.FORWARD
+            and target_key is None
+            and spec.size == spec.stride
+            and all(k == 1 or k % 2 == 0 for k in spec.size)  # offsets 0..s-1 (odd sizes are centred)
+            and spec.padding == (0, 0, 0)
+            and spec.dilation == (1, 1, 1)
+        )
+        route = route_relation(RelationRequest(op, kind.value, table.size, spec.volume, exclusive=exclusive))
         if route.backend != "cpu":  # only CPU relation builders exist in this build
             raise RuntimeError(f"[{op}] no implementation for route {route.name}")
         if kind is RelationKind.SUBMANIFOLD:
@@ -187,9 +197,19 @@ class CoordinateManager:
                     raise ValueError(f"[{op}] a target relation needs a target coordinate set")
                 self._check_level(target_key, level, op)
                 out_key = target_key
-            arrays = _ext.relation_forward(
-                table, self._tables[out_key.id], spec.size, spec.stride, spec.padding, spec.dilation
-            )
+            if route.algorithm == "hash_relation_exclusive":
+                # Non-overlapping windows onto the downsampled set: the downsample's
+                # point->row map is the relation (no probes).
+                if spec.stride == (1, 1, 1):
+                    inverse = mx.arange(table.size, dtype=mx.int32)
+                else:
+                    self.downsample(in_key, spec.stride)
+                    inverse = self._down_inverse[(in_key.id, spec.stride)]
+                arrays = _ext.relation_exclusive(table, inverse, spec.stride)
+            else:
+                arrays = _ext.relation_forward(
+                    table, self._tables[out_key.id], spec.size, spec.stride, spec.padding, spec.dilation
+                )
         else:
             if kind is RelationKind.GENERATIVE and (spec.padding != (0, 0, 0) or spec.dilation != (1, 1, 1)):
                 raise ValueError(

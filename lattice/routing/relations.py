@@ -15,6 +15,7 @@ class RelationRequest:
     n_in: int
     kernel_volume: int
     device: str = "cpu"
+    exclusive: bool = False  # forward onto the downsampled set with kernel == stride, no padding/dilation
 
 
 def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
@@ -30,6 +31,17 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
             "cpu",
             "hash_relation_symmetric",
             "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror",
+        )
+    if req.kind == "forward" and req.exclusive:
+        return rb.take(
+            "cpu",
+            "hash_relation_exclusive",
+            "non-overlapping windows (even kernel == stride): the downsample's point->row map is "
+            "the relation, no probes",
+        )
+    if req.kind == "forward":
+        rb.reject(
+            "cpu", "hash_relation_exclusive", "kernel_size == stride (even or 1), padding 0, dilation 1"
         )
     if req.kind in ("transposed", "generative"):
         return rb.take(

@@ -258,4 +258,19 @@ RelationArrays relation_transposed(const CoordTable& in, const CoordTable* out, 
   return res;
 }
 
+RelationArrays relation_exclusive(const CoordTable& in, const int32_t* inverse, const Int3& stride) {
+  const int32_t K = stride[0] * stride[1] * stride[2];
+  const int32_t* c = in.data();
+  const int64_t s0 = stride[0], s1 = stride[1], s2 = stride[2];
+  auto mod = [](int64_t v, int64_t s) { return v - floordiv(v, s) * s; };
+  return bin_edges(
+      in.n, K, 1,
+      [&](int64_t i, Emitter& emit) {
+        const int32_t* r = c + 4 * i;
+        const int32_t k = static_cast<int32_t>((mod(r[1], s0) * s1 + mod(r[2], s1)) * s2 + mod(r[3], s2));
+        emit(k, static_cast<int32_t>(i), inverse[i]);
+      },
+      "kernel_relation");
+}
+
 }  // namespace lattice

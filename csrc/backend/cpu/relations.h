@@ -32,4 +32,8 @@ RelationArrays relation_forward(const CoordTable& in, const CoordTable& out, con
 RelationArrays relation_transposed(const CoordTable& in, const CoordTable* out, const Int3& size,
                                    const Int3& stride, const Int3& padding, const Int3& dilation);
 
+// Non-overlapping windows (kernel == stride, padding 0, dilation 1): each input row has
+// exactly one output, its downsampled row `inverse[i]`, through offset (c mod stride).
+RelationArrays relation_exclusive(const CoordTable& in, const int32_t* inverse, const Int3& stride);
+
 }  // namespace lattice
