@@ -182,3 +182,21 @@ def test_non_overlapping_forward_relation_takes_the_exclusive_route_and_equals_t
 
     assert edges(fast) == edges(general)
     assert lattice.ops.kernel_relation(x, kernel_size=3, stride=3).route.name == "cpu.hash_relation_input_driven"
+
+
+def test_transposed_back_onto_the_parent_set_reverses_the_forward_relation():
+    x = _tensor(n=400)
+    coarse_rel = lattice.ops.kernel_relation(x, kernel_size=2, stride=2)
+    coarse = lattice.SparseTensor(coarse_rel.out_coords, mx.zeros((coarse_rel.out_count, 1)), 2,
+                                  coord_key=coarse_rel.out_key, coord_manager=x.coord_manager)
+    up = lattice.ops.transposed_kernel_relation(coarse, x, kernel_size=2, stride=2)
+    assert up.route.name == "cpu.hash_relation_exclusive"
+    # the general builder onto a copy of the same rows (another key) gives the same edges
+    other = lattice.ops.transposed_kernel_relation(coarse, np.array(x.coords), kernel_size=2, stride=2)
+    assert other.route.name == "cpu.hash_relation_scatter"
+
+    def edges(rel):
+        return sorted(zip(np.array(rel.edges.kernel_ids).tolist(), np.array(rel.edges.in_rows).tolist(),
+                          np.array(rel.edges.out_rows).tolist(), strict=True))
+
+    assert edges(up) == edges(other)

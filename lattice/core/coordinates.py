@@ -163,73 +163,19 @@ class CoordinateManager:
         from lattice.routing.relations import RelationRequest, route_relation
 
         table = self._tables[in_key.id]
-        exclusive = (
-            kind is RelationKind.FORWARD
-            and target_key is None
-            and spec.size == spec.stride
-            and all(k == 1 or k % 2 == 0 for k in spec.size)  # offsets 0..s-1 (odd sizes are centred)
-            and spec.padding == (0, 0, 0)
-            and spec.dilation == (1, 1, 1)
-        )
+        exclusive = self._exclusive(kind, in_key, spec, target_key)
         route = route_relation(RelationRequest(op, kind.value, table.size, spec.volume, exclusive=exclusive))
         if route.backend != "cpu":  # only CPU relation builders exist in this build
             raise RuntimeError(f"[{op}] no implementation for route {route.name}")
         if kind is RelationKind.SUBMANIFOLD:
-            if target_key is not None:
-                raise ValueError(f"[{op}] a submanifold relation has no explicit target")
-            if not spec.is_odd:
-                raise ValueError(f"[{op}] submanifold kernels must have odd sizes, got {spec.size}")
-            if spec.stride != (1, 1, 1) or spec.padding != (0, 0, 0):
-                raise ValueError(
-                    f"[{op}] submanifold relations take stride 1 and padding 0, got stride "
-                    f"{spec.stride} padding {spec.padding}"
-                )
-            arrays = _ext.relation_submanifold(table, spec.size, spec.dilation)
-            out_key = in_key
+            arrays, out_key = self._build_submanifold(table, in_key, spec, target_key, op)
         elif kind in (RelationKind.FORWARD, RelationKind.TARGET):
-            level = tuple(a * b for a, b in zip(in_key.stride, spec.stride, strict=True))
-            if kind is RelationKind.FORWARD:
-                if target_key is not None:
-                    raise ValueError(f"[{op}] a forward relation generates its output; use target")
-                out_key = self.downsample(in_key, spec.stride)
-            else:
-                if target_key is None:
-                    raise ValueError(f"[{op}] a target relation needs a target coordinate set")
-                self._check_level(target_key, level, op)
-                out_key = target_key
-            if route.algorithm == "hash_relation_exclusive":
-                # Non-overlapping windows onto the downsampled set: the downsample's
-                # point->row map is the relation (no probes).
-                if spec.stride == (1, 1, 1):
-                    inverse = mx.arange(table.size, dtype=mx.int32)
-                else:
-                    self.downsample(in_key, spec.stride)
-                    inverse = self._down_inverse[(in_key.id, spec.stride)]
-                arrays = _ext.relation_exclusive(table, inverse, spec.stride)
-            else:
-                arrays = _ext.relation_forward(
-                    table, self._tables[out_key.id], spec.size, spec.stride, spec.padding, spec.dilation
-                )
+            arrays, out_key = self._build_forward(table, kind, in_key, spec, target_key, op, exclusive)
         else:
-            if kind is RelationKind.GENERATIVE and (spec.padding != (0, 0, 0) or spec.dilation != (1, 1, 1)):
-                raise ValueError(
-                    f"[{op}] generative relations take no padding or dilation, got padding "
-                    f"{spec.padding} dilation {spec.dilation}"
-                )
-            level = self._transposed_level(in_key.stride, spec.stride, op)
-            if target_key is not None:
-                self._check_level(target_key, level, op)
-                target_table = self._tables[target_key.id]
-            else:
-                target_table = None
-            arrays = _ext.relation_transposed(
-                table, target_table, spec.size, spec.stride, spec.padding, spec.dilation
-            )
-            out_key = target_key if target_key is not None else self._register(arrays[3], level)
-        in_rows, out_rows, counts, _ = arrays
-        counts_host = counts.tolist()
+            arrays, out_key = self._build_transposed(table, kind, in_key, spec, target_key, op, exclusive)
+        in_rows, out_rows, counts = arrays[:3]
         offsets = [0]
-        for c in counts_host:
+        for c in counts.tolist():
             offsets.append(offsets[-1] + c)
         return KernelRelation(
             kind=kind,
@@ -242,6 +188,78 @@ class CoordinateManager:
             edge_offsets_host=tuple(offsets),
             route=route,
         )
+
+    def _exclusive(self, kind, in_key, spec, target_key) -> bool:
+        """Non-overlapping windows between a set and its downsample (even kernel == stride,
+        no padding or dilation): the downsample's point->row map is the relation."""
+        windows = (
+            spec.size == spec.stride
+            and all(k == 1 or k % 2 == 0 for k in spec.size)  # offsets 0..s-1 (odd sizes are centred)
+            and spec.padding == (0, 0, 0)
+            and spec.dilation == (1, 1, 1)
+        )
+        if not windows:
+            return False
+        if kind is RelationKind.FORWARD:
+            return target_key is None
+        if kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE) and target_key is not None:
+            return self._downsampled.get((target_key.id, spec.stride)) == in_key
+        return False
+
+    def _build_submanifold(self, table, in_key, spec, target_key, op):
+        if target_key is not None:
+            raise ValueError(f"[{op}] a submanifold relation has no explicit target")
+        if not spec.is_odd:
+            raise ValueError(f"[{op}] submanifold kernels must have odd sizes, got {spec.size}")
+        if spec.stride != (1, 1, 1) or spec.padding != (0, 0, 0):
+            raise ValueError(
+                f"[{op}] submanifold relations take stride 1 and padding 0, got stride "
+                f"{spec.stride} padding {spec.padding}"
+            )
+        return _ext.relation_submanifold(table, spec.size, spec.dilation), in_key
+
+    def _build_forward(self, table, kind, in_key, spec, target_key, op, exclusive):
+        level = tuple(a * b for a, b in zip(in_key.stride, spec.stride, strict=True))
+        if kind is RelationKind.FORWARD:
+            if target_key is not None:
+                raise ValueError(f"[{op}] a forward relation generates its output; use target")
+            out_key = self.downsample(in_key, spec.stride)
+        else:
+            if target_key is None:
+                raise ValueError(f"[{op}] a target relation needs a target coordinate set")
+            self._check_level(target_key, level, op)
+            out_key = target_key
+        if exclusive:
+            if spec.stride == (1, 1, 1):
+                inverse = mx.arange(table.size, dtype=mx.int32)
+            else:
+                inverse = self._down_inverse[(in_key.id, spec.stride)]
+            return _ext.relation_exclusive(table, inverse, spec.stride), out_key
+        arrays = _ext.relation_forward(
+            table, self._tables[out_key.id], spec.size, spec.stride, spec.padding, spec.dilation
+        )
+        return arrays, out_key
+
+    def _build_transposed(self, table, kind, in_key, spec, target_key, op, exclusive):
+        if kind is RelationKind.GENERATIVE and (spec.padding != (0, 0, 0) or spec.dilation != (1, 1, 1)):
+            raise ValueError(
+                f"[{op}] generative relations take no padding or dilation, got padding "
+                f"{spec.padding} dilation {spec.dilation}"
+            )
+        level = self._transposed_level(in_key.stride, spec.stride, op)
+        if target_key is not None:
+            self._check_level(target_key, level, op)
+        if exclusive:
+            # Back onto the set this one was downsampled from: the forward relation of
+            # that set, edges reversed (same offsets).
+            fwd = self.relation(RelationKind.FORWARD, target_key, spec, op=op)
+            return (fwd.edges.out_rows, fwd.edges.in_rows, fwd.counts), target_key
+        target_table = None if target_key is None else self._tables[target_key.id]
+        arrays = _ext.relation_transposed(
+            table, target_table, spec.size, spec.stride, spec.padding, spec.dilation
+        )
+        out_key = target_key if target_key is not None else self._register(arrays[3], level)
+        return arrays, out_key
 
     @staticmethod
     def _transposed_level(in_stride: Triple, stride: Triple, op: str) -> Triple:

@@ -15,7 +15,9 @@ class RelationRequest:
     n_in: int
     kernel_volume: int
     device: str = "cpu"
-    exclusive: bool = False  # forward onto the downsampled set with kernel == stride, no padding/dilation
+    # non-overlapping windows (even kernel == stride, no padding/dilation) between a set and
+    # its downsample: forward onto the downsample, or transposed back onto the parent set
+    exclusive: bool = False
 
 
 def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
@@ -42,6 +44,13 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
     if req.kind == "forward":
         rb.reject(
             "cpu", "hash_relation_exclusive", "kernel_size == stride (even or 1), padding 0, dilation 1"
+        )
+    if req.kind in ("transposed", "generative") and req.exclusive:
+        return rb.take(
+            "cpu",
+            "hash_relation_exclusive",
+            "back onto the set this one was downsampled from with even kernel == stride: the "
+            "forward relation of that set, edges reversed, no probes",
         )
     if req.kind in ("transposed", "generative"):
         return rb.take(
