@@ -200,3 +200,17 @@ def test_transposed_back_onto_the_parent_set_reverses_the_forward_relation():
                           np.array(rel.edges.out_rows).tolist(), strict=True))
 
     assert edges(up) == edges(other)
+
+
+def test_coordinate_functions_ask_the_routing_layer(monkeypatch):
+    import lattice.routing.relations as rr
+
+    seen = []
+    real = rr.route_coordinates
+    monkeypatch.setattr(rr, "route_coordinates", lambda req, cap=None: seen.append(req.op) or real(req, cap))
+    x = _tensor()
+    lattice.core.downsample_coords(x, 2)
+    lattice.core.lookup_coords(x, np.array(x.coords))
+    lattice.core.morton_order(x)
+    assert {"downsample_coords", "lookup_coords", "morton_order"} <= set(seen)
+    assert real(rr.CoordinateRequest("union_coords", 5)).name == "cpu.hash_set"

@@ -28,8 +28,20 @@ class CoordinateSet:
         return self.active_rows
 
 
+def _route(op: str, x) -> None:
+    """Coordinate functions have one implemented route (the CPU hash table); asking keeps
+    the decision in the routing layer, where ``lattice explain`` and GPU routes find it."""
+    from lattice.routing.relations import CoordinateRequest, route_coordinates
+
+    n = x.active_count if isinstance(x, SparseTensor) else len(x) if isinstance(x, CoordinateSet) else -1
+    route = route_coordinates(CoordinateRequest(op, n))
+    if route.backend != "cpu":
+        raise RuntimeError(f"[{op}] no implementation for route {route.name}")
+
+
 def _table(x, op: str, name: str = "coords"):
     """The native table of a SparseTensor (cached) or of a coordinate array (built)."""
+    _route(op, x)
     if isinstance(x, SparseTensor):
         return x.coord_manager.table(x.coord_key)
     if isinstance(x, CoordinateSet):
@@ -38,6 +50,7 @@ def _table(x, op: str, name: str = "coords"):
 
 
 def _coords(x, op: str, name: str = "coords") -> mx.array:
+    _route(op, x)
     if isinstance(x, SparseTensor):
         return x.coords[: x.active_count]
     if isinstance(x, CoordinateSet):

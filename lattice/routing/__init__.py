@@ -16,12 +16,13 @@ from lattice.routing.pool import (
     route_upsample,
     route_upsample_backward,
 )
-from lattice.routing.relations import RelationRequest, route_relation
+from lattice.routing.relations import CoordinateRequest, RelationRequest, route_coordinates, route_relation
 from lattice.routing.types import Rejection, Route, Tier
 
 __all__ = [
     "Capability",
     "ConvRequest",
+    "CoordinateRequest",
     "LinearRequest",
     "Rejection",
     "RelationRequest",
@@ -30,6 +31,7 @@ __all__ = [
     "capability",
     "requested_device",
     "route_conv",
+    "route_coordinates",
     "route_linear",
     "route_relation",
     "GlobalPoolRequest",

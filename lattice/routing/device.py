@@ -31,7 +31,11 @@ def capability() -> Capability:
         name = "cuda"
     elif mx.metal.is_available():
         tiers.append(Tier.GPU_METAL)
-        name = "metal"
+        # The Metal tier is refined by GPU family (never run on Apple hardware: see docs/backend.md).
+        try:
+            name = "metal:" + str(mx.metal.device_info().get("architecture", "unknown"))
+        except Exception:  # noqa: BLE001  (device_info differs across MLX builds)
+            name = "metal"
     # Native kernels compiled into lattice._ext: the CPU backend only, for now.
     return Capability(tuple(tiers), ("cpu",), name)
 

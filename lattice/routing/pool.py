@@ -193,21 +193,39 @@ def route_upsample_backward(req: UpsampleRequest, cap: Capability | None = None)
     _reject_gpu(rb, req.device, "scatter_general", cap)
     if req.kernel_volume == 1:
         rb.reject("cpu", "scatter_general", "a single kernel offset takes the pure gather")
-        return rb.take("cpu", "input_exclusive_gather",
-                       "one kernel offset: each input row reaches at most one output row (pure gather)")
-    rb.reject("cpu", "input_exclusive_gather",
-              f"kernel_volume == 1 (each input row reaches up to {req.kernel_volume} output rows)")
-    return rb.take("cpu", "scatter_general",
-                   "per kernel offset, scatter-add into dX (edges of one offset share no input row)")
+        return rb.take(
+            "cpu",
+            "input_exclusive_gather",
+            "one kernel offset: each input row reaches at most one output row (pure gather)",
+        )
+    rb.reject(
+        "cpu",
+        "input_exclusive_gather",
+        f"kernel_volume == 1 (each input row reaches up to {req.kernel_volume} output rows)",
+    )
+    return rb.take(
+        "cpu",
+        "scatter_general",
+        "per kernel offset, scatter-add into dX (edges of one offset share no input row)",
+    )
 
 
 def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> Route:
     """Global pooling: rows sorted by batch member, fixed runs of rows reduced in parallel."""
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
-    rb = RouteBuilder(req.op, {"mode": req.mode, "dtype": req.dtype, "channels": req.channels,
-                               "n_in": req.n_in, "batch_size": req.batch_size, "device": req.device,
-                               "backward": "cpu.input_exclusive_gather"})
+    rb = RouteBuilder(
+        req.op,
+        {
+            "mode": req.mode,
+            "dtype": req.dtype,
+            "channels": req.channels,
+            "n_in": req.n_in,
+            "batch_size": req.batch_size,
+            "device": req.device,
+            "backward": "cpu.input_exclusive_gather",
+        },
+    )
     _reject_gpu(rb, req.device, "batch_segment_reduce", cap)
     return rb.take(
         "cpu",

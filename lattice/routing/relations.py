@@ -63,3 +63,22 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
         "hash_relation_input_driven",
         "walk inputs; per axis only offsets with (i - k + p) divisible by the stride are probed",
     )
+
+
+@dataclass(frozen=True)
+class CoordinateRequest:
+    op: str  # downsample_coords | union_coords | intersection_coords | lookup_coords | inverse_map | morton_*
+    n: int
+    device: str = "cpu"
+
+
+def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> Route:
+    """Coordinate-set functions: the native hash table (or Morton kernel) on the CPU."""
+    cap = cap or capability()
+    rb = RouteBuilder(req.op, {"n": req.n, "device": req.device})
+    if req.device == "gpu":
+        tier = "gpu-cuda" if cap.has(Tier.GPU_CUDA) else "gpu-metal" if cap.has(Tier.GPU_METAL) else "gpu"
+        rb.reject(tier, "hash_set", "no GPU coordinate kernels in this build")
+    if req.op.startswith("morton"):
+        return rb.take("cpu", "morton", "21-bit-per-axis interleave, stable sort by (batch, code)")
+    return rb.take("cpu", "hash_set", "packed-key hash table, parallel probes / first-occurrence dedup")
