@@ -66,9 +66,10 @@ def test_missing_open3d_names_the_extra(monkeypatch):
         from_open3d(object())
 
 
-def test_import_lattice_io_does_not_import_open3d():
+def test_import_lattice_io_does_not_import_open3d(tmp_path):
     code = "import sys, lattice.io; assert 'open3d' not in sys.modules, 'open3d imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    # outside the checkout, whose source folders would shadow the installed package
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
 
 
 # ---- point clouds -------------------------------------------------------------------

@@ -237,11 +237,13 @@ print(hashlib.sha256(b"".join(np.asarray(o).tobytes() for o in outs)).hexdigest(
 """
 
 
-def test_results_do_not_depend_on_the_thread_count():
+def test_results_do_not_depend_on_the_thread_count(tmp_path):
     script = _THREADS_SCRIPT.format(tests=str(Path(__file__).resolve().parent))
     digests = set()
     for threads in ("1", "2", "5"):
         env = dict(os.environ, LATTICE_NUM_THREADS=threads)
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
+        )  # outside the checkout, whose source folders would shadow the installed package
         digests.add(done.stdout.strip())
     assert len(digests) == 1
