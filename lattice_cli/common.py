@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, BinaryIO, NoReturn
 
-import click
 import typer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -142,7 +141,7 @@ def parse_names(text: str | None) -> tuple[str, ...] | None:
 
 def input_stream(name: str) -> str | BinaryIO:
     """``-`` is stdin (binary); anything else is returned as the path."""
-    return click.get_binary_stream("stdin") if name == STDIO else name
+    return sys.stdin.buffer if name == STDIO else name
 
 
 def output_target(name: str) -> str | BinaryIO:
@@ -150,7 +149,7 @@ def output_target(name: str) -> str | BinaryIO:
     if name == STDIO:
         if sys.stdout.isatty():
             fail("refusing to write a binary NPZ to a terminal; redirect stdout or give -o FILE", EXIT_USAGE)
-        return click.get_binary_stream("stdout")
+        return sys.stdout.buffer
     path = Path(name)
     if path.is_dir():
         fail(f"cannot write {name}: it is a directory")
