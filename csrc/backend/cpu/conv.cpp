@@ -6,7 +6,7 @@
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_convert.h"
-#include "mlx/backend/cpu/encoder.h"
+#include "backend/cpu/dispatch.h"
 #include "primitives.h"
 
 namespace lattice {
@@ -144,36 +144,24 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
   }
 }
 
-template <class F>
-void dispatch(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& out, F&& f) {
-  out.set_data(mx::allocator::malloc(std::max<size_t>(out.nbytes(), 4)));
-  auto& enc = mx::cpu::get_command_encoder(s);
-  for (auto& a : inputs) enc.set_input_array(a);
-  enc.set_output_array(out);
-  std::vector<mx::array> ins;
-  for (auto& a : inputs) ins.push_back(mx::array::unsafe_weak_copy(a));
-  enc.dispatch([ins = std::move(ins), out = mx::array::unsafe_weak_copy(out), f = std::forward<F>(f)]() mutable {
-    f(ins, out);
-  });
-}
 
 }  // namespace
 
 void SparseConv::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch(stream(), inputs, outputs[0],
+  dispatch_cpu(stream(), inputs, outputs[0],
            [bounds = bounds_, tw = transpose_w_, idk = identity_k_](std::vector<mx::array>& in, mx::array& out) {
              conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk);
            });
 }
 
 void SparseConvWeightGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch(stream(), inputs, outputs[0], [bounds = bounds_](std::vector<mx::array>& in, mx::array& out) {
+  dispatch_cpu(stream(), inputs, outputs[0], [bounds = bounds_](std::vector<mx::array>& in, mx::array& out) {
     conv_weight_grad(in[0], in[1], in[2], in[3], out, *bounds);
   });
 }
 
 void BlasGemm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch(stream(), inputs, outputs[0], [ta = trans_a_, tb = trans_b_](std::vector<mx::array>& in, mx::array& out) {
+  dispatch_cpu(stream(), inputs, outputs[0], [ta = trans_a_, tb = trans_b_](std::vector<mx::array>& in, mx::array& out) {
     const mx::array& a = in[0];
     const mx::array& b = in[1];
     const int m = out.shape(0), n = out.shape(1);

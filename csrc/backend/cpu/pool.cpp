@@ -19,7 +19,7 @@
 #include <cstring>
 
 #include "backend/cpu/dtype_convert.h"
-#include "mlx/backend/cpu/encoder.h"
+#include "backend/cpu/dispatch.h"
 #include "pool.h"
 
 namespace lattice {
@@ -504,30 +504,18 @@ void global_backward(const std::vector<mx::array>& in, mx::array& out, int64_t B
   if (out.dtype() != mx::float32) store_from_f32(DX, out);
 }
 
-template <class F>
-void dispatch(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& out, F&& f) {
-  out.set_data(mx::allocator::malloc(std::max<size_t>(out.nbytes(), 4)));
-  auto& enc = mx::cpu::get_command_encoder(s);
-  for (auto& a : inputs) enc.set_input_array(a);
-  enc.set_output_array(out);
-  std::vector<mx::array> ins;
-  for (auto& a : inputs) ins.push_back(mx::array::unsafe_weak_copy(a));
-  enc.dispatch([ins = std::move(ins), out = mx::array::unsafe_weak_copy(out), f = std::forward<F>(f)]() mutable {
-    f(ins, out);
-  });
-}
 
 }  // namespace
 
 void SparsePool::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch(stream(), inputs, outputs[0],
+  dispatch_cpu(stream(), inputs, outputs[0],
            [bounds = bounds_, weights = weights_, mode = mode_](std::vector<mx::array>& in, mx::array& out) {
              pool_forward(in, out, *bounds, weights.get(), mode);
            });
 }
 
 void SparsePoolGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch(stream(), inputs, outputs[0],
+  dispatch_cpu(stream(), inputs, outputs[0],
            [bounds = bounds_, weights = weights_, mode = mode_, bw = backward_](std::vector<mx::array>& in,
                                                                                 mx::array& out) {
              pool_backward(in, out, *bounds, weights.get(), mode, bw);
@@ -535,12 +523,12 @@ void SparsePoolGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<
 }
 
 void GlobalPool::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch(stream(), inputs, outputs[0],
+  dispatch_cpu(stream(), inputs, outputs[0],
            [mode = mode_](std::vector<mx::array>& in, mx::array& out) { global_forward(in, out, mode); });
 }
 
 void GlobalPoolGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch(stream(), inputs, outputs[0], [B = batch_size_, mode = mode_](std::vector<mx::array>& in, mx::array& out) {
+  dispatch_cpu(stream(), inputs, outputs[0], [B = batch_size_, mode = mode_](std::vector<mx::array>& in, mx::array& out) {
     global_backward(in, out, B, mode);
   });
 }
