@@ -50,13 +50,19 @@ def test_pointwise_route_only_on_identity_relations():
     assert route_conv(_req(kernel_volume=1, identity_relation=False)).name == "cpu.gather_gemm_scatter"
 
 
-def test_gpu_request_without_gpu_kernels_falls_back_with_reason():
+def test_gpu_request_takes_the_mlx_gpu_route_or_falls_back_with_reason():
     cuda = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
     route = route_conv(_req(device="gpu"), cuda)
-    assert route.backend == "cpu"
-    assert any(r.backend == "gpu-cuda" and "no gpu-cuda conv kernels" in r.predicate for r in route.rejected)
+    assert route.name == "gpu.gather_mm_scatter" and route.facts["tier"] == "gpu-cuda"
+    assert route_conv(_req(device="gpu", kernel_volume=1, identity_relation=True), cuda).name == (
+        "gpu.pointwise_matmul"
+    )
+    metal = Capability((Tier.CPU, Tier.GPU_METAL), ("cpu",), "metal")
+    assert route_conv(_req(device="gpu"), metal).name == "gpu.gather_mm_scatter"
     cpu_only = Capability((Tier.CPU,), ("cpu",))
-    assert "no GPU device" in route_conv(_req(device="gpu"), cpu_only).rejected[0].predicate
+    fallback = route_conv(_req(device="gpu"), cpu_only)
+    assert fallback.name == "cpu.gather_gemm_scatter"
+    assert "no GPU device" in fallback.rejected[0].predicate
 
 
 def test_linear_never_routes_to_mlx_matmul_on_cpu():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.backends import cpu
+from lattice.backends import cpu, gpu
 from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
 from lattice.core.relation import KernelRelation, RelationKind
@@ -120,7 +120,7 @@ def _plan(
 
 
 def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:
-    impl = cpu.CONV[plan.route.algorithm]
+    impl = (cpu.CONV if plan.route.backend == "cpu" else gpu.CONV)[plan.route.algorithm]
     rel, w = plan.relation, plan.weight
     feats = x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
     y = impl(feats, w, rel)

@@ -59,9 +59,10 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
         )
         if tier is None:
-            rb.reject("gpu", "gather_gemm_scatter", "no GPU device in this process")
+            rb.reject("gpu", "gather_mm_scatter", "no GPU device in this process")
         else:
-            rb.reject(tier.value, "gather_gemm_scatter", f"no {tier.value} conv kernels in this build")
+            facts["tier"] = tier.value
+            return _route_gpu(rb, req, packed)
     # 2-5. CPU routes by relation, weight layout and shape
     if packed:
         return _route_packed(rb, req)
@@ -76,6 +77,26 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
         "cpu",
         "gather_gemm_scatter",
         "per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows (tiled over all cores)",
+    )
+
+
+def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool) -> Route:
+    """GPU routes from MLX's own kernels (CUDA or Metal); the relation is built on the CPU."""
+    prefix = "dequant_" if packed else ""
+    how = "dequantize the weight, then " if packed else ""
+    if req.identity_relation and req.kernel_volume == 1:
+        return rb.take(
+            "gpu",
+            f"{prefix}pointwise_matmul",
+            f"1x1x1 kernel on the input support: {how}one GPU matmul, coordinates kept",
+        )
+    rb.reject("gpu", f"{prefix}pointwise_matmul", "kernel_volume == 1 and output support == input support")
+    rb.reject("gpu", "fused_implicit_gemm", "not written yet (the GPU issue)")
+    return rb.take(
+        "gpu",
+        f"{prefix}gather_mm_scatter",
+        f"{how}MLX gather of the edges' input rows, gather_mm by offset (sorted), float32 scatter-add; "
+        "relation built on the CPU (host round trip)",
     )
 
 
