@@ -40,7 +40,7 @@ def test_gpu_route_code_equals_cpu_route_on_the_cpu_stream(name, relation):
     x = _tensor()
     rel = relation(x)
     wm = mx.array(np.random.default_rng(1).normal(size=(rel.n_kernels, x.channels, 5)).astype(np.float32))
-    got = gpu.gather_mm_scatter(x.feats, wm, rel, device=mx.cpu)
+    got = gpu.gather_matmul_scatter(x.feats, wm, rel, device=mx.cpu)
     ref = cpu.gather_gemm_scatter(x.feats, wm, rel)
     np.testing.assert_allclose(np.array(got), np.array(ref), rtol=1e-5, atol=1e-5)
     if name == "pointwise":
@@ -54,16 +54,16 @@ def test_gpu_route_code_handles_empty_relations_and_gradients_on_the_cpu_stream(
     rel = lattice.ops.submanifold_kernel_relation(x)
 
     def loss(route, f, wm):
-        kw = {"device": mx.cpu} if route is gpu.gather_mm_scatter else {}
+        kw = {"device": mx.cpu} if route is gpu.gather_matmul_scatter else {}
         return (route(f, wm, rel, **kw) ** 2).sum()
 
-    g_gpu = mx.grad(lambda f, wm: loss(gpu.gather_mm_scatter, f, wm), argnums=(0, 1))(x.feats, w)
+    g_gpu = mx.grad(lambda f, wm: loss(gpu.gather_matmul_scatter, f, wm), argnums=(0, 1))(x.feats, w)
     g_cpu = mx.grad(lambda f, wm: loss(cpu.gather_gemm_scatter, f, wm), argnums=(0, 1))(x.feats, w)
     for a, b in zip(g_gpu, g_cpu, strict=True):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-3)
     empty = lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, x.channels)))
     erel = lattice.ops.submanifold_kernel_relation(empty)
-    assert gpu.gather_mm_scatter(empty.feats, w, erel, device=mx.cpu).shape == (0, 4)
+    assert gpu.gather_matmul_scatter(empty.feats, w, erel, device=mx.cpu).shape == (0, 4)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU in this process")

@@ -3,9 +3,8 @@
 
 The relation (kernel map) is still built by the CPU core and its edge arrays travel to
 the GPU (a host round trip per new relation; cached relations are reused). The
-convolution itself is: gather the input rows of every edge, one ``gather_mm`` that
-multiplies each gathered row by its offset's weight (edges are grouped by offset, so
-the indices are sorted), and a float32 scatter-add onto the output rows. MLX
+convolution itself is, per kernel offset: gather its edges' input rows, one matmul
+with the offset's weight, a float32 scatter-add onto the output rows. MLX
 differentiates all three.
 """
 
@@ -17,21 +16,30 @@ from lattice.core.quantized import QuantizedWeight, dequantize_mapped
 from lattice.core.relation import KernelRelation
 
 
-def gather_mm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation, *, device=None) -> mx.array:
-    """Relation convolution with mapped weight (K, C_in, C_out) on the GPU stream.
+def gather_matmul_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation, *, device=None) -> mx.array:
+    """Relation convolution with mapped weight (K, C_in, C_out) on the GPU stream: per kernel
+    offset, gather its edges' input rows, one matmul, float32 scatter-add.
 
-    ``device`` (default ``mx.gpu``) lets the tests run the same code on the CPU.
+    (``mx.gather_mm`` over all edges at once, sorted by offset, gave wrong results on MLX
+    0.32.4's CUDA backend — see docs/backend.md — so the offsets are walked here; the
+    offsets' edge ranges are known on the host.) ``device`` (default ``mx.gpu``) lets the
+    tests run the same code on the CPU.
     """
     c_out = int(weight.shape[2])
     with mx.stream(device or mx.gpu):
-        # MLX's CUDA backend fails on kernels over zero elements: empty inputs return early.
-        if rel.edge_count == 0 or rel.out_count == 0:
-            return mx.zeros((rel.out_count, c_out), dtype=feats.dtype)
-        gathered = mx.take(feats, rel.edges.in_rows, axis=0)[:, None, :]
-        w = weight.astype(feats.dtype)
-        per_edge = mx.gather_mm(gathered, w, rhs_indices=rel.edges.kernel_ids_sorted, sorted_indices=True)
         out = mx.zeros((rel.out_count, c_out), dtype=mx.float32)
-        out = out.at[rel.edges.out_rows].add(per_edge[:, 0, :].astype(mx.float32))
+        # MLX's CUDA backend fails on kernels over zero elements: empty offsets are skipped.
+        if rel.edge_count == 0 or rel.out_count == 0:
+            return out.astype(feats.dtype)
+        w = weight.astype(feats.dtype)
+        bounds = rel.edge_offsets_host
+        for k in range(rel.n_kernels):
+            a, b = bounds[k], bounds[k + 1]
+            if a == b:
+                continue
+            rows_in, rows_out = rel.edges.in_rows[a:b], rel.edges.out_rows[a:b]
+            part = mx.matmul(mx.take(feats, rows_in, axis=0), w[k])
+            out = out.at[rows_out].add(part.astype(mx.float32))
         return out.astype(feats.dtype)
 
 
@@ -43,12 +51,12 @@ def pointwise_matmul(feats: mx.array, weight: mx.array, rel: KernelRelation, *, 
         return mx.matmul(feats, weight[0].astype(feats.dtype))
 
 
-def dequant_gather_mm_scatter(
+def dequant_gather_matmul_scatter(
     feats: mx.array, qweight: QuantizedWeight, rel: KernelRelation, *, device=None
 ) -> mx.array:
     with mx.stream(device or mx.gpu):
         w = dequantize_mapped(qweight)
-    return gather_mm_scatter(feats, w, rel, device=device)
+    return gather_matmul_scatter(feats, w, rel, device=device)
 
 
 def dequant_pointwise_matmul(
@@ -60,8 +68,8 @@ def dequant_pointwise_matmul(
 
 
 CONV = {
-    "gather_mm_scatter": gather_mm_scatter,
+    "gather_matmul_scatter": gather_matmul_scatter,
     "pointwise_matmul": pointwise_matmul,
-    "dequant_gather_mm_scatter": dequant_gather_mm_scatter,
+    "dequant_gather_matmul_scatter": dequant_gather_matmul_scatter,
     "dequant_pointwise_matmul": dequant_pointwise_matmul,
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -44,11 +43,6 @@ class RelationEdges:
     def kernel_ids(self) -> mx.array:
         """Kernel offset index of each edge (int32)."""
         return _repeat_index(self.counts)
-
-    @functools.cached_property
-    def kernel_ids_sorted(self) -> mx.array:
-        """``kernel_ids`` as uint32, computed once (ascending: edges are grouped by offset)."""
-        return _repeat_index(self.counts).astype(mx.uint32)
 
     def __len__(self) -> int:
         return int(self.in_rows.shape[0])

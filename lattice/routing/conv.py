@@ -59,7 +59,7 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
         )
         if tier is None:
-            rb.reject("gpu", "gather_mm_scatter", "no GPU device in this process")
+            rb.reject("gpu", "gather_matmul_scatter", "no GPU device in this process")
         else:
             facts["tier"] = tier.value
             return _route_gpu(rb, req, packed)
@@ -94,8 +94,8 @@ def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool) -> Route:
     rb.reject("gpu", "fused_implicit_gemm", "not written yet (the GPU issue)")
     return rb.take(
         "gpu",
-        f"{prefix}gather_mm_scatter",
-        f"{how}MLX gather of the edges' input rows, gather_mm by offset (sorted), float32 scatter-add; "
+        f"{prefix}gather_matmul_scatter",
+        f"{how}per kernel offset: MLX gather of its edges' input rows, GPU matmul, float32 scatter-add; "
         "relation built on the CPU (host round trip)",
     )
 
