@@ -90,7 +90,8 @@ def _gemm_blas(a: mx.array, w: mx.array) -> mx.array:
 
 
 def _gemm_mlx(a: mx.array, w: mx.array) -> mx.array:
-    return mx.matmul(a, w.T)
+    with mx.stream(mx.gpu):  # the route was chosen for the GPU, whatever the default device
+        return mx.matmul(a, w.T)
 
 
 _LINEAR = {
