@@ -93,11 +93,11 @@ def _gemm_mlx(a: mx.array, w: mx.array) -> mx.array:
     # the route was chosen for the GPU: run there whatever the default device (when one exists)
     from lattice.routing.device import capability
 
-    with mx.stream(mx.gpu if cap_has_gpu(capability()) else mx.default_device()):
+    with mx.stream(mx.gpu if _has_gpu(capability()) else mx.default_device()):
         return mx.matmul(a, w.T)
 
 
-def cap_has_gpu(cap) -> bool:
+def _has_gpu(cap) -> bool:
     return len(cap.tiers) > 1
 
 
