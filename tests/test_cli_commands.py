@@ -169,10 +169,11 @@ def test_info_points_and_sparse(tmp_path, room_ply, voxels):
     assert d["points"] == 4000 and d["attributes"][0]["name"] == "intensity"
 
 
-def test_model_run_is_not_available(tmp_path, room_ply):
+def test_model_run_needs_a_bundle(tmp_path, room_ply):
+    """A directory without model.json is not a bundle (tests/test_models_cli.py runs real ones)."""
     r = run("model-run", tmp_path, room_ply, "-o", tmp_path / "out.npz")
     assert r.exit_code == 1
-    assert "not available yet: the model issue has not landed" in r.stderr
+    assert "missing model.json" in r.stderr
     assert not (tmp_path / "out.npz").exists()
 
 

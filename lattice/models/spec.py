@@ -1,0 +1,268 @@
+"""What a model bundle's ``model.json`` says, as frozen value objects.
+
+``model.json`` (format ``lattice.model/1``)::
+
+    {
+      "format": "lattice.model/1",
+      "name": "minkunet14-semantickitti",
+      "task": "segmentation",                       # or "classification"
+      "architecture": {"name": "minkunet", "config": {...}},
+      "preprocessing": {
+        "voxel_size": [0.1, 0.1, 0.1], "origin": [0, 0, 0],
+        "features": [{"name": "ones"}, {"name": "z", "mean": -1.0, "std": 1.2}, ...]
+      },
+      "outputs": {
+        "classes": [{"id": 1, "name": "car", "color": [100, 150, 245]}, ...],
+        "ignore": {"id": 0, "name": "unlabeled", "color": [0, 0, 0]},
+        "interpolation": "nearest"
+      },
+      "quantization": null,                          # or {"bits": 8, "group_size": null}
+      "weights": {"file": "weights.safetensors", "dtype": "float32", "tensors": 123,
+                  "parameters": 456789, "sha256": "..."},
+      "metadata": {...}                              # free-form: training data, metrics, licence
+    }
+
+Every parse error is a ``BundleError`` (a ``ValueError``) naming the bundle and the key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+BUNDLE_FORMAT = "lattice.model/1"
+TASKS = ("segmentation", "classification")
+INTERPOLATIONS = ("nearest", "linear")
+# Feature names computed from the points themselves; any other name is a point attribute.
+GEOMETRIC_FEATURES = ("ones", "x", "y", "z", "x_local", "y_local", "z_local")
+
+
+class BundleError(ValueError):
+    """A model bundle could not be read, validated or written (one line naming the bundle)."""
+
+
+def _number(value: Any, where: str, *, positive: bool = False) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (positive and value <= 0):
+        rule = "a positive finite number" if positive else "a finite number"
+        raise BundleError(f"{where} must be {rule}, got {value!r}")
+    return float(value)
+
+
+def _triple(value: Any, where: str, *, positive: bool = False) -> tuple[float, float, float]:
+    items = value if isinstance(value, list | tuple) else [value]
+    if len(items) == 1:
+        items = list(items) * 3
+    if len(items) != 3:
+        raise BundleError(f"{where} must be one or three numbers, got {value!r}")
+    return tuple(_number(v, where, positive=positive) for v in items)
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise BundleError(f"{where} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BundleError(f"{where} must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One input channel: ``(value - mean) / std``, averaged over each voxel's points.
+
+    ``name``: ``ones`` (a constant 1), ``x``/``y``/``z`` (the coordinate), ``x_local`` /
+    ``y_local``/``z_local`` (offset from the voxel centre in voxel units, in [-0.5, 0.5)),
+    or a point attribute; ``aliases`` are other attribute names accepted for it (e.g.
+    ``remission`` for ``intensity``).
+    """
+
+    name: str
+    mean: float = 0.0
+    std: float = 1.0
+    aliases: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> FeatureSpec:
+        d = _object(d, where)
+        unknown = set(d) - {"name", "mean", "std", "aliases"}
+        if unknown:
+            raise BundleError(f"{where} has unknown keys {sorted(unknown)}")
+        aliases = d.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+            raise BundleError(f"{where}.aliases must be a list of names, got {aliases!r}")
+        return cls(
+            _name(d.get("name"), f"{where}.name"),
+            _number(d.get("mean", 0.0), f"{where}.mean"),
+            _number(d.get("std", 1.0), f"{where}.std", positive=True),
+            tuple(aliases),
+        )
+
+    def to_json(self) -> dict:
+        """The ``features`` entry of ``model.json``."""
+        d: dict[str, Any] = {"name": self.name, "mean": self.mean, "std": self.std}
+        if self.aliases:
+            d["aliases"] = list(self.aliases)
+        return d
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How points become the network's input tensor: grid and per-voxel mean features."""
+
+    voxel_size: tuple[float, float, float]
+    features: tuple[FeatureSpec, ...]
+    origin: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "voxel_size", _triple(self.voxel_size, "voxel_size", positive=True))
+        object.__setattr__(self, "origin", _triple(self.origin, "origin"))
+        if not self.features:
+            raise BundleError("preprocessing.features must list at least one feature")
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The input channel names, in order."""
+        return tuple(f.name for f in self.features)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Preprocessing:
+        d = _object(d, "preprocessing")
+        feats = d.get("features")
+        if not isinstance(feats, list) or not feats:
+            raise BundleError(f"preprocessing.features must be a non-empty list, got {feats!r}")
+        return cls(
+            _triple(d.get("voxel_size"), "preprocessing.voxel_size", positive=True),
+            tuple(FeatureSpec.from_json(f, f"preprocessing.features[{i}]") for i, f in enumerate(feats)),
+            _triple(d.get("origin", 0.0), "preprocessing.origin"),
+        )
+
+    def to_json(self) -> dict:
+        """The ``preprocessing`` object of ``model.json``."""
+        return {
+            "voxel_size": list(self.voxel_size),
+            "origin": list(self.origin),
+            "reduction": "mean",
+            "features": [f.to_json() for f in self.features],
+        }
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """One output class: the label ``id`` written for it, its ``name`` and RGB ``color`` (0..255)."""
+
+    id: int
+    name: str
+    color: tuple[int, int, int] = (128, 128, 128)
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> ClassInfo:
+        d = _object(d, where)
+        cid, color = d.get("id"), d.get("color", [128, 128, 128])
+        if isinstance(cid, bool) or not isinstance(cid, int):
+            raise BundleError(f"{where}.id must be an int, got {cid!r}")
+        if (
+            not isinstance(color, list)
+            or len(color) != 3
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in color)
+        ):
+            raise BundleError(f"{where}.color must be three ints in 0..255, got {color!r}")
+        return cls(cid, _name(d.get("name"), f"{where}.name"), tuple(color))
+
+    def to_json(self) -> dict:
+        """The class entry of ``model.json``."""
+        return {"id": self.id, "name": self.name, "color": list(self.color)}
+
+
+DEFAULT_IGNORE = ClassInfo(-1, "unlabeled", (0, 0, 0))
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The network's classes (logit ``k`` is ``classes[k]``), the label of points it cannot
+    see (``ignore``: non-finite coordinates) and how voxel scores reach the points."""
+
+    classes: tuple[ClassInfo, ...]
+    ignore: ClassInfo = DEFAULT_IGNORE
+    interpolation: str = "nearest"
+
+    def __post_init__(self) -> None:
+        if not self.classes:
+            raise BundleError("outputs.classes must list at least one class")
+        ids = [c.id for c in self.classes]
+        if len(set(ids)) != len(ids) or self.ignore.id in ids:
+            raise BundleError(f"outputs class ids must be unique and differ from the ignore id, got {ids}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise BundleError(
+                f"outputs.interpolation must be one of {list(INTERPOLATIONS)}, got {self.interpolation!r}"
+            )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Class names in logit order."""
+        return tuple(c.name for c in self.classes)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Outputs:
+        d = _object(d, "outputs")
+        classes = d.get("classes")
+        if not isinstance(classes, list) or not classes:
+            raise BundleError(f"outputs.classes must be a non-empty list, got {classes!r}")
+        ignore = d.get("ignore")
+        return cls(
+            tuple(ClassInfo.from_json(c, f"outputs.classes[{i}]") for i, c in enumerate(classes)),
+            DEFAULT_IGNORE if ignore is None else ClassInfo.from_json(ignore, "outputs.ignore"),
+            d.get("interpolation", "nearest"),
+        )
+
+    def to_json(self) -> dict:
+        """The ``outputs`` object of ``model.json``."""
+        return {
+            "classes": [c.to_json() for c in self.classes],
+            "ignore": self.ignore.to_json(),
+            "interpolation": self.interpolation,
+        }
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Packed weights in the bundle: ``bits`` 4 or 8, ``group_size`` 32/64/128 or None (auto)."""
+
+    bits: int
+    group_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8):
+            raise BundleError(f"quantization.bits must be 4 or 8, got {self.bits!r}")
+        if self.group_size not in (None, 32, 64, 128):
+            raise BundleError(f"quantization.group_size must be 32, 64, 128 or null, got {self.group_size!r}")
+
+    @classmethod
+    def from_json(cls, d: Any) -> Quantization | None:
+        if d is None:
+            return None
+        d = _object(d, "quantization")
+        return cls(d.get("bits"), d.get("group_size"))
+
+    def to_json(self) -> dict:
+        """The ``quantization`` object of ``model.json``."""
+        return {"bits": self.bits, "group_size": self.group_size}
+
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "GEOMETRIC_FEATURES",
+    "INTERPOLATIONS",
+    "TASKS",
+    "DEFAULT_IGNORE",
+    "BundleError",
+    "ClassInfo",
+    "FeatureSpec",
+    "Outputs",
+    "Preprocessing",
+    "Quantization",
+]

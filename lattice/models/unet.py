@@ -1,0 +1,155 @@
+"""MinkUNet-style sparse U-Net for per-voxel segmentation.
+
+The layout follows MinkowskiEngine's ``MinkUNet`` (Choy et al. 2019) and its
+14/18/34 variants:
+
+- stem: a submanifold convolution (``stem_kernel``, 5 in MinkUNet) -> BN -> ReLU;
+- encoder level ``i`` (``depth = len(encoder_channels)`` levels): a ``k=2, s=2`` strided
+  convolution (halves the resolution, keeps the width) -> BN -> ReLU, then
+  ``encoder_blocks[i]`` basic blocks to ``encoder_channels[i]``;
+- decoder level ``i``: a ``k=2, s=2`` transposed convolution onto the support of the
+  skip one level up (so rows and order match exactly), concatenation with that skip,
+  then ``decoder_blocks[i]`` basic blocks to ``decoder_channels[i]``;
+- head: a per-voxel ``Linear`` to ``num_classes`` logits.
+
+The output tensor lives on the input's support (same coordinate key), one row of logits
+per input voxel. ``minkunet(14 | 18 | 34, ...)`` builds the presets; ``width`` scales all
+channel counts (MinkUNet uses 32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import mlx.nn as nn
+
+from lattice.core.tensor import SparseTensor
+from lattice.models.blocks import ConvBNReLU, UpBlock, basic_blocks, positive_int, positive_ints
+from lattice.nn.feature import Linear
+
+# MinkUNet's PLANES (encoder 4, decoder 4) at INIT_DIM 32, and its LAYERS per preset.
+_ENCODER = (32, 64, 128, 256)
+_DECODER = (256, 128, 96, 96)
+UNET_PRESETS: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    14: ((1, 1, 1, 1), (1, 1, 1, 1)),
+    18: ((2, 2, 2, 2), (2, 2, 2, 2)),
+    34: ((2, 3, 4, 6), (2, 2, 2, 2)),
+}
+
+
+@dataclass(frozen=True)
+class UNetConfig:
+    """Hyper-parameters of :class:`MinkUNet` (what ``model.json`` stores under ``architecture``).
+
+    ``encoder_channels`` / ``encoder_blocks`` and ``decoder_channels`` / ``decoder_blocks``
+    have one entry per level; all four lengths are the depth.
+    """
+
+    in_channels: int
+    num_classes: int
+    stem_channels: int = 32
+    stem_kernel: int = 5
+    encoder_channels: tuple[int, ...] = _ENCODER
+    encoder_blocks: tuple[int, ...] = (1, 1, 1, 1)
+    decoder_channels: tuple[int, ...] = _DECODER
+    decoder_blocks: tuple[int, ...] = (1, 1, 1, 1)
+    name: str = field(default="minkunet", init=False)
+
+    def __post_init__(self) -> None:
+        op = "UNetConfig"
+        for key in ("in_channels", "num_classes", "stem_channels", "stem_kernel"):
+            positive_int(getattr(self, key), key, op)
+        if self.stem_kernel % 2 == 0:
+            raise ValueError(f"[{op}] stem_kernel must be odd, got {self.stem_kernel}")
+        lengths = set()
+        for key in ("encoder_channels", "encoder_blocks", "decoder_channels", "decoder_blocks"):
+            object.__setattr__(self, key, positive_ints(getattr(self, key), key, op))
+            lengths.add(len(getattr(self, key)))
+        if len(lengths) != 1:
+            raise ValueError(
+                f"[{op}] encoder/decoder channels and blocks need one entry per level, got lengths "
+                f"{[len(getattr(self, k)) for k in ('encoder_channels', 'encoder_blocks', 'decoder_channels', 'decoder_blocks')]}"
+            )
+
+    @property
+    def depth(self) -> int:
+        """Number of resolution halvings."""
+        return len(self.encoder_channels)
+
+    def to_dict(self) -> dict:
+        """JSON-ready hyper-parameters (lists for tuples, without ``name``)."""
+        d = asdict(self)
+        d.pop("name")
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+class MinkUNet(nn.Module):
+    """Sparse U-Net: ``model(x)`` gives per-voxel logits ``(N, num_classes)`` on ``x``'s support."""
+
+    def __init__(self, config: UNetConfig) -> None:
+        super().__init__()
+        if not isinstance(config, UNetConfig):
+            raise TypeError(f"[MinkUNet] config must be a UNetConfig, got {type(config).__name__}")
+        self.config = config
+        c = config
+        self.stem = ConvBNReLU(c.in_channels, c.stem_channels, kernel_size=c.stem_kernel)
+        skips = [c.stem_channels]
+        self.down = []
+        self.encoder = []
+        width = c.stem_channels
+        for ch, n in zip(c.encoder_channels, c.encoder_blocks, strict=True):
+            self.down.append(ConvBNReLU(width, width, kernel_size=2, stride=2))
+            self.encoder.append(basic_blocks(width, ch, n))
+            width = ch
+            skips.append(ch)
+        self.decoder = []
+        for i, (ch, n) in enumerate(zip(c.decoder_channels, c.decoder_blocks, strict=True)):
+            self.decoder.append(UpBlock(width, skips[-2 - i], ch, n))
+            width = ch
+        self.head = Linear(width, c.num_classes)
+
+    def __call__(self, x: SparseTensor) -> SparseTensor:
+        y = self.stem(x)
+        skips = [y]
+        for down, blocks in zip(self.down, self.encoder, strict=True):
+            y = down(y)
+            for block in blocks:
+                y = block(y)
+            skips.append(y)
+        for i, up in enumerate(self.decoder):
+            y = up(y, skips[-2 - i])
+        return self.head(y)
+
+
+def minkunet(
+    preset: int,
+    in_channels: int,
+    num_classes: int,
+    *,
+    width: int = 32,
+    stem_kernel: int = 5,
+) -> MinkUNet:
+    """MinkUNet14 / 18 / 34 with all widths scaled by ``width / 32`` (at least 1 channel each)."""
+    if preset not in UNET_PRESETS:
+        raise ValueError(f"[minkunet] preset must be one of {sorted(UNET_PRESETS)}, got {preset!r}")
+    enc_blocks, dec_blocks = UNET_PRESETS[preset]
+    scale = positive_int(width, "width", "minkunet") / 32
+
+    def scaled(chs: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(max(1, round(v * scale)) for v in chs)
+
+    return MinkUNet(
+        UNetConfig(
+            in_channels=in_channels,
+            num_classes=num_classes,
+            stem_channels=max(1, round(32 * scale)),
+            stem_kernel=stem_kernel,
+            encoder_channels=scaled(_ENCODER),
+            encoder_blocks=enc_blocks,
+            decoder_channels=scaled(_DECODER),
+            decoder_blocks=dec_blocks,
+        )
+    )
+
+
+__all__ = ["UNET_PRESETS", "MinkUNet", "UNetConfig", "minkunet"]
