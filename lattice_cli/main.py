@@ -9,6 +9,7 @@ from lattice_cli.commands import explain as explain_cmd
 from lattice_cli.commands import info as info_cmd
 from lattice_cli.commands import model_run as model_run_cmd
 from lattice_cli.commands import pool as pool_cmd
+from lattice_cli.commands import render as render_cmd
 from lattice_cli.commands import upsample as upsample_cmd
 from lattice_cli.commands import voxelize as voxelize_cmd
 
@@ -44,6 +45,7 @@ app.command("pool")(pool_cmd.pool)
 app.command("upsample")(upsample_cmd.upsample)
 app.command("info")(info_cmd.info)
 app.command("model-run")(model_run_cmd.model_run)
+app.command("render")(render_cmd.render)
 app.command("explain")(explain_cmd.explain)
 app.command("backend")(info_cmd.backend)
 
