@@ -4,7 +4,7 @@
 
 Reads ``seq00_000000.bin`` with ``lattice.io.read_points``, predicts with
 ``lattice.models.predict_cloud`` (exactly what ``lattice model-run`` does), maps the
-``.label`` raw ids to learning ids (``LEARNING_MAP`` of ``train_segmentation.py``) and
+``.label`` raw ids to learning ids (``LEARNING_MAP`` of ``train_semantickitti.py``) and
 prints per-class IoU over the classes present, mIoU and overall accuracy over the
 labelled points (ground truth 0 = unlabeled is left out), then the time of each stage.
 """
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from train_segmentation import DATA, HELD_OUT, N_CLASSES, OUT, raw_to_learning
+from train_semantickitti import DATA, HELD_OUT, N_CLASSES, OUT, raw_to_learning
 
 from lattice.io import read_points
 from lattice.models import format_scores, load_model, predict_cloud, segmentation_scores

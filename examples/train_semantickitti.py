@@ -1,7 +1,7 @@
 """Train the shipped SemanticKITTI segmentation model (a small MinkUNet14) on the CPU.
 
-    python examples/train_segmentation.py                    # ~12 min on 2 cores, writes the bundle
-    python examples/train_segmentation.py --steps 50 --out /tmp/quick   # a smoke run
+    python examples/train_semantickitti.py                    # ~12 min on 2 cores, writes the bundle
+    python examples/train_semantickitti.py --steps 50 --out /tmp/quick   # a smoke run
 
 Data (``../shared/data/semantickitti``, see its SOURCES.md; SemanticKITTI, CC BY-NC-SA):
 
@@ -286,7 +286,7 @@ def main() -> None:
     log(f"trained {args.steps} steps in {seconds:.0f} s", lines)
     meta = {
         "training": {
-            "script": "examples/train_segmentation.py",
+            "script": "examples/train_semantickitti.py",
             "arguments": {
                 k: _portable(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "out"
             },
@@ -317,7 +317,7 @@ def readme(args: argparse.Namespace, scores, names, seconds: float) -> str:
     return f"""# {args.out.name}
 
 A MinkUNet14 (width {args.width}, {args.voxel_size} m voxels) for SemanticKITTI's 19 classes,
-trained by `examples/train_segmentation.py` (seed {args.seed}, {args.steps} steps,
+trained by `examples/train_semantickitti.py` (seed {args.seed}, {args.steps} steps,
 {seconds / 60:.1f} min on the CPU) on {", ".join(TRAIN)} and scored on the held-out
 {HELD_OUT} (every point, as `lattice model-run` predicts it):
 
