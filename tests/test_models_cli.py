@@ -112,13 +112,17 @@ def test_quantized_model_run(tmp_path, model_dir):
 def test_pipe_stdin_to_stdout(tmp_path, model_dir):
     write_points(tmp_path / "in.bin", scan())
     cmd = LATTICE + ["model-run", str(model_dir), "-", "--format", "kitti", "-o", "-", "--json"]
-    r = subprocess.run(cmd, input=(tmp_path / "in.bin").read_bytes(), capture_output=True, timeout=120)
+    r = subprocess.run(
+        cmd, input=(tmp_path / "in.bin").read_bytes(), capture_output=True, timeout=120, cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr.decode()
     with np.load(io.BytesIO(r.stdout), allow_pickle=False) as z:
         assert z["label"].shape == (3000,) and z["points"].shape == (3000, 3)
     assert json.loads(r.stderr)["output"] == "-"  # the summary goes to stderr when stdout carries data
     cmd = LATTICE + ["model-run", str(model_dir), "-", "--format", "kitti", "-o", "-", "-F", "ply"]
-    r = subprocess.run(cmd, input=(tmp_path / "in.bin").read_bytes(), capture_output=True, timeout=120)
+    r = subprocess.run(
+        cmd, input=(tmp_path / "in.bin").read_bytes(), capture_output=True, timeout=120, cwd=tmp_path
+    )
     assert r.returncode == 0 and r.stdout.startswith(b"ply\n")
 
 
@@ -172,6 +176,7 @@ def test_shipped_model_on_the_kitti_scan(tmp_path):
         LATTICE + ["model-run", str(SHIPPED), str(KITTI), "-o", str(tmp_path / "out.ply"), "--json"],
         capture_output=True,
         timeout=300,
+        cwd=tmp_path,  # outside the checkout: its source folders would shadow the installed package
     )
     assert r.returncode == 0, r.stderr.decode()
     out = read_points(tmp_path / "out.ply")
