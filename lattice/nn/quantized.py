@@ -24,6 +24,7 @@ from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, quantize_weight
 from lattice.core.tensor import SparseTensor
 from lattice.nn import conv as fconv
+from lattice.nn.conv import _channels, _one_target
 from lattice.ops import conv as C
 from lattice.ops import features as F
 
@@ -39,18 +40,6 @@ __all__ = [
     "QuantizedSubmConv3d",
     "quantize",
 ]
-
-
-def _channels(value, name: str, module: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"[{module}] {name} must be a positive int, got {value!r}")
-    return value
-
-
-def _one_target(target, coordinates, module: str):
-    if target is not None and coordinates is not None:
-        raise ValueError(f"[{module}] give the output support as target or as coordinates, not both")
-    return target if target is not None else coordinates
 
 
 def _flag(value, name: str, module: str) -> bool:
