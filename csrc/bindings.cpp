@@ -111,6 +111,12 @@ NB_MODULE(_ext, m) {
         "table"_a, "stride"_a, release);
   m.def("union", [](const CoordTable& a, const CoordTable& b) { return lattice::union_coords(a, b).table; },
         "lhs"_a, "rhs"_a, release);
+  m.def("unique_coords",
+        [](const mx::array& coords) {
+          auto u = lattice::unique_coords(coords);
+          return std::make_tuple(u.table, lattice::to_array(u.inverse), lattice::to_array(u.counts));
+        },
+        "coords"_a, release);
   m.def("intersection_rows", &lattice::intersection_rows, "lhs"_a, "rhs"_a, release);
   m.def("morton_codes", &lattice::morton_codes, "coords"_a, release);
   m.def("morton_order", &lattice::morton_order, "coords"_a, release);

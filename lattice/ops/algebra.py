@@ -22,9 +22,10 @@ from lattice import _ext
 from lattice.core._checks import coords_array, int_triple
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.coordsets import CoordinateSet
-from lattice.core.points import sparse_quantize
+from lattice.core.points import SparseQuantization
 from lattice.core.tensor import SparseTensor
 from lattice.ops.features import active_feats, with_feats
+from lattice.ops.points import voxelize_features
 
 JOINS = ("inner", "left", "right", "outer")
 REDUCTIONS = ("none", "mean")
@@ -332,16 +333,6 @@ def replace_feature(x: SparseTensor, feats) -> SparseTensor:
 # ---- building tensors from per-sample coordinates -------------------------------------------
 
 
-def _segment_mean(feats: mx.array, inverse: mx.array, counts: mx.array) -> mx.array:
-    if feats.shape[0] == 0:
-        return feats
-    acc = mx.float32 if feats.dtype in (mx.float16, mx.bfloat16) or not mx.issubdtype(
-        feats.dtype, mx.floating) else feats.dtype
-    sums = mx.zeros((counts.shape[0], feats.shape[1]), dtype=acc).at[inverse].add(feats.astype(acc))
-    mean = sums / counts[:, None].astype(acc)
-    return mean.astype(feats.dtype) if mx.issubdtype(feats.dtype, mx.floating) else mean
-
-
 def _build(coords: mx.array, feats: mx.array, stride, reduction: str, batch_size: int, op: str) -> SparseTensor:
     stride = int_triple(stride, "stride", op, minimum=1)
     _check_choice(reduction, "duplicate_reduction", REDUCTIONS, op)
@@ -351,30 +342,9 @@ def _build(coords: mx.array, feats: mx.array, stride, reduction: str, batch_size
     manager = CoordinateManager()
     if reduction == "none":
         return _new_tensor(coords, feats, stride, manager, op, batch_size)
-    out, inverse, counts = _dedup(coords)
-    return _new_tensor(out, _segment_mean(feats, inverse, counts), stride, manager, op, batch_size)
-
-
-def _dedup(coords: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """Unique rows (first-occurrence order), the unique row of every row, and counts.
-
-    Native quantisation at voxel size 1 on xyz shifted to start at 0; it computes in
-    float32, exact below 2^24, so wider sets take NumPy's exact (sorting) path.
-    """
-    c = np.asarray(coords).astype(np.int64)
-    lo = c[:, 1:].min(axis=0) if len(c) else np.zeros(3, np.int64)
-    xyz = c[:, 1:] - lo
-    if not len(c) or xyz.max() < 2**24:
-        q = sparse_quantize(mx.array(xyz.astype(np.float32)), 1.0, batch_indices=coords[:, 0])
-        shift = mx.array(np.concatenate([[0], lo]).astype(np.int32))
-        return q.coords[: q.active_rows] + shift, q.inverse_rows, q.counts
-    _, first, inverse = np.unique(c, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    inverse = rank[inverse.reshape(-1)]
-    return mx.array(c[first[order]].astype(np.int32)), mx.array(inverse.astype(np.int32)), \
-        mx.array(np.bincount(inverse).astype(np.int32))
+    table, inverse, counts = _ext.unique_coords(coords)
+    q = SparseQuantization(table.coords, table.size, inverse, counts, table)
+    return _new_tensor(table.coords, voxelize_features(feats, q, "mean"), stride, manager, op, batch_size)
 
 
 def _feature_array(feats, rows: int, op: str, name: str) -> mx.array:

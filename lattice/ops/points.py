@@ -81,13 +81,16 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction: str, 
     if n == 0:
         return mx.zeros((0, c), dtype=feats.dtype)
     if reduction in ("sum", "mean"):
-        if host_sums and c <= _HOST_SUM_MAX_CHANNELS and feats.dtype != mx.bfloat16:
+        # accumulate in float32 (float64 stays float64); the mean of integers is float32
+        acc_dtype = mx.float64 if feats.dtype == mx.float64 else mx.float32
+        if host_sums and c <= _HOST_SUM_MAX_CHANNELS and feats.dtype in (mx.float32, mx.float16):
             acc = _host_segment_sum(feats, inv, m)
         else:
-            acc = mx.zeros((m, c), dtype=mx.float32).at[inv].add(feats.astype(mx.float32))
-        if reduction == "mean":
-            acc = acc / mx.maximum(counts, 1).astype(mx.float32)[:, None]
-        return acc.astype(feats.dtype)
+            acc = mx.zeros((m, c), dtype=acc_dtype).at[inv].add(feats.astype(acc_dtype))
+        if reduction == "sum":
+            return acc.astype(feats.dtype)
+        mean = acc / mx.maximum(counts, 1).astype(acc_dtype)[:, None]
+        return mean.astype(feats.dtype) if mx.issubdtype(feats.dtype, mx.floating) else mean
     rows = mx.arange(n, dtype=mx.int32)
     if reduction == "first":
         first = mx.full((m,), n, dtype=mx.int32).at[inv].minimum(rows)

@@ -139,6 +139,18 @@ UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& strid
       "downsample_coords", false);
 }
 
+UniqueResult unique_coords(const mx::array& coords_in) {
+  mx::array coords = as_coords(coords_in, "unique_coords");
+  const int32_t* c = coords.data<int32_t>();
+  const int64_t n = coords.shape(0);
+  return unique_first(
+      n, coord_bounds(c, n),
+      [&](int64_t i, int64_t* out) {
+        for (int a = 0; a < 4; ++a) out[a] = c[4 * i + a];
+      },
+      "unique_coords", true);
+}
+
 UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs) {
   Bounds b;
   if (lhs.n == 0) b = rhs.bounds;

@@ -10,6 +10,9 @@ namespace lattice {
 mx::array to_array(const std::vector<int32_t>& v);
 mx::array lookup_rows(const CoordTable& t, const mx::array& queries);
 UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& stride);
+// Unique rows of a coordinate array (duplicates allowed), first-occurrence order, with
+// the unique row of every input row and the rows per unique coordinate.
+UniqueResult unique_coords(const mx::array& coords);
 UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs);
 mx::array intersection_rows(const CoordTable& lhs, const CoordTable& rhs);
 mx::array morton_codes(const mx::array& coords);
