@@ -165,8 +165,12 @@ class CoordinateManager:
         table = self._tables[in_key.id]
         exclusive = self._exclusive(kind, in_key, spec, target_key)
         route = route_relation(RelationRequest(op, kind.value, table.size, spec.volume, exclusive=exclusive))
-        if route.backend != "cpu":  # only CPU relation builders exist in this build
-            raise RuntimeError(f"[{op}] no implementation for route {route.name}")
+        route.require(  # the CPU relation builders of this build
+            "cpu.hash_relation_symmetric",
+            "cpu.hash_relation_input_driven",
+            "cpu.hash_relation_scatter",
+            "cpu.hash_relation_exclusive",
+        )
         if kind is RelationKind.SUBMANIFOLD:
             arrays, out_key = self._build_submanifold(table, in_key, spec, target_key, op)
         elif kind in (RelationKind.FORWARD, RelationKind.TARGET):

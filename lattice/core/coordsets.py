@@ -34,9 +34,7 @@ def _route(op: str, x) -> None:
     from lattice.routing.relations import CoordinateRequest, route_coordinates
 
     n = x.active_count if isinstance(x, SparseTensor) else len(x) if isinstance(x, CoordinateSet) else -1
-    route = route_coordinates(CoordinateRequest(op, n))
-    if route.backend != "cpu":
-        raise RuntimeError(f"[{op}] no implementation for route {route.name}")
+    route_coordinates(CoordinateRequest(op, n)).require("cpu.hash_set", "cpu.morton")
 
 
 def _table(x, op: str, name: str = "coords"):

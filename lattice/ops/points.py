@@ -135,7 +135,7 @@ def voxelize(
     route = route_points(
         PointsRequest(op, int(np.shape(points)[0]), channels, reduction, device=requested_device(device))
     )
-    assert route.algorithm == "hash_quantize_segment_reduce"
+    route.require("cpu.hash_quantize_segment_reduce")
     q = sparse_quantize(
         points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
     )
@@ -228,7 +228,7 @@ def devoxelize(
             device=requested_device(device),
         )
     )
-    assert route.algorithm == "hash_corner_lookup"
+    route.require("cpu.hash_corner_lookup")
     pvm = point_voxel_map or build_point_voxel_map(
         points, voxels, voxel_size, batch_indices=batch_indices, origin=origin, interpolation=interpolation
     )

@@ -23,6 +23,7 @@ import numpy as np
 from lattice import _ext
 from lattice.io import PointCloud, PointCloudError, SparseFile, write_sparse
 from lattice.pipeline.sources import DEFAULT_CHUNK_POINTS, PointSource, memory_source, open_source
+from lattice.routing.points import PointsRequest, route_points
 
 REDUCTIONS = ("mean", "sum", "max", "first", "count")
 _INT32 = (-(2**31), 2**31 - 1)
@@ -234,6 +235,8 @@ def voxelize_source(source: PointSource, options: VoxelizeOptions) -> tuple[Spar
     origin = options.origin
     if origin == "min":
         origin = _min_origin(source, options.chunk_points)
+    request = PointsRequest("voxelize", -1, max(len(cols), 1), reduction)
+    route_points(request).require("cpu.hash_quantize_segment_reduce")  # streamed through the CPU core
     vox = StreamingVoxelizer(options.voxel_size, origin, reduction, cols)
     seen = dropped = 0
     for pts, attrs in source.chunks(options.chunk_points):

@@ -38,6 +38,12 @@ class Route:
     def name(self) -> str:
         return f"{self.backend}.{self.algorithm}"
 
+    def require(self, *implemented: str) -> Route:
+        """For ops with fixed implementations: this route, or an error naming it."""
+        if self.name not in implemented:
+            raise RuntimeError(f"[{self.op}] no implementation for route {self.name}")
+        return self
+
     def as_dict(self) -> dict:
         return {
             "op": self.op,
