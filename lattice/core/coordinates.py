@@ -68,6 +68,11 @@ class CoordinateManager:
         table = _ext.build_table(coords, op)
         return self._register(table, int_triple(stride, "stride", op, minimum=1))
 
+    def adopt(self, table, stride=1) -> CoordinateMapKey:
+        """Registers a native table made by lattice's own coordinate functions (quantize,
+        union, dedup: unique rows by construction) without hashing its rows again."""
+        return self._register(table, int_triple(stride, "stride", "CoordinateManager.adopt", minimum=1))
+
     def intern(self, coords, stride=1, *, op: str = "CoordinateManager.intern") -> CoordinateMapKey:
         """Like ``insert``, but the same coordinates at the same stride give the same key.
 

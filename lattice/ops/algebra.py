@@ -46,11 +46,13 @@ class _Plan:
     ``n`` when its rows are the first ``n`` output rows and the rest are missing (the
     first operand of an outer join), else an int32 array of source rows (-1 = missing).
     ``keep`` is the operand whose key the output keeps (its rows are the output rows).
+    ``table`` is the native table of ``coords`` when the join built one (outer joins).
     """
 
     coords: mx.array
     rows: tuple[None | int | mx.array, ...]
     keep: SparseTensor | None
+    table: object = None
 
 
 def _live_coords(x: SparseTensor) -> mx.array:
@@ -112,7 +114,7 @@ def _plan(tensors: Sequence[SparseTensor], join: str) -> _Plan:
             rows.append(first.active_count)
         else:
             rows.append(_ext.lookup(_table(t), coords))
-    return _Plan(coords, tuple(rows), keep)
+    return _Plan(coords, tuple(rows), keep, table if join == "outer" else None)
 
 
 def _take(feats: mx.array, rows: None | int | mx.array, m: int, fill) -> mx.array:
@@ -133,9 +135,11 @@ def _declared_batch_size(tensors: Sequence[SparseTensor]) -> int | None:
     return max(declared) if declared else None
 
 
-def _new_tensor(coords, feats, stride, manager: CoordinateManager, op: str, batch_size=None) -> SparseTensor:
-    """A tensor on new coordinates inserted into ``manager`` (duplicates raise ``[op] ...``)."""
-    key = manager.insert(coords, stride, op=op)
+def _new_tensor(coords, feats, stride, manager: CoordinateManager, op: str, batch_size=None,
+                table=None) -> SparseTensor:
+    """A tensor on new coordinates inserted into ``manager`` (duplicates raise ``[op] ...``);
+    a native ``table`` already built for ``coords`` by a join or dedup is adopted as it is."""
+    key = manager.insert(coords, stride, op=op) if table is None else manager.adopt(table, stride)
     counts = None
     if batch_size is not None:
         counts = np.bincount(np.asarray(coords[:, 0]), minlength=batch_size)
@@ -147,7 +151,7 @@ def _output(plan: _Plan, feats: mx.array, tensors: Sequence[SparseTensor], op: s
         return with_feats(plan.keep, feats)
     first = tensors[0]
     return _new_tensor(plan.coords, feats, first.stride, first.coord_manager, op,
-                       _declared_batch_size(tensors))
+                       _declared_batch_size(tensors), plan.table)
 
 
 # ---- binary ops ---------------------------------------------------------------------------
@@ -344,7 +348,7 @@ def _build(coords: mx.array, feats: mx.array, stride, reduction: str, batch_size
         return _new_tensor(coords, feats, stride, manager, op, batch_size)
     table, inverse, counts = _ext.unique_coords(coords)
     q = SparseQuantization(table.coords, table.size, inverse, counts, table)
-    return _new_tensor(table.coords, voxelize_features(feats, q, "mean"), stride, manager, op, batch_size)
+    return _new_tensor(table.coords, voxelize_features(feats, q, "mean"), stride, manager, op, batch_size, table)
 
 
 def _feature_array(feats, rows: int, op: str, name: str) -> mx.array:
