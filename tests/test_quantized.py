@@ -196,7 +196,9 @@ def test_packed_conv_routes():
     assert [r.algorithm for r in point.rejected] == ["gather_gemm_scatter", "pointwise_gemm"]
     cuda = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
     gpu = route_conv(_req(device="gpu"), cuda)
-    assert gpu.name == "gpu.dequant_gather_matmul_scatter"  # the MLX-kernel GPU route, packed form
+    assert gpu.name == "cuda.dequant_implicit_gemm"  # lattice's CUDA kernel, packed form
+    metal = route_conv(_req(device="gpu"), Capability((Tier.CPU, Tier.GPU_METAL), ("cpu",), "metal"))
+    assert metal.name == "gpu.dequant_gather_matmul_scatter"  # the MLX-kernel GPU route, packed form
     cpu_only = Capability((Tier.CPU,), ("cpu",))
     fallback = route_conv(_req(device="gpu"), cpu_only)
     assert fallback.backend == "cpu" and fallback.rejected[0].backend == "gpu"

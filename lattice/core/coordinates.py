@@ -41,13 +41,21 @@ class RelationCacheKey:
     kind: RelationKind
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A set made by a GPU builder (unique rows): its CPU table is built on first CPU use."""
+
+    coords: mx.array
+
+
 class CoordinateManager:
     """Coordinate sets and the relation cache of a family of tensors."""
 
     def __init__(self) -> None:
         self.id = next(_manager_ids)
         self._next_id = itertools.count()
-        self._tables: dict[int, _ext.CoordTable] = {}
+        self._tables: dict[int, _ext.CoordTable | _Pending] = {}
+        self._gpu_tables: dict[int, object] = {}  # lattice.backends.cuda.GpuTable, built on first GPU use
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
         self._downsampled: dict[tuple[int, Triple], CoordinateMapKey] = {}
@@ -107,15 +115,37 @@ class CoordinateManager:
             )
 
     def table(self, key: CoordinateMapKey):
+        """The native (CPU) hash table of a set; sets made on the GPU get theirs on first use."""
         self.check_key(key)
-        return self._tables[key.id]
+        return self._cpu_table(key.id)
+
+    def _cpu_table(self, key_id: int):
+        t = self._tables[key_id]
+        if isinstance(t, _Pending):
+            # Unique by construction (a GPU dedup made them): adopt, no duplicate check needed,
+            # but the native builder checks anyway and the cost is paid once.
+            t = self._tables[key_id] = _ext.build_table(t.coords, "CoordinateManager")
+        return t
+
+    def gpu_table(self, key: CoordinateMapKey):
+        """The GPU hash table of a set (lattice.backends.cuda), built on first use and kept."""
+        self.check_key(key)
+        hit = self._gpu_tables.get(key.id)
+        if hit is None:
+            from lattice.backends import cuda
+
+            hit = self._gpu_tables[key.id] = cuda.build_table(self.coords(key))
+        return hit
 
     def coords(self, key: CoordinateMapKey) -> mx.array:
         """The (N, 4) int32 coordinates of a set."""
-        return self.table(key).coords
+        self.check_key(key)
+        return self._tables[key.id].coords
 
     def size(self, key: CoordinateMapKey) -> int:
-        return self.table(key).size
+        self.check_key(key)
+        t = self._tables[key.id]
+        return int(t.coords.shape[0]) if isinstance(t, _Pending) else t.size
 
     @property
     def keys(self) -> list[CoordinateMapKey]:
@@ -126,17 +156,27 @@ class CoordinateManager:
         """Number of cached relations."""
         return len(self._relations)
 
-    def downsample(self, key: CoordinateMapKey, stride) -> CoordinateMapKey:
-        """Key of ``unique(floor(coords / stride))`` at level ``key.stride * stride`` (cached)."""
+    def downsample(self, key: CoordinateMapKey, stride, *, gpu: bool = False) -> CoordinateMapKey:
+        """Key of ``unique(floor(coords / stride))`` at level ``key.stride * stride`` (cached).
+
+        Rows keep first-occurrence order on either device; ``gpu`` deduplicates with the
+        GPU hash table (the new set's CPU table is built only if a CPU route asks).
+        """
         stride = int_triple(stride, "stride", "downsample", minimum=1)
         self.check_key(key, "downsample")
         if stride == (1, 1, 1):
             return key
         cache = (key.id, stride)
         if cache not in self._downsampled:
-            table, inverse = _ext.downsample(self._tables[key.id], stride)
             level = tuple(a * b for a, b in zip(key.stride, stride, strict=True))
-            self._downsampled[cache] = self._register(table, level)
+            if gpu:
+                from lattice.backends import cuda
+
+                coords, inverse = cuda.downsample(self.coords(key), stride)
+                self._downsampled[cache] = self._register(_Pending(coords), level)
+            else:
+                table, inverse = _ext.downsample(self._cpu_table(key.id), stride)
+                self._downsampled[cache] = self._register(table, level)
             self._down_inverse[cache] = inverse
         return self._downsampled[cache]
 
@@ -150,8 +190,14 @@ class CoordinateManager:
         target_key: CoordinateMapKey | None = None,
         *,
         op: str | None = None,
+        device=None,
     ) -> KernelRelation:
-        """Builds (or returns the cached) relation of ``kind`` from ``in_key``."""
+        """Builds (or returns the cached) relation of ``kind`` from ``in_key``.
+
+        ``device`` ('cpu', 'gpu', an mx.Device, default MLX's default device) picks the
+        builder when the relation is not cached yet; a cached relation serves every device
+        (each form, edge list or dense map, is derived once from the other when needed).
+        """
         kind = RelationKind(kind)
         op = op or f"{kind.value}_kernel_relation"
         self.check_key(in_key, op)
@@ -160,22 +206,32 @@ class CoordinateManager:
         cache = RelationCacheKey(in_key, target_key, spec, kind)
         hit = self._relations.get(cache)
         if hit is None:
-            hit = self._build(kind, in_key, spec, target_key, op)
+            hit = self._build(kind, in_key, spec, target_key, op, device)
             self._relations[cache] = hit
         return hit
 
-    def _build(self, kind, in_key, spec, target_key, op) -> KernelRelation:
+    def _build(self, kind, in_key, spec, target_key, op, device=None) -> KernelRelation:
+        from lattice.routing import requested_device
         from lattice.routing.relations import RelationRequest, route_relation
 
-        table = self._tables[in_key.id]
         exclusive = self._exclusive(kind, in_key, spec, target_key)
-        route = route_relation(RelationRequest(op, kind.value, table.size, spec.volume, exclusive=exclusive))
-        route.require(  # the CPU relation builders of this build
+        route = route_relation(
+            RelationRequest(
+                op, kind.value, self.size(in_key), spec.volume, device=requested_device(device), exclusive=exclusive
+            )
+        )
+        route.require(  # the relation builders of this build
             "cpu.hash_relation_symmetric",
             "cpu.hash_relation_input_driven",
             "cpu.hash_relation_scatter",
             "cpu.hash_relation_exclusive",
+            "cuda.hash_map_submanifold",
+            "cuda.hash_map_probe",
         )
+        self._check_relation(kind, in_key, spec, target_key, op)
+        if route.backend == "cuda":
+            return self._build_gpu(kind, in_key, spec, target_key, route)
+        table = self._cpu_table(in_key.id)
         if kind is RelationKind.SUBMANIFOLD:
             arrays, out_key = self._build_submanifold(table, in_key, spec, target_key, op)
         elif kind in (RelationKind.FORWARD, RelationKind.TARGET):
@@ -183,20 +239,83 @@ class CoordinateManager:
         else:
             arrays, out_key = self._build_transposed(table, kind, in_key, spec, target_key, op, exclusive)
         in_rows, out_rows, counts = arrays[:3]
-        offsets = [0]
-        for c in counts.tolist():
-            offsets.append(offsets[-1] + c)
         return KernelRelation(
             kind=kind,
             spec=spec,
             in_key=in_key,
             out_key=out_key,
-            edges=RelationEdges(in_rows, out_rows, counts),
-            out_coords=self._tables[out_key.id].coords,
+            out_coords=self.coords(out_key),
             kernel_offsets=spec.offsets(),
-            edge_offsets_host=tuple(offsets),
+            in_count=self.size(in_key),
+            built_edges=RelationEdges(in_rows, out_rows, counts),
             route=route,
         )
+
+    def _build_gpu(self, kind, in_key, spec, target_key, route) -> KernelRelation:
+        """Dense neighbour map built by the CUDA kernels: the input's GPU hash table, the
+        output set deduplicated on the GPU where the relation generates it, one probe per
+        (output row, offset). No coordinates leave the GPU (two scalar reads: set sizes)."""
+        from lattice.backends import cuda
+
+        offsets = spec.offsets()
+        table = self.gpu_table(in_key)
+        if kind is RelationKind.SUBMANIFOLD:
+            out_key = in_key
+            nmap = cuda.submanifold_map(table, offsets)
+        else:
+            transposed = kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE)
+            if target_key is not None:
+                out_key = target_key
+            elif transposed:
+                level = self._transposed_level(in_key.stride, spec.stride, "relation")
+                coords = cuda.generated_support(self.coords(in_key), offsets, spec.stride, spec.padding)
+                out_key = self._register(_Pending(coords), level)
+            else:
+                out_key = self.downsample(in_key, spec.stride, gpu=True)
+            nmap = cuda.probe_map(
+                table, self.coords(out_key), offsets, spec.stride, spec.padding, transposed=transposed
+            )
+        return KernelRelation(
+            kind=kind,
+            spec=spec,
+            in_key=in_key,
+            out_key=out_key,
+            out_coords=self.coords(out_key),
+            kernel_offsets=offsets,
+            in_count=self.size(in_key),
+            built_map=nmap,
+            route=route,
+        )
+
+    def _check_relation(self, kind, in_key, spec, target_key, op) -> None:
+        """Argument rules shared by every builder."""
+        if kind is RelationKind.SUBMANIFOLD:
+            if target_key is not None:
+                raise ValueError(f"[{op}] a submanifold relation has no explicit target")
+            if not spec.is_odd:
+                raise ValueError(f"[{op}] submanifold kernels must have odd sizes, got {spec.size}")
+            if spec.stride != (1, 1, 1) or spec.padding != (0, 0, 0):
+                raise ValueError(
+                    f"[{op}] submanifold relations take stride 1 and padding 0, got stride "
+                    f"{spec.stride} padding {spec.padding}"
+                )
+        elif kind in (RelationKind.FORWARD, RelationKind.TARGET):
+            if kind is RelationKind.FORWARD and target_key is not None:
+                raise ValueError(f"[{op}] a forward relation generates its output; use target")
+            if kind is RelationKind.TARGET and target_key is None:
+                raise ValueError(f"[{op}] a target relation needs a target coordinate set")
+            if target_key is not None:
+                level = tuple(a * b for a, b in zip(in_key.stride, spec.stride, strict=True))
+                self._check_level(target_key, level, op)
+        else:
+            if kind is RelationKind.GENERATIVE and (spec.padding != (0, 0, 0) or spec.dilation != (1, 1, 1)):
+                raise ValueError(
+                    f"[{op}] generative relations take no padding or dilation, got padding "
+                    f"{spec.padding} dilation {spec.dilation}"
+                )
+            level = self._transposed_level(in_key.stride, spec.stride, op)
+            if target_key is not None:
+                self._check_level(target_key, level, op)
 
     def _exclusive(self, kind, in_key, spec, target_key) -> bool:
         """Non-overlapping windows between a set and its downsample (even kernel == stride,
@@ -216,28 +335,10 @@ class CoordinateManager:
         return False
 
     def _build_submanifold(self, table, in_key, spec, target_key, op):
-        if target_key is not None:
-            raise ValueError(f"[{op}] a submanifold relation has no explicit target")
-        if not spec.is_odd:
-            raise ValueError(f"[{op}] submanifold kernels must have odd sizes, got {spec.size}")
-        if spec.stride != (1, 1, 1) or spec.padding != (0, 0, 0):
-            raise ValueError(
-                f"[{op}] submanifold relations take stride 1 and padding 0, got stride "
-                f"{spec.stride} padding {spec.padding}"
-            )
         return _ext.relation_submanifold(table, spec.size, spec.dilation), in_key
 
     def _build_forward(self, table, kind, in_key, spec, target_key, op, exclusive):
-        level = tuple(a * b for a, b in zip(in_key.stride, spec.stride, strict=True))
-        if kind is RelationKind.FORWARD:
-            if target_key is not None:
-                raise ValueError(f"[{op}] a forward relation generates its output; use target")
-            out_key = self.downsample(in_key, spec.stride)
-        else:
-            if target_key is None:
-                raise ValueError(f"[{op}] a target relation needs a target coordinate set")
-            self._check_level(target_key, level, op)
-            out_key = target_key
+        out_key = self.downsample(in_key, spec.stride) if kind is RelationKind.FORWARD else target_key
         if exclusive:
             if spec.stride == (1, 1, 1):
                 inverse = mx.arange(table.size, dtype=mx.int32)
@@ -245,25 +346,18 @@ class CoordinateManager:
                 inverse = self._down_inverse[(in_key.id, spec.stride)]
             return _ext.relation_exclusive(table, inverse, spec.stride), out_key
         arrays = _ext.relation_forward(
-            table, self._tables[out_key.id], spec.size, spec.stride, spec.padding, spec.dilation
+            table, self._cpu_table(out_key.id), spec.size, spec.stride, spec.padding, spec.dilation
         )
         return arrays, out_key
 
     def _build_transposed(self, table, kind, in_key, spec, target_key, op, exclusive):
-        if kind is RelationKind.GENERATIVE and (spec.padding != (0, 0, 0) or spec.dilation != (1, 1, 1)):
-            raise ValueError(
-                f"[{op}] generative relations take no padding or dilation, got padding "
-                f"{spec.padding} dilation {spec.dilation}"
-            )
         level = self._transposed_level(in_key.stride, spec.stride, op)
-        if target_key is not None:
-            self._check_level(target_key, level, op)
         if exclusive:
             # Back onto the set this one was downsampled from: the forward relation of
             # that set, edges reversed (same offsets).
-            fwd = self.relation(RelationKind.FORWARD, target_key, spec, op=op)
+            fwd = self.relation(RelationKind.FORWARD, target_key, spec, op=op, device="cpu")
             return (fwd.edges.out_rows, fwd.edges.in_rows, fwd.counts), target_key
-        target_table = None if target_key is None else self._tables[target_key.id]
+        target_table = None if target_key is None else self._cpu_table(target_key.id)
         arrays = _ext.relation_transposed(
             table, target_table, spec.size, spec.stride, spec.padding, spec.dilation
         )

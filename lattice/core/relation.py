@@ -55,19 +55,82 @@ class KernelRelation:
     For each kernel offset it lists the (input row, output row) pairs with
     ``input = output * stride + offset * dilation - padding`` (forward, target,
     submanifold) or ``output = input * stride + offset * dilation - padding``
-    (transposed, generative). The first ``edge_count`` edges and ``out_count``
-    output rows are live (on the CPU every row is live).
+    (transposed, generative).
+
+    Two representations, each derived from the other on first use and kept:
+    ``edges`` — the pairs grouped by offset (what the CPU routes walk), built by the
+    CPU core — and ``neighbor_map`` — a dense (out_count, K) int32 array, ``-1`` where
+    offset k of an output row has no input (what the GPU kernels read), built by the
+    GPU relation kernels. ``inverse_map`` is the (in_count, K) map the other way.
     """
 
     kind: RelationKind
     spec: KernelSpec
     in_key: object
     out_key: object
-    edges: RelationEdges
     out_coords: mx.array
     kernel_offsets: mx.array
-    edge_offsets_host: tuple[int, ...] = field(repr=False)
+    in_count: int
+    built_edges: RelationEdges | None = field(default=None, repr=False)
+    built_map: mx.array | None = field(default=None, repr=False)
     route: object = field(default=None, repr=False, compare=False)
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.built_edges is None and self.built_map is None:
+            raise ValueError("KernelRelation needs its edges or its neighbour map")
+
+    # ---- edge-list form (CPU routes) -------------------------------------------------
+
+    @property
+    def edges(self) -> RelationEdges:
+        if self.built_edges is not None:
+            return self.built_edges
+        if "edges" not in self._derived:
+            # Host compaction of the dense map: offset-major, output rows ascending.
+            m = np.asarray(self.built_map).reshape(self.out_count, self.n_kernels).T
+            ks, outs = np.nonzero(m >= 0)
+            self._derived["edges"] = RelationEdges(
+                mx.array(m[ks, outs].astype(np.int32)),
+                mx.array(outs.astype(np.int32)),
+                mx.array(np.bincount(ks, minlength=self.n_kernels).astype(np.int32)),
+            )
+        return self._derived["edges"]
+
+    @property
+    def edge_offsets_host(self) -> tuple[int, ...]:
+        """Start of each offset's edges (K + 1 host ints)."""
+        if "offsets" not in self._derived:
+            c = np.asarray(self.edges.counts, dtype=np.int64)
+            self._derived["offsets"] = tuple(int(v) for v in np.concatenate([[0], np.cumsum(c)]))
+        return self._derived["offsets"]
+
+    # ---- dense map form (GPU routes) -------------------------------------------------
+
+    @property
+    def neighbor_map(self) -> mx.array:
+        """(out_count, K) int32: the input row offset k of each output row reads, or -1."""
+        if self.built_map is not None:
+            return self.built_map
+        if "map" not in self._derived:
+            e = self.edges
+            m = mx.full((self.out_count * self.n_kernels,), -1, dtype=mx.int32)
+            if len(e):
+                m[e.out_rows * self.n_kernels + e.kernel_ids] = e.in_rows
+            self._derived["map"] = m.reshape(self.out_count, self.n_kernels)
+        return self._derived["map"]
+
+    @property
+    def inverse_map(self) -> mx.array:
+        """(in_count, K) int32: the output row each input row feeds through offset k, or -1
+        (each offset pairs inputs and outputs one to one)."""
+        if "inverse" not in self._derived:
+            from lattice.backends import cuda
+
+            self._derived["inverse"] = cuda.invert_map(self.neighbor_map, self.in_count)
+        return self._derived["inverse"]
+
+    # ---- sizes -----------------------------------------------------------------------
 
     @property
     def counts(self) -> mx.array:
@@ -80,7 +143,11 @@ class KernelRelation:
 
     @property
     def edge_count(self) -> int:
-        return len(self.edges)
+        if self.built_edges is not None:
+            return len(self.built_edges)
+        if "edge_count" not in self._derived:
+            self._derived["edge_count"] = int(mx.sum(self.built_map >= 0).item()) if self.out_count else 0
+        return self._derived["edge_count"]
 
     @property
     def out_count(self) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.backends import cpu, gpu
+from lattice.backends import cpu, cuda, gpu
 from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
 from lattice.core.relation import KernelRelation, RelationKind
@@ -114,13 +114,13 @@ def _plan(
         raise ValueError(f"[{op}] weight expects {c_in} input channels, x has {x.channels}")
     if bias is not None and (bias.ndim != 1 or bias.shape[0] != c_out):
         raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
-    rel = _relation(x, kind, spec, coordinates, op)
+    rel = _relation(x, kind, spec, coordinates, op, device)
     route = route_conv(_conv_request(op, x, w, rel, normalized, device, coordinates is not None))
     return ConvPlan(op, route, rel, w, normalized)
 
 
 def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:
-    impl = (cpu.CONV if plan.route.backend == "cpu" else gpu.CONV)[plan.route.algorithm]
+    impl = {"cpu": cpu.CONV, "gpu": gpu.CONV, "cuda": cuda.CONV}[plan.route.backend][plan.route.algorithm]
     rel, w = plan.relation, plan.weight
     feats = x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
     y = impl(feats, w, rel)
@@ -138,7 +138,7 @@ def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:
     )
 
 
-def _relation(x, kind, spec, coordinates, op) -> KernelRelation:
+def _relation(x, kind, spec, coordinates, op, device=None) -> KernelRelation:
     manager = x.coord_manager
     transposed = kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE)
     if transposed:
@@ -148,7 +148,7 @@ def _relation(x, kind, spec, coordinates, op) -> KernelRelation:
     target = _target(manager, coordinates, level, op)
     if kind is RelationKind.FORWARD and target is not None:
         kind = RelationKind.TARGET
-    return manager.relation(kind, x.coord_key, spec, target, op=op)
+    return manager.relation(kind, x.coord_key, spec, target, op=op, device=device)
 
 
 def _example(kind: str):

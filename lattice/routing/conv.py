@@ -62,7 +62,7 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             rb.reject("gpu", "gather_matmul_scatter", "no GPU device in this process")
         else:
             facts["tier"] = tier.value
-            return _route_gpu(rb, req, packed)
+            return _route_gpu(rb, req, packed, tier)
     # 2-5. CPU routes by relation, weight layout and shape
     if packed:
         return _route_packed(rb, req)
@@ -80,8 +80,8 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     )
 
 
-def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool) -> Route:
-    """GPU routes from MLX's own kernels (CUDA or Metal); the relation is built on the CPU."""
+def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool, tier: Tier) -> Route:
+    """GPU routes: lattice's CUDA kernels under the CUDA tier, MLX's own kernels otherwise."""
     prefix = "dequant_" if packed else ""
     how = "dequantize the weight, then " if packed else ""
     if req.identity_relation and req.kernel_volume == 1:
@@ -91,12 +91,18 @@ def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool) -> Route:
             f"1x1x1 kernel on the input support: {how}one GPU matmul, coordinates kept",
         )
     rb.reject("gpu", f"{prefix}pointwise_matmul", "kernel_volume == 1 and output support == input support")
-    rb.reject("gpu", "fused_implicit_gemm", "not written yet (the GPU issue)")
+    if tier is Tier.GPU_CUDA:
+        return rb.take(
+            "cuda",
+            f"{prefix}implicit_gemm",
+            f"{how}implicit GEMM over the dense neighbour map: per 64 output rows, gather each offset's "
+            "input rows and W[k] into shared memory, float32 accumulate in registers, no atomics",
+        )
+    rb.reject("metal", f"{prefix}implicit_gemm", "Metal kernels are not wired (never run on Apple hardware)")
     return rb.take(
         "gpu",
         f"{prefix}gather_matmul_scatter",
-        f"{how}per kernel offset: MLX gather of its edges' input rows, GPU matmul, float32 scatter-add; "
-        "relation built on the CPU (host round trip)",
+        f"{how}per kernel offset: MLX gather of its edges' input rows, GPU matmul, float32 scatter-add",
     )
 
 

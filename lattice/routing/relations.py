@@ -26,8 +26,22 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
         req.op, {"kind": req.kind, "n_in": req.n_in, "kernel_volume": req.kernel_volume, "device": req.device}
     )
     if req.device == "gpu":
-        tier = "gpu-cuda" if cap.has(Tier.GPU_CUDA) else "gpu-metal" if cap.has(Tier.GPU_METAL) else "gpu"
-        rb.reject(tier, "hash_relation", "no GPU relation kernels in this build")
+        if cap.has(Tier.GPU_CUDA):
+            if req.kind == "submanifold":
+                return rb.take(
+                    "cuda",
+                    "hash_map_submanifold",
+                    "GPU hash table over the input rows; one thread per (row, offset) probes: dense "
+                    "(N, K) neighbour map, no host round trip",
+                )
+            return rb.take(
+                "cuda",
+                "hash_map_probe",
+                "output set on the GPU (given, or first-occurrence dedup of the downsample / generated "
+                "footprint); one thread per (output row, offset) probes the input's GPU hash table",
+            )
+        tier = "metal" if cap.has(Tier.GPU_METAL) else "gpu"
+        rb.reject(tier, "hash_map", "no GPU device" if tier == "gpu" else "Metal kernels are not wired (never run on Apple hardware)")
     if req.kind == "submanifold":
         return rb.take(
             "cpu",

@@ -1,0 +1,12 @@
+// CUDA entry point of the implicit-GEMM convolution (body: kernels/conv.inc).
+// Template arguments: T (features), TW (weight), TN (32 or 64 output channels per tile).
+
+//@kernel conv_implicit_gemm
+//@inputs x w map params
+//@outputs y
+//@uses conv
+LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
+LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
+LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
+LT_SHARED_ARRAY(int, any, 2);
+lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);

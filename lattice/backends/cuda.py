@@ -1,0 +1,282 @@
+"""CUDA routes: lattice's own GPU kernels (``cuda/*.cu`` entry points over the shared
+bodies in ``kernels/*.inc``) run through ``mx.fast.cuda_kernel`` on MLX's GPU stream.
+
+- Coordinate sets: a GPU hash table of row indices keyed by full (b, x, y, z) rows
+  (``build_table``), first-occurrence deduplication (``unique_rows``, ``downsample``,
+  ``generated_support``). Only set sizes are read back to the host.
+- Relations: dense out-major neighbour maps (``submanifold_map``, ``probe_map``) and
+  their inverse (``invert_map``).
+- Convolution: an implicit GEMM over the map (``implicit_gemm``), float32 accumulation,
+  no atomics; its VJP runs the same kernel over the inverse map with W transposed per
+  offset (input gradient) and batched MLX matmuls over gathered rows (weight gradient).
+- Pooling: sum / max / avg over the map (``pool``).
+
+Sizes travel as small int32 ``params`` arrays, never as template arguments (each
+template value is a new NVRTC compile); templates carry only dtypes and the tile width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from lattice.backends import kernels
+from lattice.core.quantized import QuantizedWeight, dequantize_mapped
+
+THREADS = 256
+
+
+def _launch(family, name, inputs, shapes, dtypes, threads, *, template=None, init=None, grid_y=1):
+    fn = kernels.kernel("cuda", family, name)
+    return fn(
+        inputs=inputs,
+        output_shapes=shapes,
+        output_dtypes=dtypes,
+        grid=(max(int(threads), 1), grid_y, 1),
+        threadgroup=(THREADS, 1, 1),
+        template=template or [],
+        init_value=init,
+        stream=mx.gpu,
+    )
+
+
+def _params(*values) -> mx.array:
+    return mx.array([int(v) for v in values], dtype=mx.int32)
+
+
+def _i32(a: mx.array) -> mx.array:
+    return a if a.dtype == mx.int32 else a.astype(mx.int32)
+
+
+# ---- coordinate sets -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuTable:
+    """GPU hash table over the rows of ``coords`` (N, 4) int32: ``slots`` holds row indices,
+    -1 empty; capacity a power of two >= 2N."""
+
+    coords: mx.array
+    slots: mx.array
+
+    @property
+    def mask(self) -> int:
+        return int(self.slots.shape[0]) - 1
+
+    @property
+    def size(self) -> int:
+        return int(self.coords.shape[0])
+
+
+def build_table(coords: mx.array) -> GpuTable:
+    with mx.stream(mx.gpu):
+        coords = _i32(coords)
+        n = int(coords.shape[0])
+        cap = 64
+        while cap < 2 * n:
+            cap *= 2
+        if n == 0:
+            return GpuTable(coords, mx.full((cap,), -1, dtype=mx.int32))
+        (slots,) = _launch("coords", "table_insert", [coords, _params(n, cap - 1)], [(cap,)], [mx.int32], n, init=-1)
+        return GpuTable(coords, slots)
+
+
+def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
+    """(unique rows in first-occurrence order, row -> unique row); one scalar host read."""
+    with mx.stream(mx.gpu):
+        coords = _i32(coords)
+        n = int(coords.shape[0])
+        if n == 0:
+            return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
+        t = build_table(coords)
+        (owner,) = _launch("coords", "table_owner", [coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n)
+        rank = mx.cumsum((owner == mx.arange(n, dtype=mx.int32)).astype(mx.int32))
+        count = int(rank[-1].item())
+        out, inverse = _launch(
+            "coords",
+            "compact",
+            [coords, owner, rank, _params(n)],
+            [(count, 4), (n,)],
+            [mx.int32, mx.int32],
+            n,
+        )
+        return out, inverse
+
+
+def downsample(coords: mx.array, stride) -> tuple[mx.array, mx.array]:
+    """``unique(floor(coords / stride))`` in first-occurrence order, and each row's output row."""
+    with mx.stream(mx.gpu):
+        n = int(coords.shape[0])
+        if n == 0:
+            return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
+        (down,) = _launch("coords", "downsample", [_i32(coords), _params(n, *stride)], [(n, 4)], [mx.int32], n)
+        return unique_rows(down)
+
+
+def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> mx.array:
+    """Transposed/generative output support ``unique(in * stride + offset - padding)``, first
+    occurrence over (input row, offset) order."""
+    with mx.stream(mx.gpu):
+        n, kv = int(coords.shape[0]), int(offsets.shape[0])
+        if n == 0:
+            return mx.zeros((0, 4), dtype=mx.int32)
+        s = mx.array(stride, dtype=mx.int32)
+        p = mx.array(padding, dtype=mx.int32)
+        xyz = coords[:, None, 1:] * s + offsets[None, :, :] - p
+        b = mx.broadcast_to(coords[:, None, :1], (n, kv, 1))
+        cand = mx.concatenate([b, xyz], axis=2).reshape(n * kv, 4)
+        return unique_rows(cand)[0]
+
+
+# ---- relations -----------------------------------------------------------------------------
+
+
+def submanifold_map(table: GpuTable, offsets: mx.array) -> mx.array:
+    """(N, K) map of a submanifold relation (offsets dilated, centred: the middle one is 0)."""
+    with mx.stream(mx.gpu):
+        n, kv = table.size, int(offsets.shape[0])
+        if n == 0:
+            return mx.zeros((0, kv), dtype=mx.int32)
+        params = _params(n, kv, table.mask, kv // 2)
+        (m,) = _launch(
+            "relations", "subm_map", [table.coords, table.slots, _i32(offsets), params], [(n, kv)], [mx.int32], n * kv
+        )
+        return m
+
+
+def probe_map(
+    table: GpuTable, out_coords: mx.array, offsets: mx.array, stride, padding, *, transposed: bool
+) -> mx.array:
+    """(N_out, K) map onto a known output set: forward ``in = out * s + k - p`` or
+    transposed ``in = (out - k + p) / s`` where divisible."""
+    with mx.stream(mx.gpu):
+        n, kv = int(out_coords.shape[0]), int(offsets.shape[0])
+        if n == 0 or table.size == 0:
+            return mx.full((n, kv), -1, dtype=mx.int32)
+        params = _params(n, kv, table.mask, int(transposed), *stride, *padding)
+        (m,) = _launch(
+            "relations",
+            "target_map",
+            [table.coords, table.slots, _i32(out_coords), _i32(offsets), params],
+            [(n, kv)],
+            [mx.int32],
+            n * kv,
+        )
+        return m
+
+
+def invert_map(nmap: mx.array, in_count: int) -> mx.array:
+    """(in_count, K) map the other way round."""
+    with mx.stream(mx.gpu):
+        n, kv = int(nmap.shape[0]), int(nmap.shape[1])
+        if n == 0 or in_count == 0:
+            return mx.full((in_count, kv), -1, dtype=mx.int32)
+        (inv,) = _launch(
+            "relations", "invert_map", [nmap, _params(n, kv)], [(in_count, kv)], [mx.int32], n * kv, init=-1
+        )
+        return inv
+
+
+# ---- convolution ---------------------------------------------------------------------------
+
+_TM = 64  # output rows per threadgroup (kernels/conv.inc)
+
+
+def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
+    """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]."""
+    n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
+    c_in, c_out = int(w.shape[1]), int(w.shape[2])
+    if n_out == 0 or int(x.shape[0]) == 0 or c_in == 0 or c_out == 0:
+        return mx.zeros((n_out, c_out), dtype=x.dtype)
+    tn = 32 if c_out <= 32 else 64
+    (y,) = _launch(
+        "conv",
+        "conv_implicit_gemm",
+        [x, w, nmap, _params(n_out, kv, c_in, c_out)],
+        [(n_out, c_out)],
+        [x.dtype],
+        -(-n_out // _TM) * THREADS,
+        template=[("T", x.dtype), ("TW", w.dtype), ("TN", tn)],
+        grid_y=-(-c_out // tn),
+    )
+    return y
+
+
+_WGRAD_ELEMENTS = 1 << 26  # gathered float32 values per chunk of the weight gradient
+
+
+def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
+    """dW[k] = gather(x, nmap[:, k])^T @ dy, float32, in row chunks (batched matmuls)."""
+    n_in, c_in = int(x.shape[0]), int(x.shape[1])
+    n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
+    c_out = int(dy.shape[1])
+    dw = mx.zeros((kv, c_in, c_out), dtype=mx.float32)
+    if n_out == 0 or n_in == 0:
+        return dw
+    xp = mx.concatenate([x.astype(mx.float32), mx.zeros((1, c_in), dtype=mx.float32)])
+    idx = mx.where(nmap < 0, n_in, nmap)
+    step = max(1, _WGRAD_ELEMENTS // max(1, kv * c_in))
+    for a in range(0, n_out, step):
+        g = mx.take(xp, idx[a : a + step].T, axis=0)  # (K, rows, C_in)
+        dw = dw + mx.matmul(g.swapaxes(1, 2), dy[a : a + step].astype(mx.float32))
+    return dw
+
+
+@mx.custom_function
+def _conv(x, w, nmap, inv):
+    return _conv_kernel(x, w, nmap)
+
+
+@_conv.vjp
+def _conv_vjp(primals, cotangent, output):
+    x, w, nmap, inv = primals
+    dy = cotangent.astype(x.dtype)
+    wt = mx.contiguous(w.swapaxes(1, 2))
+    dx = _conv_kernel(dy, wt, inv)
+    dw = _weight_grad(x, dy, nmap).astype(w.dtype)
+    return dx, dw, mx.zeros_like(nmap), mx.zeros_like(inv)
+
+
+def implicit_gemm(feats: mx.array, weight: mx.array, rel) -> mx.array:
+    """Relation convolution with mapped weight (K, C_in, C_out) over the relation's dense
+    neighbour map (differentiable)."""
+    with mx.stream(mx.gpu):
+        return _conv(feats, weight, rel.neighbor_map, rel.inverse_map)
+
+
+def dequant_implicit_gemm(feats: mx.array, qweight: QuantizedWeight, rel) -> mx.array:
+    with mx.stream(mx.gpu):
+        w = dequantize_mapped(qweight)
+    return implicit_gemm(feats, w, rel)
+
+
+CONV = {
+    "implicit_gemm": implicit_gemm,
+    "dequant_implicit_gemm": dequant_implicit_gemm,
+}
+
+
+# ---- pooling -------------------------------------------------------------------------------
+
+_POOL_MODES = {"sum": 0, "max": 1, "avg": 2}
+
+
+def pool(feats: mx.array, rel, mode: str) -> tuple[mx.array, mx.array]:
+    """(pooled (n_out, C), argmax input row per output value or -1) over the dense map."""
+    with mx.stream(mx.gpu):
+        nmap = rel.neighbor_map
+        n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
+        ch = int(feats.shape[1])
+        if n_out == 0 or ch == 0 or int(feats.shape[0]) == 0:
+            return mx.zeros((n_out, ch), dtype=feats.dtype), mx.full((n_out, ch), -1, dtype=mx.int32)
+        y, arg = _launch(
+            "pool",
+            "pool_map",
+            [feats, nmap, _params(n_out, kv, ch, _POOL_MODES[mode])],
+            [(n_out, ch), (n_out, ch)],
+            [feats.dtype, mx.int32],
+            n_out * ch,
+            template=[("T", feats.dtype)],
+        )
+        return y, arg

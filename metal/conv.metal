@@ -1,0 +1,13 @@
+// Metal entry point of the implicit-GEMM convolution (body: kernels/conv.inc).
+// NEVER RUN ON APPLE HARDWARE (docs/backend.md).
+
+//@kernel conv_implicit_gemm
+//@inputs x w map params
+//@outputs y
+//@uses conv
+LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
+LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
+LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
+LT_SHARED_ARRAY(int, any, 2);
+lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, (int)thread_position_in_threadgroup.x,
+                        (int)threadgroup_position_in_grid.x, (int)threadgroup_position_in_grid.y);

@@ -1,0 +1,20 @@
+// Metal entry points of relation building (bodies: kernels/relations.inc).
+// NEVER RUN ON APPLE HARDWARE (docs/backend.md).
+
+//@kernel subm_map
+//@inputs coords slots offsets params
+//@outputs map
+//@uses coords relations
+lt_subm_map(coords, slots, offsets, params, map, (int)thread_position_in_grid.x);
+
+//@kernel target_map
+//@inputs in_coords slots out_coords offsets params
+//@outputs map
+//@uses coords relations
+lt_target_map(in_coords, slots, out_coords, offsets, params, map, (int)thread_position_in_grid.x);
+
+//@kernel invert_map
+//@inputs map params
+//@outputs inv
+//@uses coords relations
+lt_invert_map(map, params, inv, (int)thread_position_in_grid.x);

@@ -1,0 +1,250 @@
+"""lattice's CUDA kernels (cuda/*.cu over kernels/*.inc) against the CPU routes.
+
+Every test builds its CPU reference on a separate tensor (its own coordinate manager),
+so no relation built on one device is reused by the other. Skipped where MLX has no
+CUDA device. Tolerances: float32 2e-3 relative (the weight gradient's batched matmuls
+use TF32 on NVIDIA), float16 3e-2, bfloat16 6e-2; integer results (maps, coordinate
+sets, argmax rows) exactly.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import lattice
+from lattice.backends import cuda, kernels
+from lattice.core.kernel import KernelSpec
+from lattice.ops import conv3d, conv_transpose3d, generative_conv_transpose3d, subm_conv3d
+
+HAS_CUDA = hasattr(mx, "cuda") and mx.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device in this process")
+
+TOL = {mx.float32: 2e-3, mx.float16: 3e-2, mx.bfloat16: 6e-2}
+
+
+def _coords(seed=0, n=400, span=7, batches=(0, 2)):
+    rng = np.random.default_rng(seed)
+    xyz = np.unique(rng.integers(-span, span, (n, 3)), axis=0)
+    b = rng.choice(batches, len(xyz))  # batch 1 empty
+    return np.concatenate([b[:, None], xyz], axis=1).astype(np.int32)
+
+
+def _pair(coords, c=8, dtype=mx.float32, seed=1):
+    f = np.random.default_rng(seed).normal(size=(len(coords), c)).astype(np.float32)
+    make = lambda: lattice.SparseTensor(coords, mx.array(f).astype(dtype))  # noqa: E731
+    return make(), make()
+
+
+def _edge_set(rel):
+    e = rel.edges
+    k = np.repeat(np.arange(rel.n_kernels), np.asarray(e.counts))
+    return set(zip(k.tolist(), np.asarray(e.in_rows).tolist(), np.asarray(e.out_rows).tolist(), strict=True))
+
+
+def test_every_entry_file_parses_and_names_its_shared_bodies():
+    root = kernels.source_root()
+    for dialect, ext in (("cuda", ".cu"), ("metal", ".metal")):
+        stems = sorted(p.stem for p in (root / dialect).glob(f"*{ext}") if p.stem != "dialect")
+        assert stems == ["conv", "coords", "pool", "relations"], (dialect, stems)
+        for stem in stems:
+            for e in kernels.entries(dialect, stem).values():
+                assert e.inputs and e.outputs and e.source.strip()
+                for use in e.uses:
+                    assert (root / "kernels" / f"{use}.inc").is_file()
+    # both dialects declare the same kernels with the same arguments
+    for stem in ("conv", "coords", "pool", "relations"):
+        a, b = kernels.entries("cuda", stem), kernels.entries("metal", stem)
+        assert {k: (v.inputs, v.outputs) for k, v in a.items()} == {k: (v.inputs, v.outputs) for k, v in b.items()}
+
+
+def test_entry_parser_rejects_malformed_blocks():
+    with pytest.raises(ValueError, match="no //@outputs"):
+        kernels.parse_entries("//@kernel a\n//@inputs x\n//@uses coords\nbody;\n", "t.cu")
+    with pytest.raises(ValueError, match="unknown tag"):
+        kernels.parse_entries("//@kernel a\n//@bogus x\n", "t.cu")
+
+
+@needs_cuda
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gpu_dedup_and_downsample_match_the_cpu_order(seed):
+    c = _coords(seed)
+    dup = np.concatenate([c, c[::3], c[5:40]])
+    out, inv = cuda.unique_rows(mx.array(dup))
+    _, first = np.unique(dup, axis=0, return_index=True)
+    ref = dup[np.sort(first)]
+    np.testing.assert_array_equal(np.array(out), ref)
+    np.testing.assert_array_equal(np.array(out)[np.array(inv)], dup)
+    for stride in [(2, 2, 2), (3, 1, 2)]:
+        x_gpu, x_cpu = _pair(c)
+        kg = x_gpu.coord_manager.downsample(x_gpu.coord_key, stride, gpu=True)
+        kc = x_cpu.coord_manager.downsample(x_cpu.coord_key, stride)
+        np.testing.assert_array_equal(
+            np.array(x_gpu.coord_manager.coords(kg)), np.array(x_cpu.coord_manager.coords(kc))
+        )
+
+
+@needs_cuda
+def test_gpu_table_on_empty_and_single_sets():
+    out, inv = cuda.unique_rows(mx.zeros((0, 4), dtype=mx.int32))
+    assert out.shape == (0, 4) and inv.shape == (0,)
+    t = cuda.build_table(mx.array([[0, 5, -3, 7]], dtype=mx.int32))
+    m = cuda.submanifold_map(t, KernelSpec(3, op="t").offsets())
+    expect = -np.ones((1, 27), np.int32)
+    expect[0, 13] = 0
+    np.testing.assert_array_equal(np.array(m), expect)
+
+
+RELATIONS = [
+    ("submanifold k3", "submanifold", dict(kernel_size=3)),
+    ("submanifold k3 d2", "submanifold", dict(kernel_size=3, dilation=2)),
+    ("submanifold k5", "submanifold", dict(kernel_size=5)),
+    ("forward k2 s2", "forward", dict(kernel_size=2, stride=2)),
+    ("forward k3 s2 p1", "forward", dict(kernel_size=3, stride=2, padding=1)),
+    ("forward k3 s1", "forward", dict(kernel_size=3, stride=1, padding=1)),
+    ("transposed k2 s2", "transposed", dict(kernel_size=2, stride=2)),
+    ("transposed k3 s2 p1", "transposed", dict(kernel_size=3, stride=2, padding=1)),
+    ("generative k2 s2", "generative", dict(kernel_size=2, stride=2)),
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("name, kind, kw", RELATIONS)
+@pytest.mark.parametrize("seed", [0, 3])
+def test_gpu_relations_equal_the_cpu_relations(name, kind, kw, seed):
+    c = _coords(seed)
+    if kind in ("transposed", "generative"):
+        c = c.copy()
+        c[:, 1:] = c[:, 1:] // 2  # a coarse level to go up from
+        c = np.unique(c, axis=0)
+    x_gpu, x_cpu = _pair(c)
+    spec = KernelSpec(kw.get("kernel_size"), kw.get("stride", 1), kw.get("padding", 0), kw.get("dilation", 1), op=name)
+    level = (2, 2, 2) if kind in ("transposed", "generative") else (1, 1, 1)
+    rels = []
+    for x, dev in ((x_gpu, "gpu"), (x_cpu, "cpu")):
+        m = x.coord_manager
+        key = m.insert(np.array(x.coords), level) if level != (1, 1, 1) else x.coord_key
+        rels.append(m.relation(kind, key, spec, device=dev))
+    g, r = rels
+    assert g.route.backend == "cuda" and r.route.backend == "cpu"
+    np.testing.assert_array_equal(np.array(g.out_coords), np.array(r.out_coords))
+    assert _edge_set(g) == _edge_set(r)
+    assert g.edge_count == r.edge_count
+    # the map derived from CPU edges equals the map the GPU built
+    np.testing.assert_array_equal(np.array(g.neighbor_map), np.array(r.neighbor_map))
+    inv = np.array(g.inverse_map)
+    nm = np.array(g.neighbor_map)
+    for o, k in zip(*np.nonzero(nm >= 0), strict=True):
+        assert inv[nm[o, k], k] == o
+
+
+@needs_cuda
+def test_gpu_relation_onto_an_explicit_target():
+    c = _coords(5)
+    x_gpu, x_cpu = _pair(c)
+    target = np.unique(np.concatenate([c[::2, :1], c[::2, 1:] // 2], axis=1), axis=0)[::-1].copy()
+    spec = KernelSpec(3, 2, 1, op="t")
+    rels = []
+    for x, dev in ((x_gpu, "gpu"), (x_cpu, "cpu")):
+        m = x.coord_manager
+        tk = m.insert(target, (2, 2, 2))
+        rels.append(m.relation("target", x.coord_key, spec, tk, device=dev))
+    assert _edge_set(rels[0]) == _edge_set(rels[1])
+
+
+CONVS = {
+    "subm": lambda x, w, d: subm_conv3d(x, w["k3"], device=d),
+    "subm c_out 40": lambda x, w, d: subm_conv3d(x, w["k3_40"], device=d),
+    "forward s2": lambda x, w, d: conv3d(x, w["k3"], kernel_size=3, stride=2, device=d),
+    "forward k2 s2": lambda x, w, d: conv3d(x, w["k2"], kernel_size=2, stride=2, device=d),
+    "transposed onto skip": lambda x, w, d: conv_transpose3d(
+        conv3d(x, w["k2"], kernel_size=2, stride=2, device=d), w["k2t"], coordinates=x, device=d
+    ),
+    "generative": lambda x, w, d: generative_conv_transpose3d(
+        conv3d(x, w["k2"], kernel_size=2, stride=2, device=d), w["k2t"], device=d
+    ),
+}
+
+
+def _weights(cin=8, seed=2):
+    rng = np.random.default_rng(seed)
+
+    def w(k, ci, co):
+        return mx.array(rng.normal(size=(co, k, k, k, ci)).astype(np.float32) * 0.3)
+
+    return {"k3": w(3, cin, 6), "k3_40": w(3, cin, 40), "k2": w(2, cin, 6), "k2t": w(2, 6, cin)}
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+@pytest.mark.parametrize("name", list(CONVS))
+def test_cuda_conv_matches_the_cpu_route(name, dtype):
+    c = _coords(4)
+    x_gpu, x_cpu = _pair(c, c=8, dtype=dtype)
+    w = _weights()
+    got, ref = CONVS[name](x_gpu, w, "gpu"), CONVS[name](x_cpu, w, "cpu")
+    assert lattice.explain(subm_conv3d, x_gpu, w["k3"], device="gpu").name == "cuda.implicit_gemm"
+    np.testing.assert_array_equal(np.array(got.coords), np.array(ref.coords))
+    a, b = np.array(got.feats.astype(mx.float32)), np.array(ref.feats.astype(mx.float32))
+    tol = TOL[dtype]
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, np.abs(b).max()))
+
+
+@needs_cuda
+@pytest.mark.parametrize("c_in, c_out", [(8, 6), (40, 70), (3, 32)])
+def test_cuda_conv_gradients_match_the_cpu_route(c_in, c_out):
+    c = _coords(6, n=600)
+    x_gpu, x_cpu = _pair(c, c=c_in)
+    w = mx.array(np.random.default_rng(7).normal(size=(c_out, 3, 3, 3, c_in)).astype(np.float32) * 0.2)
+    wd = mx.array(np.random.default_rng(8).normal(size=(c_out, 2, 2, 2, c_in)).astype(np.float32) * 0.2)
+
+    def loss(x, f, W, Wd, d):
+        y = subm_conv3d(x.replace(feats=f), W, device=d).feats
+        z = conv3d(x.replace(feats=f), Wd, kernel_size=2, stride=2, device=d).feats
+        return (y**2).sum() + (z**3).sum()
+
+    g = mx.grad(lambda f, W, Wd: loss(x_gpu, f, W, Wd, "gpu"), argnums=(0, 1, 2))(x_gpu.feats, w, wd)
+    r = mx.grad(lambda f, W, Wd: loss(x_cpu, f, W, Wd, "cpu"), argnums=(0, 1, 2))(x_cpu.feats, w, wd)
+    for a, b in zip(g, r, strict=True):
+        b = np.array(b)
+        np.testing.assert_allclose(np.array(a), b, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(b).max())))
+
+
+@needs_cuda
+def test_cuda_conv_on_empty_inputs_and_a_batch_with_an_empty_member():
+    w = _weights()
+    empty = lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 8)))
+    assert subm_conv3d(empty, w["k3"], device="gpu").feats.shape == (0, 6)
+    assert conv3d(empty, w["k2"], kernel_size=2, stride=2, device="gpu").feats.shape == (0, 6)
+    one = lattice.SparseTensor(np.array([[1, 3, 3, 3]], np.int32), mx.ones((1, 8)))
+    y = subm_conv3d(one, w["k3"], device="gpu")
+    ref = np.ones((1, 8), np.float32) @ np.array(w["k3"])[:, 1, 1, 1, :].T
+    np.testing.assert_allclose(np.array(y.feats), ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", ["sum", "max", "avg"])
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_cuda_pool_kernel_matches_the_cpu_pooling(mode, dtype):
+    c = _coords(9, n=700)
+    x_gpu, x_cpu = _pair(c, c=5, dtype=dtype)
+    f = np.array(x_cpu.feats.astype(mx.float32))
+    f[::7] = np.round(f[::7])  # ties for max
+    x_gpu, x_cpu = x_gpu.replace(feats=mx.array(f).astype(dtype)), x_cpu.replace(feats=mx.array(f).astype(dtype))
+    spec = KernelSpec(3, 2, 0, op="pool")
+    rel = x_gpu.coord_manager.relation("forward", x_gpu.coord_key, spec, device="gpu")
+    y, arg = cuda.pool(x_gpu.feats, rel, mode)
+    ref = getattr(lattice.ops, f"{mode}_pool3d")(x_cpu, kernel_size=3, stride=2, device="cpu")
+    np.testing.assert_array_equal(np.array(rel.out_coords), np.array(ref.coords))
+    tol = TOL[dtype]
+    np.testing.assert_allclose(np.array(y.astype(mx.float32)), np.array(ref.feats.astype(mx.float32)), rtol=tol, atol=tol)
+    if mode == "max":
+        nm = np.array(rel.neighbor_map)
+        a = np.array(arg)
+        xf = np.array(x_gpu.feats.astype(mx.float32))
+        for o in range(0, nm.shape[0], 17):
+            rows = nm[o][nm[o] >= 0]
+            for ch in range(5):
+                v = xf[rows, ch]
+                assert a[o, ch] == rows[v == v.max()].min()

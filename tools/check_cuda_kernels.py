@@ -1,0 +1,85 @@
+"""Compile every CUDA kernel of lattice offline with nvcc (no GPU needed), the way MLX's
+``mx.fast.cuda_kernel`` wraps it: a syntax and type check before a device run.
+
+    python tools/check_cuda_kernels.py [--arch sm_90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lattice.backends import kernels  # noqa: E402
+
+# MLX's generated preamble includes its device utils; these are the parts our kernels use.
+PRELUDE = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
+FLOAT_NAMES = {"x", "w", "y", "feats"}
+TEMPLATES = {
+    "conv_implicit_gemm": [
+        {"T": t, "TW": tw, "TN": tn}
+        for t in ("float", "__half", "__nv_bfloat16")
+        for tw in ("float", t)
+        for tn in (32, 64)
+    ],
+    "pool_map": [{"T": t} for t in ("float", "__half", "__nv_bfloat16")],
+}
+
+
+def wrap(entry, head: str, targs: dict) -> str:
+    def ty(name):
+        if name in FLOAT_NAMES:
+            return "TW" if name == "w" else "T"
+        return "int32_t"
+
+    params = [f"const {ty(n)}* {n}" for n in entry.inputs] + [f"{ty(n)}* {n}" for n in entry.outputs]
+    consts = "".join(
+        f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n" for k, v in targs.items()
+    )
+    # Template type aliases must exist before the parameter list uses them.
+    aliases = "".join(f"using {k} = {v};\n" for k, v in targs.items() if isinstance(v, str))
+    return (
+        PRELUDE
+        + head
+        + "\nnamespace lt_check {\n"
+        + aliases
+        + f"__global__ void k_{entry.name}({', '.join(params)}) {{\n"
+        + "".join(c for c in consts.splitlines(keepends=True) if "constexpr" in c)
+        + entry.source
+        + "}\n}\n"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", default="sm_90")
+    args = ap.parse_args()
+    failed = 0
+    root = kernels.source_root()
+    for path in sorted((root / "cuda").glob("*.cu")):
+        family = path.stem
+        for name, entry in kernels.entries("cuda", family).items():
+            head = kernels.header("cuda", entry.uses)
+            for targs in TEMPLATES.get(name, [{}]):
+                with tempfile.TemporaryDirectory() as tmp:
+                    src = Path(tmp) / f"{name}.cu"
+                    src.write_text(wrap(entry, head, targs))
+                    r = subprocess.run(
+                        ["nvcc", f"-arch={args.arch}", "-c", "-o", str(Path(tmp) / "k.o"), str(src)],
+                        capture_output=True,
+                        text=True,
+                    )
+                label = f"{family}.{name} {targs or ''}"
+                if r.returncode:
+                    failed += 1
+                    print(f"FAIL {label}\n{r.stderr}")
+                else:
+                    print(f"ok   {label}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
