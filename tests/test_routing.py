@@ -50,15 +50,17 @@ def test_pointwise_route_only_on_identity_relations():
     assert route_conv(_req(kernel_volume=1, identity_relation=False)).name == "cpu.gather_gemm_scatter"
 
 
-def test_gpu_request_takes_the_mlx_gpu_route_or_falls_back_with_reason():
+def test_gpu_request_takes_the_cuda_kernel_or_the_mlx_gpu_route_or_falls_back_with_reason():
     cuda = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
     route = route_conv(_req(device="gpu"), cuda)
-    assert route.name == "gpu.gather_matmul_scatter" and route.facts["tier"] == "gpu-cuda"
+    assert route.name == "cuda.implicit_gemm" and route.facts["tier"] == "gpu-cuda"
     assert route_conv(_req(device="gpu", kernel_volume=1, identity_relation=True), cuda).name == (
         "gpu.pointwise_matmul"
     )
     metal = Capability((Tier.CPU, Tier.GPU_METAL), ("cpu",), "metal")
-    assert route_conv(_req(device="gpu"), metal).name == "gpu.gather_matmul_scatter"
+    on_metal = route_conv(_req(device="gpu"), metal)
+    assert on_metal.name == "gpu.gather_matmul_scatter"
+    assert any(r.backend == "metal" and "never run" in r.predicate for r in on_metal.rejected)
     cpu_only = Capability((Tier.CPU,), ("cpu",))
     fallback = route_conv(_req(device="gpu"), cpu_only)
     assert fallback.name == "cpu.gather_gemm_scatter"
