@@ -5,7 +5,7 @@
 #define LT_FN __device__ __forceinline__
 #define LT_GLOBAL
 #define LT_SHARED
-#define LT_SHARED_ARRAY(T, name, n) __shared__ T name[n]
+#define LT_SHARED_ARRAY(T, name, n) __shared__ __align__(16) T name[n]
 #define LT_BARRIER() __syncthreads()
 // Index of this thread in the launch grid (x), of this thread in its block, and of the block.
 #define LT_THREAD_ID ((int)(blockIdx.x * blockDim.x + threadIdx.x))
@@ -22,3 +22,40 @@ LT_FN int lt_atomic_cas(lt_atomic_int* p, int expected, int desired) {
 }
 LT_FN void lt_atomic_min(lt_atomic_int* p, int v) { atomicMin(p, v); }
 LT_FN void lt_atomic_add_f32(float* p, float v) { atomicAdd(p, v); }
+
+// ---- tensor cores (CUDA only; LT_HAS_MMA guards the bodies that use them) -------------
+// D = A (16x16, row) * B (16x8, col) + D, half or bfloat16 inputs, float32 accumulate.
+// Fragments per lane (g = lane / 4, t = lane % 4): a[0..3] = A[g][2t..], A[g+8][2t..],
+// A[g][2t+8..], A[g+8][2t+8..]; b[0..1] = B[2t..][g], B[2t+8..][g]; d[0..3] = D[g][2t..],
+// D[g+8][2t..] (two values per register).
+#define LT_HAS_MMA 1
+LT_FN void lt_mma_16816(float* d, const unsigned* a, const unsigned* b, const __half*) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+LT_FN void lt_mma_16816(float* d, const unsigned* a, const unsigned* b, const __nv_bfloat16*) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// TF32 (float32 rounded to a 10-bit mantissa): D = A (16x8, row) * B (8x8, col) + D;
+// a[0..3] = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; b[0..1] = B[t][g], B[t+4][g].
+LT_FN unsigned lt_tf32(float v) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+  return r;
+}
+LT_FN void lt_mma_1688_tf32(float* d, const unsigned* a, const unsigned* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#define LT_LANE ((int)(threadIdx.x & 31))
+#define LT_WARP ((int)(threadIdx.x >> 5))

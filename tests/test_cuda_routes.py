@@ -56,7 +56,8 @@ def test_every_entry_file_parses_and_names_its_shared_bodies():
     # both dialects declare the same kernels with the same arguments
     for stem in ("conv", "coords", "pool", "relations"):
         a, b = kernels.entries("cuda", stem), kernels.entries("metal", stem)
-        assert {k: (v.inputs, v.outputs) for k, v in a.items()} == {k: (v.inputs, v.outputs) for k, v in b.items()}
+        cuda_side = {k: (v.inputs, v.outputs) for k, v in a.items() if k not in kernels.CUDA_ONLY}
+        assert cuda_side == {k: (v.inputs, v.outputs) for k, v in b.items()}
 
 
 def test_entry_parser_rejects_malformed_blocks():
@@ -209,6 +210,32 @@ def test_cuda_conv_gradients_match_the_cpu_route(c_in, c_out):
     for a, b in zip(g, r, strict=True):
         b = np.array(b)
         np.testing.assert_allclose(np.array(a), b, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(b).max())))
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
+@pytest.mark.parametrize("c_in, c_out", [(16, 24), (8, 70), (5, 8)])
+def test_cuda_conv_gradients_in_half_precision(dtype, c_in, c_out):
+    """16-bit features with C_in % 8 == 0 run on tensor cores (forward and input gradient)."""
+    from lattice.backends.cuda import uses_tensor_cores
+
+    assert uses_tensor_cores(dtype, c_in) == (c_in % 8 == 0)
+    assert uses_tensor_cores(mx.float32, 12) and not uses_tensor_cores(mx.float32, 6)
+    c = _coords(10, n=600)
+    x_gpu, x_cpu = _pair(c, c=c_in, dtype=dtype)
+    w = mx.array(np.random.default_rng(11).normal(size=(c_out, 3, 3, 3, c_in)).astype(np.float32) * 0.2)
+
+    def loss(x, f, W, d):
+        return (subm_conv3d(x.replace(feats=f), W, device=d).feats.astype(mx.float32) ** 2).sum()
+
+    g = mx.grad(lambda f, W: loss(x_gpu, f, W, "gpu"), argnums=(0, 1))(x_gpu.feats, w)
+    r = mx.grad(lambda f, W: loss(x_cpu, f, W, "cpu"), argnums=(0, 1))(x_cpu.feats, w)
+    tol = TOL[dtype]
+    for a, b in zip(g, r, strict=True):
+        b = np.array(b.astype(mx.float32))
+        np.testing.assert_allclose(
+            np.array(a.astype(mx.float32)), b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max()))
+        )
 
 
 @needs_cuda

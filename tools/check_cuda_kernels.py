@@ -17,13 +17,16 @@ from lattice.backends import kernels  # noqa: E402
 
 # MLX's generated preamble includes its device utils; these are the parts our kernels use.
 PRELUDE = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
-FLOAT_NAMES = {"x", "w", "y", "feats"}
+FLOAT_NAMES = {"x", "w", "wt", "y", "feats"}
 TEMPLATES = {
     "conv_implicit_gemm": [
         {"T": t, "TW": tw, "TN": tn}
         for t in ("float", "__half", "__nv_bfloat16")
         for tw in ("float", t)
         for tn in (32, 64)
+    ],
+    "conv_implicit_gemm_mma": [
+        {"T": t, "TN": tn} for t in ("float", "__half", "__nv_bfloat16") for tn in (32, 64)
     ],
     "pool_map": [{"T": t} for t in ("float", "__half", "__nv_bfloat16")],
 }

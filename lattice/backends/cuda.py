@@ -17,6 +17,7 @@ template value is a new NVRTC compile); templates carry only dtypes and the tile
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -41,8 +42,14 @@ def _launch(family, name, inputs, shapes, dtypes, threads, *, template=None, ini
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _param_array(values: tuple[int, ...]) -> mx.array:
+    return mx.array(values, dtype=mx.int32)
+
+
 def _params(*values) -> mx.array:
-    return mx.array([int(v) for v in values], dtype=mx.int32)
+    """Kernel sizes as a small int32 array (kept per distinct tuple: no upload per call)."""
+    return _param_array(tuple(int(v) for v in values))
 
 
 def _i32(a: mx.array) -> mx.array:
@@ -55,7 +62,7 @@ def _i32(a: mx.array) -> mx.array:
 @dataclass(frozen=True)
 class GpuTable:
     """GPU hash table over the rows of ``coords`` (N, 4) int32: ``slots`` holds row indices,
-    -1 empty; capacity a power of two >= 2N."""
+    -1 empty; capacity a power of two >= 4N."""
 
     coords: mx.array
     slots: mx.array
@@ -74,7 +81,7 @@ def build_table(coords: mx.array) -> GpuTable:
         coords = _i32(coords)
         n = int(coords.shape[0])
         cap = 64
-        while cap < 2 * n:
+        while cap < 4 * n:  # load factor <= 1/4: misses (most submanifold probes) stop early
             cap *= 2
         if n == 0:
             return GpuTable(coords, mx.full((cap,), -1, dtype=mx.int32))
@@ -133,14 +140,21 @@ def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> m
 
 
 def submanifold_map(table: GpuTable, offsets: mx.array) -> mx.array:
-    """(N, K) map of a submanifold relation (offsets dilated, centred: the middle one is 0)."""
+    """(N, K) map of a submanifold relation (offsets dilated, odd sizes: offset K-1-k is
+    -offset k, so half of them are probed and each hit also gives its mirror)."""
     with mx.stream(mx.gpu):
         n, kv = table.size, int(offsets.shape[0])
         if n == 0:
             return mx.zeros((0, kv), dtype=mx.int32)
-        params = _params(n, kv, table.mask, kv // 2)
+        params = _params(n, kv, table.mask)
         (m,) = _launch(
-            "relations", "subm_map", [table.coords, table.slots, _i32(offsets), params], [(n, kv)], [mx.int32], n * kv
+            "relations",
+            "subm_map",
+            [table.coords, table.slots, _i32(offsets), params],
+            [(n, kv)],
+            [mx.int32],
+            n * (kv // 2 + 1),
+            init=-1,
         )
         return m
 
@@ -184,23 +198,34 @@ _TM = 64  # output rows per threadgroup (kernels/conv.inc)
 
 
 def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
-    """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]."""
+    """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]; w (K, C_in, C_out).
+
+    Features whose rows are whole 16-byte chunks (C_in % 8 == 0 for 16-bit, % 4 for
+    float32) take the tensor-core kernel (W cast to the feature dtype, transposed per
+    offset; float32 multiplies in TF32, as MLX's own float32 matmul does on CUDA);
+    everything else the float32-FMA kernel."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_in, c_out = int(w.shape[1]), int(w.shape[2])
     if n_out == 0 or int(x.shape[0]) == 0 or c_in == 0 or c_out == 0:
         return mx.zeros((n_out, c_out), dtype=x.dtype)
     tn = 32 if c_out <= 32 else 64
-    (y,) = _launch(
-        "conv",
-        "conv_implicit_gemm",
-        [x, w, nmap, _params(n_out, kv, c_in, c_out)],
-        [(n_out, c_out)],
-        [x.dtype],
-        -(-n_out // _TM) * THREADS,
-        template=[("T", x.dtype), ("TW", w.dtype), ("TN", tn)],
-        grid_y=-(-c_out // tn),
-    )
+    params = _params(n_out, kv, c_in, c_out)
+    threads, tiles_n = -(-n_out // _TM) * THREADS, -(-c_out // tn)
+    if uses_tensor_cores(x.dtype, c_in):
+        wt = w.astype(x.dtype).swapaxes(1, 2)
+        name, inputs, template = "conv_implicit_gemm_mma", [x, wt, nmap, params], [("T", x.dtype), ("TN", tn)]
+    else:
+        name, inputs = "conv_implicit_gemm", [x, w, nmap, params]
+        template = [("T", x.dtype), ("TW", w.dtype), ("TN", tn)]
+    (y,) = _launch("conv", name, inputs, [(n_out, c_out)], [x.dtype], threads, template=template, grid_y=tiles_n)
     return y
+
+
+def uses_tensor_cores(dtype, c_in: int) -> bool:
+    """Tensor cores (mma.sync) when feature rows are whole 16-byte chunks."""
+    if dtype in (mx.float16, mx.bfloat16):
+        return c_in % 8 == 0
+    return dtype == mx.float32 and c_in % 4 == 0
 
 
 _WGRAD_ELEMENTS = 1 << 26  # gathered float32 values per chunk of the weight gradient
@@ -223,26 +248,33 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
     return dw
 
 
-@mx.custom_function
-def _conv(x, w, nmap, inv):
-    return _conv_kernel(x, w, nmap)
+def _conv_fn(rel):
+    """The differentiable convolution over ``rel``'s map (one per relation, kept on it):
+    the VJP reads the inverse map, built on the first backward pass only."""
 
+    def make():
+        @mx.custom_function
+        def conv(x, w, nmap):
+            return _conv_kernel(x, w, nmap)
 
-@_conv.vjp
-def _conv_vjp(primals, cotangent, output):
-    x, w, nmap, inv = primals
-    dy = cotangent.astype(x.dtype)
-    wt = mx.contiguous(w.swapaxes(1, 2))
-    dx = _conv_kernel(dy, wt, inv)
-    dw = _weight_grad(x, dy, nmap).astype(w.dtype)
-    return dx, dw, mx.zeros_like(nmap), mx.zeros_like(inv)
+        @conv.vjp
+        def conv_vjp(primals, cotangent, output):
+            x, w, nmap = primals
+            dy = cotangent.astype(x.dtype)
+            dx = _conv_kernel(dy, w.swapaxes(1, 2), rel.inverse_map)
+            dw = _weight_grad(x, dy, nmap).astype(w.dtype)
+            return dx, dw, mx.zeros_like(nmap)
+
+        return conv
+
+    return rel.cached("cuda_conv", make)
 
 
 def implicit_gemm(feats: mx.array, weight: mx.array, rel) -> mx.array:
     """Relation convolution with mapped weight (K, C_in, C_out) over the relation's dense
-    neighbour map (differentiable)."""
+    neighbour map (differentiable, first order)."""
     with mx.stream(mx.gpu):
-        return _conv(feats, weight, rel.neighbor_map, rel.inverse_map)
+        return _conv_fn(rel)(feats, weight, rel.neighbor_map)
 
 
 def dequant_implicit_gemm(feats: mx.array, qweight: QuantizedWeight, rel) -> mx.array:

@@ -130,6 +130,12 @@ class KernelRelation:
             self._derived["inverse"] = cuda.invert_map(self.neighbor_map, self.in_count)
         return self._derived["inverse"]
 
+    def cached(self, name: str, make):
+        """A value derived from this relation by a route (made once, kept with it)."""
+        if name not in self._derived:
+            self._derived[name] = make()
+        return self._derived[name]
+
     # ---- sizes -----------------------------------------------------------------------
 
     @property
