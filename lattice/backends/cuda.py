@@ -89,6 +89,19 @@ def build_table(coords: mx.array) -> GpuTable:
         return GpuTable(coords, slots)
 
 
+def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
+    """The table of a set, and whether the set is valid (unique rows, batch indices >= 0);
+    one boolean read back."""
+    with mx.stream(mx.gpu):
+        t = build_table(coords)
+        n = t.size
+        if n == 0:
+            return t, True
+        (owner,) = _launch("coords", "table_owner", [t.coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n)
+        ok = mx.logical_and(mx.all(owner == mx.arange(n, dtype=mx.int32)), mx.min(t.coords[:, 0]) >= 0)
+        return t, bool(ok.item())
+
+
 def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
     """(unique rows in first-occurrence order, row -> unique row); one scalar host read."""
     with mx.stream(mx.gpu):

@@ -41,6 +41,13 @@ class RelationCacheKey:
     kind: RelationKind
 
 
+def _gpu_default() -> bool:
+    """MLX's default device is a GPU with lattice's CUDA kernels."""
+    from lattice.routing import Tier, capability, requested_device
+
+    return requested_device(None) == "gpu" and capability().has(Tier.GPU_CUDA)
+
+
 @dataclass(frozen=True)
 class _Pending:
     """A set made by a GPU builder (unique rows): its CPU table is built on first CPU use."""
@@ -70,11 +77,22 @@ class CoordinateManager:
     def insert(self, coords, stride=1, *, op: str = "CoordinateManager.insert") -> CoordinateMapKey:
         """Registers a set of unique (batch, x, y, z) rows; returns its key.
 
-        Raises ValueError on duplicate rows or negative batch indices.
+        Raises ValueError on duplicate rows or negative batch indices. Where MLX's default
+        device is a CUDA GPU the set is hashed and checked there (one host read: valid or
+        not) and its CPU table is built only if a CPU route asks; an invalid set is
+        re-checked by the CPU builder, whose error names the offending rows.
         """
         coords = coords_array(coords, op)
-        table = _ext.build_table(coords, op)
-        return self._register(table, int_triple(stride, "stride", op, minimum=1))
+        stride = int_triple(stride, "stride", op, minimum=1)
+        if _gpu_default():
+            from lattice.backends import cuda
+
+            gpu_table, valid = cuda.build_checked_table(coords)
+            if valid:
+                key = self._register(_Pending(coords), stride)
+                self._gpu_tables[key.id] = gpu_table
+                return key
+        return self._register(_ext.build_table(coords, op), stride)
 
     def adopt(self, table, stride=1) -> CoordinateMapKey:
         """Registers a native table made by lattice's own coordinate functions (quantize,
