@@ -9,6 +9,7 @@
 #endif
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -21,6 +22,7 @@
 #include "backend/cpu/coords.h"
 #include "backend/cpu/neighbors.h"
 #include "backend/cpu/relations.h"
+#include "backend/cpu/voxel_accumulator.h"
 #include "primitives.h"
 
 namespace nb = nanobind;
@@ -59,6 +61,15 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_
 nb::tuple relation_tuple(lattice::RelationArrays r) {
   if (r.out_table) return nb::make_tuple(r.in_rows, r.out_rows, r.counts, r.out_table);
   return nb::make_tuple(r.in_rows, r.out_rows, r.counts, nb::none());
+}
+
+// A PageArray handed to NumPy without a copy: the array owns it through a capsule.
+template <class T>
+nb::object page_array_to_numpy(lattice::PageArray<T>&& buf, std::initializer_list<size_t> shape) {
+  if (!buf.data()) buf.grow(1);  // NumPy wants a valid pointer even for empty arrays
+  auto* owned = new lattice::PageArray<T>(std::move(buf));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<lattice::PageArray<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape, owner));
 }
 
 mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
@@ -127,6 +138,37 @@ NB_MODULE(_ext, m) {
           return std::make_tuple(u.table, lattice::to_array(u.inverse), lattice::to_array(u.counts));
         },
         "points"_a, "voxel_size"_a, "origin"_a, "batch_indices"_a = nb::none(), release);
+
+  nb::class_<lattice::VoxelAccumulator>(
+      m, "VoxelAccumulator",
+      "Voxels of points added chunk by chunk, reduced in place (first-occurrence order). Not thread-safe.")
+      .def("__init__",
+           [](lattice::VoxelAccumulator* self, const std::array<double, 3>& voxel_size,
+              const std::array<double, 3>& origin, const std::string& reduction, int64_t channels) {
+             new (self) lattice::VoxelAccumulator(voxel_size, origin, lattice::parse_voxel_reduce(reduction), channels);
+           },
+           "voxel_size"_a, "origin"_a, "reduction"_a, "channels"_a)
+      .def("add",
+           [](lattice::VoxelAccumulator& a, const mx::array& points, std::optional<mx::array> feats) {
+             a.add(points, feats ? &*feats : nullptr);
+           },
+           "points"_a, "feats"_a = nb::none(), release)
+      .def_prop_ro("size", &lattice::VoxelAccumulator::size)
+      .def_prop_ro("table_capacity", &lattice::VoxelAccumulator::table_capacity)
+      .def("finish",
+           [](lattice::VoxelAccumulator& a) {
+             lattice::VoxelResult r;
+             {
+               nb::gil_scoped_release g;
+               r = a.finish();
+             }
+             const size_t n = static_cast<size_t>(r.n), c = static_cast<size_t>(r.channels);
+             return nb::make_tuple(page_array_to_numpy(std::move(r.coords), {n, 4}),
+                                   page_array_to_numpy(std::move(r.feats), {n, c}),
+                                   page_array_to_numpy(std::move(r.counts), {n}));
+           },
+           "(coords (M, 4) int32, feats (M, C) float32, counts (M,) int64) as NumPy arrays that own "
+           "the accumulator's buffers (no copies); the accumulator is left empty.");
 
   m.def("kernel_offsets", &lattice::kernel_offsets, "size"_a, "dilation"_a);
   m.def("relation_submanifold",

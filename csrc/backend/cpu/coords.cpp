@@ -255,12 +255,12 @@ mx::array morton_order(const mx::array& coords_in) {
 
 // ---- Point quantisation -------------------------------------------------------
 
-UniqueResult quantize_points(const mx::array& points_in, const std::array<double, 3>& voxel_size,
-                             const std::array<double, 3>& origin, const mx::array* batch_in) {
-  const char* op = "sparse_quantize";
+Bounds quantize_coords(const mx::array& points_in, const std::array<double, 3>& voxel_size,
+                       const std::array<double, 3>& origin, const mx::array* batch_in,
+                       std::vector<int32_t>& q, const char* op) {
   mx::array points = materialize(points_in);
   if (points.ndim() != 2 || points.shape(1) != 3) {
-    throw std::invalid_argument("[sparse_quantize] points must have shape (N, 3)");
+    throw std::invalid_argument(std::string("[") + op + "] points must have shape (N, 3)");
   }
   // float64 points keep their precision (metres near 5e5 in projected LAS data);
   // everything else is computed from float32.
@@ -277,12 +277,12 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
   if (batch_in) {
     batch = materialize(mx::astype(*batch_in, mx::int32));
     if (batch.ndim() != 1 || batch.shape(0) != n) {
-      throw std::invalid_argument("[sparse_quantize] batch_indices must have shape (N,) matching points");
+      throw std::invalid_argument(std::string("[") + op +
+                                  "] batch_indices must have shape (N,) matching points");
     }
     bidx = batch.data<int32_t>();
   }
-  // Integer voxel coordinates, with their bounds.
-  std::vector<int32_t> q(4 * n);
+  q.resize(4 * n);
   std::atomic<int64_t> bad{-1};
   const int64_t chunks = chunk_count(n, 1 << 14);
   std::vector<Bounds> part(chunks);
@@ -331,9 +331,17 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
         b.hi[a] = std::max(b.hi[a], pp.hi[a]);
       }
   }
+  return b;
+}
+
+UniqueResult quantize_points(const mx::array& points, const std::array<double, 3>& voxel_size,
+                             const std::array<double, 3>& origin, const mx::array* batch) {
+  const char* op = "sparse_quantize";
+  std::vector<int32_t> q;
+  const Bounds b = quantize_coords(points, voxel_size, origin, batch, q, op);
   const int32_t* qc = q.data();
   return unique_first(
-      n, b,
+      static_cast<int64_t>(q.size() / 4), b,
       [&](int64_t i, int64_t* out) {
         for (int a = 0; a < 4; ++a) out[a] = qc[4 * i + a];
       },

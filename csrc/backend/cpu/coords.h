@@ -17,6 +17,12 @@ UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs);
 mx::array intersection_rows(const CoordTable& lhs, const CoordTable& rhs);
 mx::array morton_codes(const mx::array& coords);
 mx::array morton_order(const mx::array& coords);
+// Voxel coordinates (batch, floor((p - origin) / voxel_size)) of every point into q
+// (4 N int32, resized); returns their bounds. Non-finite points, indices beyond int32 and
+// negative batch indices are errors naming the point.
+Bounds quantize_coords(const mx::array& points, const std::array<double, 3>& voxel_size,
+                       const std::array<double, 3>& origin, const mx::array* batch,
+                       std::vector<int32_t>& q, const char* op);
 UniqueResult quantize_points(const mx::array& points, const std::array<double, 3>& voxel_size,
                              const std::array<double, 3>& origin, const mx::array* batch);
 
