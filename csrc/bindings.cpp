@@ -72,6 +72,44 @@ nb::object page_array_to_numpy(lattice::PageArray<T>&& buf, std::initializer_lis
   return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape, owner));
 }
 
+using RowMatrix = nb::ndarray<nb::ro, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+std::string dtype_name(nb::dlpack::dtype d) {
+  const char* kind = d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)  ? "float"
+                     : d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int)  ? "int"
+                     : d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt) ? "uint"
+                                                                                     : "other";
+  return std::string(kind) + std::to_string(d.bits);
+}
+
+// The NumPy chunk is borrowed (no copy into MLX): checked here, read in place without the GIL.
+void accumulator_add(lattice::VoxelAccumulator& a, const RowMatrix& points, std::optional<RowMatrix> feats) {
+  const bool f64 = points.dtype() == nb::dtype<double>();
+  if (points.shape(1) != 3 || (!f64 && points.dtype() != nb::dtype<float>())) {
+    throw std::invalid_argument("[voxelize] points must be a float32 or float64 (N, 3) array, got " +
+                                dtype_name(points.dtype()) + " with " + std::to_string(points.shape(1)) +
+                                " columns");
+  }
+  lattice::PointRows rows;
+  rows.n = static_cast<int64_t>(points.shape(0));
+  if (f64) rows.f64 = static_cast<const double*>(points.data());
+  else rows.f32 = static_cast<const float*>(points.data());
+  const void* f = nullptr;
+  if (feats) {
+    const auto want = a.wide_feats() ? nb::dtype<double>() : nb::dtype<float>();
+    if (feats->dtype() != want || static_cast<int64_t>(feats->shape(0)) != rows.n ||
+        static_cast<int64_t>(feats->shape(1)) != a.channels()) {
+      throw std::invalid_argument("[voxelize] features must be a " + dtype_name(want) + " (" +
+                                  std::to_string(rows.n) + ", " + std::to_string(a.channels()) +
+                                  ") array, got " + dtype_name(feats->dtype()) + " (" +
+                                  std::to_string(feats->shape(0)) + ", " + std::to_string(feats->shape(1)) + ")");
+    }
+    f = feats->data();
+  }
+  nb::gil_scoped_release release;
+  a.add(rows, f);
+}
+
 mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
   if (a_in.ndim() != 2 || b_in.ndim() != 2 || a_in.shape(1) != b_in.shape(0)) {
     throw std::invalid_argument("[blas_sgemm] expected 2-D operands with matching inner dimension");
@@ -148,11 +186,9 @@ NB_MODULE(_ext, m) {
              new (self) lattice::VoxelAccumulator(voxel_size, origin, lattice::parse_voxel_reduce(reduction), channels);
            },
            "voxel_size"_a, "origin"_a, "reduction"_a, "channels"_a)
-      .def("add",
-           [](lattice::VoxelAccumulator& a, const mx::array& points, std::optional<mx::array> feats) {
-             a.add(points, feats ? &*feats : nullptr);
-           },
-           "points"_a, "feats"_a = nb::none(), release)
+      .def("add", &accumulator_add, "points"_a, "feats"_a = nb::none(),
+           "Adds points (N, 3) float32/float64 and features (N, C) (float64 for sum and mean, float32 "
+           "for max and first; None for count), read in place (C-contiguous NumPy arrays).")
       .def_prop_ro("size", &lattice::VoxelAccumulator::size)
       .def_prop_ro("table_capacity", &lattice::VoxelAccumulator::table_capacity)
       .def("finish",

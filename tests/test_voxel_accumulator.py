@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 
-import mlx.core as mx
 import numpy as np
 import pytest
 from reference import coords as rc
@@ -93,7 +92,7 @@ def test_table_grows_in_place_across_chunks():
     acc = _ext.VoxelAccumulator([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], "sum", 2)
     capacities = []
     for s in range(0, len(pts), 4000):
-        acc.add(mx.array(pts[s : s + 4000]), mx.array(f[s : s + 4000], dtype=mx.float64))
+        acc.add(pts[s : s + 4000], f[s : s + 4000])
         cap = acc.table_capacity
         assert cap & (cap - 1) == 0 and 4 * acc.size <= 3 * cap  # power of two, load <= 3/4
         capacities.append(cap)
@@ -111,7 +110,10 @@ def test_finish_hands_over_numpy_arrays_and_empties_the_accumulator():
     coords, feats, counts = acc.finish()
     assert coords.shape == (0, 4) and coords.dtype == np.int32
     assert feats.shape == (0, 1) and feats.dtype == np.float32 and counts.shape == (0,)
-    acc.add(mx.array([[0.1, 0.1, 0.1], [0.2, 0.2, 0.2], [3.0, 0, 0]]), mx.array([[1.0], [2.0], [-1.0]]))
+    acc.add(
+        np.array([[0.1, 0.1, 0.1], [0.2, 0.2, 0.2], [3.0, 0, 0]]),
+        np.array([[1.0], [2.0], [-1.0]], np.float32),
+    )
     coords, feats, counts = acc.finish()
     del acc  # the arrays own the buffers
     np.testing.assert_array_equal(coords, [[0, 0, 0, 0], [0, 6, 0, 0]])
@@ -122,9 +124,9 @@ def test_finish_hands_over_numpy_arrays_and_empties_the_accumulator():
 
 def test_reuse_after_finish_starts_from_scratch():
     acc = _ext.VoxelAccumulator([1.0] * 3, [0.0] * 3, "count", 0)
-    acc.add(mx.array([[0.5, 0.5, 0.5]]))
+    acc.add(np.array([[0.5, 0.5, 0.5]]))
     acc.finish()
-    acc.add(mx.array([[5.5, 0.5, 0.5], [5.6, 0.2, 0.1]]))
+    acc.add(np.array([[5.5, 0.5, 0.5], [5.6, 0.2, 0.1]], np.float32))
     coords, feats, _ = acc.finish()
     np.testing.assert_array_equal(coords, [[0, 5, 0, 0]])
     np.testing.assert_array_equal(feats, [[2.0]])
@@ -142,16 +144,28 @@ def test_nan_features_propagate_in_sum_mean_and_max():
 
 def test_rejected_chunks_leave_the_state_unchanged():
     acc = _ext.VoxelAccumulator([1.0] * 3, [0.0] * 3, "mean", 1)
-    acc.add(mx.array([[0.5, 0.5, 0.5]]), mx.array([[2.0]], dtype=mx.float64))
+    acc.add(np.array([[0.5, 0.5, 0.5]]), np.array([[2.0]]))
     with pytest.raises(ValueError, match=r"too large to pack into a 64-bit key"):
-        acc.add(mx.array([[-1e9, -1e9, -1e9], [1e9, 1e9, 1e9]]), mx.array([[0.0], [0.0]], dtype=mx.float64))
-    with pytest.raises(ValueError, match=r"\[voxelize\] features must have shape \(1, 1\)"):
-        acc.add(mx.array([[0.5, 0.5, 0.5]]), mx.array([[1.0, 2.0]]))
+        acc.add(np.array([[-1e9, -1e9, -1e9], [1e9, 1e9, 1e9]]), np.zeros((2, 1)))
+    with pytest.raises(
+        ValueError, match=r"\[voxelize\] features must be a float64 \(1, 1\) array, got float64 \(1, 2\)"
+    ):
+        acc.add(np.array([[0.5, 0.5, 0.5]]), np.array([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match=r"features must be a float64 \(1, 1\) array, got float32 \(1, 1\)"):
+        acc.add(np.array([[0.5, 0.5, 0.5]]), np.array([[1.0]], np.float32))
+    with pytest.raises(
+        ValueError, match=r"points must be a float32 or float64 \(N, 3\) array, got int64 with 3"
+    ):
+        acc.add(np.array([[0, 0, 0]]), np.array([[1.0]]))
+    with pytest.raises(
+        ValueError, match=r"points must be a float32 or float64 \(N, 3\) array, got float64 with 2"
+    ):
+        acc.add(np.array([[0.5, 0.5]]), np.array([[1.0]]))
     with pytest.raises(ValueError, match=r"features are required"):
-        acc.add(mx.array([[0.5, 0.5, 0.5]]))
+        acc.add(np.array([[0.5, 0.5, 0.5]]))
     with pytest.raises(ValueError, match=r"point 0 \(nan, 0, 0\) is not finite"):
-        acc.add(mx.array([[np.nan, 0.0, 0.0]]), mx.array([[1.0]]))
-    acc.add(mx.array([[0.7, 0.2, 0.9]]), mx.array([[4.0]], dtype=mx.float64))
+        acc.add(np.array([[np.nan, 0.0, 0.0]]), np.array([[1.0]]))
+    acc.add(np.array([[0.7, 0.2, 0.9]]), np.array([[4.0]]))
     coords, feats, counts = acc.finish()
     np.testing.assert_array_equal(coords, [[0, 0, 0, 0]])
     np.testing.assert_array_equal(feats, [[3.0]])

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
@@ -130,14 +129,14 @@ class StreamingVoxelizer:
         """Quantise and reduce one chunk of finite points (with their attributes)."""
         if len(points) == 0:
             return
-        dtype = mx.float64 if points.dtype == np.float64 else mx.float32
-        pts = mx.array(np.ascontiguousarray(points), dtype=dtype)
+        if points.dtype != np.float64:
+            points = points.astype(np.float32, copy=False)
+        points = np.ascontiguousarray(points)  # read in place by the accumulator, not copied
         feats = None
         if self.columns and self.reduction != "count":
-            cols = _columns(attrs, self.columns, self._dtype)
-            feats = mx.array(cols, dtype=mx.float64 if cols.dtype == np.float64 else mx.float32)
+            feats = _columns(attrs, self.columns, self._dtype)
         try:  # the range is checked by the caller; what is left is a span too wide to pack
-            self._acc.add(pts, feats)
+            self._acc.add(points, feats)
         except ValueError as e:
             raise VoxelRangeError(str(e)) from e
 

@@ -43,22 +43,11 @@ VoxelAccumulator::VoxelAccumulator(const std::array<double, 3>& voxel_size, cons
   }
 }
 
-void VoxelAccumulator::add(const mx::array& points, const mx::array* feats_in) {
+void VoxelAccumulator::add(const PointRows& points, const void* feats) {
   const Bounds b = quantize_coords(points, voxel_size_, origin_, nullptr, q_, kOp);
-  const int64_t m = static_cast<int64_t>(q_.size() / 4);
-  mx::array feats = mx::zeros({0}, mx::float32);
-  if (reduce_ != VoxelReduce::kCount) {
-    if (!feats_in) throw std::invalid_argument("[voxelize] features are required unless the reduction is count");
-    const bool wide = reduce_ == VoxelReduce::kSum || reduce_ == VoxelReduce::kMean;
-    const mx::Dtype want = wide ? mx::float64 : mx::float32;
-    feats = feats_in->dtype() == want ? materialize(*feats_in)
-                                      : materialize(mx::astype(*feats_in, want, mx::Device::cpu));
-    if (feats.ndim() != 2 || feats.shape(0) != m || feats.shape(1) != channels_) {
-      Message msg;
-      msg << "[" << kOp << "] features must have shape (" << m << ", " << channels_ << "), got ndim "
-          << feats.ndim();
-      throw std::invalid_argument(msg.str());
-    }
+  const int64_t m = points.n;
+  if (reduce_ != VoxelReduce::kCount && !feats && m > 0) {
+    throw std::invalid_argument("[voxelize] features are required unless the reduction is count");
   }
   if (m == 0) return;
   Bounds merged = b;
@@ -74,7 +63,7 @@ void VoxelAccumulator::add(const mx::array& points, const mx::array* feats_in) {
   bounds_ = merged;
   if (!table_.fits(n_ + m)) table_.rebuild(coords_.data(), n_, n_ + m);
   const int64_t added = insert_chunk(m);
-  accumulate(m, reduce_ == VoxelReduce::kCount ? nullptr : feats.data<void>());
+  accumulate(m, feats);
   n_ += added;
 }
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/arrays.h"
+#include "backend/cpu/coords.h"
 #include "core/pack.h"
 #include "core/page_array.h"
 #include "core/row_table.h"
@@ -37,11 +37,16 @@ class VoxelAccumulator {
   VoxelAccumulator(const std::array<double, 3>& voxel_size, const std::array<double, 3>& origin,
                    VoxelReduce reduce, int64_t channels);
 
-  // Adds finite points (N, 3) and, unless the reduction is count, their features (N, C):
-  // float64 for sum and mean, float32 for max and first (other dtypes are converted).
-  // The chunk is checked (indices within int32, the total span packable into a 64-bit
-  // key as every CoordTable needs, rows within int32) before anything changes.
-  void add(const mx::array& points, const mx::array* feats);
+  // Adds points and, unless the reduction is count, their features (n, C) row-contiguous:
+  // double for sum and mean, float for max and first (wide_feats() says which; the
+  // caller checks shapes). Borrowed, not copied. The chunk is checked (finite, indices
+  // within int32, the total span packable into a 64-bit key as every CoordTable needs,
+  // rows within int32) before anything changes.
+  void add(const PointRows& points, const void* feats);
+
+  // The feature type add() reads: float64 for sum and mean, float32 for max and first.
+  bool wide_feats() const { return reduce_ == VoxelReduce::kSum || reduce_ == VoxelReduce::kMean; }
+  int64_t channels() const { return channels_; }
 
   int64_t size() const { return n_; }
   uint64_t table_capacity() const { return table_.capacity(); }
