@@ -7,7 +7,7 @@ Memory bound of the slow test: peak RSS of the `lattice voxelize` process
 covers Python + MLX + lattice imported and a tiny file voxelized: measured at about 60 MiB on
 the development machine (Linux x86-64, Python 3.11, mlx 0.32.4); the constant keeps headroom
 for other platforms, and the test checks that the measured baseline stays below it.
-The streamed runs peaked there at about 335 MiB (0.2 m) and 930 MiB (0.05 m), against the
+The streamed runs peaked there at about 303 MiB (0.2 m) and 897 MiB (0.05 m), against the
 bound of 1115 MiB; see docs/performance.md.
 """
 
