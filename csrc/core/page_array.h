@@ -18,6 +18,26 @@
 
 namespace lattice {
 
+inline void* map_pages(size_t bytes) {
+  return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
+// Grows a mapping of old_bytes to new_bytes (contents kept, the rest zero); MAP_FAILED on failure.
+#if defined(__linux__)
+inline void* grow_pages(void* p, size_t old_bytes, size_t new_bytes) {
+  return mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE);  // moves the pages, copies nothing
+}
+#else
+inline void* grow_pages(void* p, size_t old_bytes, size_t new_bytes) {
+  void* q = map_pages(new_bytes);
+  if (q != MAP_FAILED) {
+    std::memcpy(q, p, old_bytes);
+    munmap(p, old_bytes);
+  }
+  return q;
+}
+#endif
+
 template <class T>
 class PageArray {
   static_assert(std::is_trivially_copyable_v<T>, "PageArray holds trivially copyable values");
@@ -48,20 +68,7 @@ class PageArray {
     if (n <= capacity() && data_) return;
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t bytes = (std::max<size_t>(n, 1) * sizeof(T) + page - 1) / page * page;
-    void* p = MAP_FAILED;
-    if (!data_) {
-      p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    } else {
-#if defined(__linux__)
-      p = mremap(data_, bytes_, bytes, MREMAP_MAYMOVE);
-#else
-      p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p != MAP_FAILED) {
-        std::memcpy(p, data_, bytes_);
-        munmap(data_, bytes_);
-      }
-#endif
-    }
+    void* p = data_ ? grow_pages(data_, bytes_, bytes) : map_pages(bytes);
     if (p == MAP_FAILED) throw std::bad_alloc();
     data_ = static_cast<T*>(p);
     bytes_ = bytes;
