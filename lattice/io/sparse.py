@@ -137,7 +137,7 @@ def _write_table_rows(path_or_file: PathOrFile, sf: SparseFile) -> None:
     coordinate table (the streaming voxelizer), unique by construction.
 
     Every check of ``write_sparse`` runs except the uniqueness re-check, which sorts the
-    rows and copies them several times (for 17 M voxels about 1 GiB and 10 s). Not part of
+    rows and copies them several times (about 10 s at 17 M voxels). Not part of
     the public API (``lattice.io`` does not export it): user arrays go through ``write_sparse``.
     """
     where = label_of(path_or_file)
