@@ -9,6 +9,7 @@
 #endif
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -21,6 +22,7 @@
 #include "backend/cpu/coords.h"
 #include "backend/cpu/neighbors.h"
 #include "backend/cpu/relations.h"
+#include "backend/cpu/voxel_accumulator.h"
 #include "primitives.h"
 
 namespace nb = nanobind;
@@ -59,6 +61,53 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_
 nb::tuple relation_tuple(lattice::RelationArrays r) {
   if (r.out_table) return nb::make_tuple(r.in_rows, r.out_rows, r.counts, r.out_table);
   return nb::make_tuple(r.in_rows, r.out_rows, r.counts, nb::none());
+}
+
+// A PageArray handed to NumPy without a copy: the array owns it through a capsule.
+template <class T>
+nb::object page_array_to_numpy(lattice::PageArray<T>&& buf, std::initializer_list<size_t> shape) {
+  if (!buf.data()) buf.grow(1);  // NumPy wants a valid pointer even for empty arrays
+  auto* owned = new lattice::PageArray<T>(std::move(buf));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<lattice::PageArray<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape, owner));
+}
+
+using RowMatrix = nb::ndarray<nb::ro, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+std::string dtype_name(nb::dlpack::dtype d) {
+  const char* kind = d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)  ? "float"
+                     : d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int)  ? "int"
+                     : d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt) ? "uint"
+                                                                                     : "other";
+  return std::string(kind) + std::to_string(d.bits);
+}
+
+// The NumPy chunk is borrowed (no copy into MLX): checked here, read in place without the GIL.
+void accumulator_add(lattice::VoxelAccumulator& a, const RowMatrix& points, std::optional<RowMatrix> feats) {
+  const bool f64 = points.dtype() == nb::dtype<double>();
+  if (points.shape(1) != 3 || (!f64 && points.dtype() != nb::dtype<float>())) {
+    throw std::invalid_argument("[voxelize] points must be a float32 or float64 (N, 3) array, got " +
+                                dtype_name(points.dtype()) + " with " + std::to_string(points.shape(1)) +
+                                " columns");
+  }
+  lattice::PointRows rows;
+  rows.n = static_cast<int64_t>(points.shape(0));
+  if (f64) rows.f64 = static_cast<const double*>(points.data());
+  else rows.f32 = static_cast<const float*>(points.data());
+  const void* f = nullptr;
+  if (feats) {
+    const auto want = a.wide_feats() ? nb::dtype<double>() : nb::dtype<float>();
+    if (feats->dtype() != want || static_cast<int64_t>(feats->shape(0)) != rows.n ||
+        static_cast<int64_t>(feats->shape(1)) != a.channels()) {
+      throw std::invalid_argument("[voxelize] features must be a " + dtype_name(want) + " (" +
+                                  std::to_string(rows.n) + ", " + std::to_string(a.channels()) +
+                                  ") array, got " + dtype_name(feats->dtype()) + " (" +
+                                  std::to_string(feats->shape(0)) + ", " + std::to_string(feats->shape(1)) + ")");
+    }
+    f = feats->data();
+  }
+  nb::gil_scoped_release release;
+  a.add(rows, f);
 }
 
 mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
@@ -127,6 +176,35 @@ NB_MODULE(_ext, m) {
           return std::make_tuple(u.table, lattice::to_array(u.inverse), lattice::to_array(u.counts));
         },
         "points"_a, "voxel_size"_a, "origin"_a, "batch_indices"_a = nb::none(), release);
+
+  nb::class_<lattice::VoxelAccumulator>(
+      m, "VoxelAccumulator",
+      "Voxels of points added chunk by chunk, reduced in place (first-occurrence order). Not thread-safe.")
+      .def("__init__",
+           [](lattice::VoxelAccumulator* self, const std::array<double, 3>& voxel_size,
+              const std::array<double, 3>& origin, const std::string& reduction, int64_t channels) {
+             new (self) lattice::VoxelAccumulator(voxel_size, origin, lattice::parse_voxel_reduce(reduction), channels);
+           },
+           "voxel_size"_a, "origin"_a, "reduction"_a, "channels"_a)
+      .def("add", &accumulator_add, "points"_a, "feats"_a = nb::none(),
+           "Adds points (N, 3) float32/float64 and features (N, C) (float64 for sum and mean, float32 "
+           "for max and first; None for count), read in place (C-contiguous NumPy arrays).")
+      .def_prop_ro("size", &lattice::VoxelAccumulator::size)
+      .def_prop_ro("table_capacity", &lattice::VoxelAccumulator::table_capacity)
+      .def("finish",
+           [](lattice::VoxelAccumulator& a) {
+             lattice::VoxelResult r;
+             {
+               nb::gil_scoped_release g;
+               r = a.finish();
+             }
+             const size_t n = static_cast<size_t>(r.n), c = static_cast<size_t>(r.channels);
+             return nb::make_tuple(page_array_to_numpy(std::move(r.coords), {n, 4}),
+                                   page_array_to_numpy(std::move(r.feats), {n, c}),
+                                   page_array_to_numpy(std::move(r.counts), {n}));
+           },
+           "(coords (M, 4) int32, feats (M, C) float32, counts (M,) int64) as NumPy arrays that own "
+           "the accumulator's buffers (no copies); the accumulator is left empty.");
 
   m.def("kernel_offsets", &lattice::kernel_offsets, "size"_a, "dilation"_a);
   m.def("relation_submanifold",

@@ -2,11 +2,13 @@
 voxelized in bounded memory.
 
 Memory bound of the slow test: peak RSS of the `lattice voxelize` process
-<= 3 x the raw point bytes (20e6 x 16 = 320 MB) + INTERPRETER_BASELINE. The baseline covers
-Python + MLX + lattice imported and a tiny file voxelized: measured at about 60 MiB on the
-development machine (Linux x86-64, Python 3.11, mlx 0.32.4); the constant keeps headroom
+<= 3 x the raw point bytes (20e6 x 16 = 320 MB) + INTERPRETER_BASELINE, at 0.2 m (2.0 M voxels,
+10 points per voxel) and at 0.05 m (17.0 M voxels, about one point per voxel). The baseline
+covers Python + MLX + lattice imported and a tiny file voxelized: measured at about 60 MiB on
+the development machine (Linux x86-64, Python 3.11, mlx 0.32.4); the constant keeps headroom
 for other platforms, and the test checks that the measured baseline stays below it.
-The streamed run itself peaked at about 710 MiB there (2.0 M voxels from 20 M points).
+The streamed runs peaked there at about 303 MiB (0.2 m) and 897 MiB (0.05 m), against the
+bound of 1115 MiB; see docs/performance.md.
 """
 
 from __future__ import annotations
@@ -88,35 +90,40 @@ def _measure(*args, cwd) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.slow
-def test_20_million_points_in_bounded_memory(tmp_path):
-    n = 20_000_000
-    raw = n * 16
-    _write_kitti(tmp_path / "big.bin", n)
-    _write_kitti(tmp_path / "tiny.bin", 1000)
+@pytest.fixture(scope="module")
+def big_kitti(tmp_path_factory):
+    """A folder with big.bin (20 M points) and tiny.bin, after checking the interpreter baseline."""
+    folder = tmp_path_factory.mktemp("big")
+    _write_kitti(folder / "big.bin", 20_000_000)
+    _write_kitti(folder / "tiny.bin", 1000)
     base = _measure(
-        *LATTICE, "voxelize", tmp_path / "tiny.bin", "-o", tmp_path / "tiny.npz", "-s", "0.2", cwd=tmp_path
+        *LATTICE, "voxelize", folder / "tiny.bin", "-o", folder / "tiny.npz", "-s", "0.2", cwd=folder
     )
     assert base["rc"] == 0, base["err"]
     assert base["maxrss"] < INTERPRETER_BASELINE, f"baseline {base['maxrss'] / 2**20:.0f} MiB"
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("size", "min_voxels"),
+    [("0.2", 1_000_000), ("0.05", 16_000_000)],  # 10 points per voxel; about one point per voxel
+)
+def test_20_million_points_in_bounded_memory(big_kitti, size, min_voxels):
+    n = 20_000_000
+    raw = n * 16
+    out = big_kitti / f"big_{size}.npz"
     big = _measure(
-        *LATTICE,
-        "voxelize",
-        tmp_path / "big.bin",
-        "-o",
-        tmp_path / "big.npz",
-        "-s",
-        "0.2",
-        "--json",
-        cwd=tmp_path,
+        *LATTICE, "voxelize", big_kitti / "big.bin", "-o", out, "-s", size, "--json", cwd=big_kitti
     )
     assert big["rc"] == 0, big["err"]
     s = json.loads(big["out"])
-    assert s["points"] == n and s["streamed"] and s["voxels"] > 1_000_000
+    assert s["points"] == n and s["streamed"] and s["voxels"] > min_voxels
     peak = big["maxrss"]
     assert peak <= 3 * raw + INTERPRETER_BASELINE, (
         f"peak RSS {peak / 2**20:.0f} MiB > 3 x {raw / 2**20:.0f} MiB + {INTERPRETER_BASELINE / 2**20:.0f} MiB"
     )
-    sf = read_sparse(tmp_path / "big.npz")
+    sf = read_sparse(out)  # reading re-checks that the rows are unique
     assert sf.num_rows == s["voxels"] and sf.feats.shape == (s["voxels"], 1)
-    assert 0.0 <= sf.feats.min() and sf.feats.max() < 1.0  # mean intensity
+    assert 0.0 <= sf.feats.min() and sf.feats.max() <= 1.0  # mean intensity (float32 rounding can reach 1)
+    out.unlink()

@@ -111,17 +111,17 @@ def _scan_source(path: Path, label: str, layout: str) -> PointSource:
         )
     n = size // (4 * width)
 
+    def chunk(f: BinaryIO, s: int, m: int) -> Chunk:
+        raw = np.fromfile(f, dtype="<f4", count=m * width)
+        if raw.size != m * width:
+            raise PointCloudError(f"{label}: file shrank while reading ({s + raw.size // width} of {n})")
+        raw = raw.reshape(m, width).astype(np.float32, copy=False)
+        return np.ascontiguousarray(raw[:, :3]), {a: raw[:, 3 + i].copy() for i, a in enumerate(extra)}
+
     def read(k: int) -> Iterator[Chunk]:
         with open(path, "rb") as f:
             for s in range(0, n, k):
-                m = min(k, n - s)
-                raw = np.fromfile(f, dtype="<f4", count=m * width)
-                if raw.size != m * width:
-                    raise PointCloudError(
-                        f"{label}: file shrank while reading ({s + raw.size // width} of {n})"
-                    )
-                raw = raw.reshape(m, width).astype(np.float32, copy=False)
-                yield np.ascontiguousarray(raw[:, :3]), {a: raw[:, 3 + i].copy() for i, a in enumerate(extra)}
+                yield chunk(f, s, min(k, n - s))  # the raw rows are freed before the chunk is used
 
     schema = {a: (np.dtype(np.float32), ()) for a in extra}
     return PointSource(label, layout, n, schema, True, read)

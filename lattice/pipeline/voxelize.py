@@ -1,13 +1,13 @@
 """Points -> sparse voxel tensor, chunk by chunk, in memory bounded by one chunk plus the voxels.
 
-Each chunk is quantised by the native ``sparse_quantize`` (the kernel behind
-``lattice.core.sparse_quantize``, called directly to keep its hash table) and reduced
-onto its own voxels; the chunk's table is then merged into one growing coordinate table
-(native union + lookup, first-occurrence order) and the per-voxel partial results are combined:
-sums and counts add (``mean = sum / count`` at the end, in float64), ``max`` keeps a
-running maximum, ``first`` keeps the value of the voxel's first point in file order.
-The result equals ``lattice.ops.voxelize`` on the whole cloud: same coordinates in the
-same order, features equal up to float rounding of the mean.
+The chunks go into one native ``_ext.VoxelAccumulator``: each chunk is quantised and its
+voxels found or inserted in a hash table that persists across chunks (new voxels numbered
+by first occurrence in file order; the table grows by rehashing only when it fills), and
+every point is reduced in place onto its voxel: counts add, sums add in float64 in file
+order (``mean = sum / count`` at the end, in float64), ``max`` keeps a running maximum,
+``first`` keeps the value of the voxel's first point in file order. The result equals
+``lattice.ops.voxelize`` on the whole cloud: same coordinates in the same order, features
+equal up to float rounding of the sums (float64 here, float32 there), whatever the chunk size.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
 from lattice.io import PointCloud, PointCloudError, SparseFile, write_sparse
+from lattice.io.sparse import _write_table_rows
 from lattice.pipeline.sources import DEFAULT_CHUNK_POINTS, PointSource, memory_source, open_source
 from lattice.routing.points import PointsRequest, route_points
 
@@ -110,84 +110,47 @@ class VoxelRangeError(ValueError):
 
 
 class StreamingVoxelizer:
-    """Accumulates voxels over chunks of points; ``result()`` gives coords and features."""
+    """Accumulates voxels over chunks of points; ``result()`` gives coords and features.
+
+    The state is one native ``_ext.VoxelAccumulator``: a hash table of the voxels that
+    persists across chunks (grown by rehashing only when it fills up) and per-voxel
+    counts, float64 sums, maxima or first values updated in place, in buffers that grow
+    without copying. Memory is the voxels plus one chunk.
+    """
 
     def __init__(self, voxel_size, origin, reduction: str, columns: list[Column]):
         self.voxel_size, self.origin = tuple(voxel_size), tuple(origin)
         self.reduction, self.columns = reduction, columns
-        self._table = None
-        self._size = 0
-        self._counts = np.zeros(0, np.int64)
-        dtype = np.float64 if reduction in ("sum", "mean") else np.float32
-        self._acc = np.zeros((0, len(columns)), dtype)
-
-    def _quantize(self, points: np.ndarray):
-        """The chunk's voxel table, each point's chunk row, points per chunk row, and the global rows."""
-        dtype = mx.float64 if points.dtype == np.float64 else mx.float32
-        pts = mx.array(np.ascontiguousarray(points), dtype=dtype)
-        try:  # the range is checked by the caller; what is left is a span too wide to pack
-            chunk, inverse, counts = _ext.sparse_quantize(pts, list(self.voxel_size), list(self.origin), None)
-            self._table = chunk if self._table is None else _ext.union(self._table, chunk)
-        except ValueError as e:
-            raise VoxelRangeError(str(e)) from e
-        rows = np.asarray(_ext.lookup(self._table, chunk.coords)).astype(np.int64)
-        return int(chunk.size), inverse, counts, rows
-
-    def _grow(self, size: int) -> None:
-        """Room for ``size`` voxels (amortised doubling); new rows start at 0, or -inf for max."""
-        if size <= len(self._counts):
-            return
-        cap = max(size, 2 * len(self._counts), 1024)
-        fill = -np.inf if self.reduction == "max" else 0
-        acc = np.full((cap, self._acc.shape[1]), fill, self._acc.dtype)
-        acc[: self._size] = self._acc[: self._size]
-        counts = np.zeros(cap, np.int64)
-        counts[: self._size] = self._counts[: self._size]
-        self._acc, self._counts = acc, counts
+        reduce = reduction if columns else "count"
+        self._dtype = np.float64 if reduce in ("sum", "mean") else np.float32  # float64 sums stay exact
+        self._acc = _ext.VoxelAccumulator(list(self.voxel_size), list(self.origin), reduce, len(columns))
 
     def add(self, points: np.ndarray, attrs: dict[str, np.ndarray]) -> None:
         """Quantise and reduce one chunk of finite points (with their attributes)."""
-        n = len(points)
-        if n == 0:
+        if len(points) == 0:
             return
-        m, inv, counts, rows = self._quantize(points)
-        old = self._size
-        self._grow(int(self._table.size))
-        self._size = int(self._table.size)
-        self._counts[rows] += np.asarray(counts)
-        if not self.columns or self.reduction == "count":
-            return
-        if self.reduction in ("sum", "mean"):
-            inv_np = np.asarray(inv)
-            for c, (attr, k, _) in enumerate(self.columns):
-                a = attrs[attr] if k is None else attrs[attr].reshape(n, -1)[:, k]
-                self._acc[rows, c] += np.bincount(inv_np, weights=a, minlength=m)
-        elif self.reduction == "max":
-            feats = mx.array(_columns(attrs, self.columns, np.float32))
-            peak = mx.full((m, feats.shape[1]), -mx.inf, dtype=mx.float32).at[inv].maximum(feats)
-            self._acc[rows] = np.maximum(self._acc[rows], np.asarray(peak))
-        else:  # first: the voxel's first point in this chunk, kept only for voxels new to the table
-            first = np.asarray(mx.full((m,), n, dtype=mx.int32).at[inv].minimum(mx.arange(n, dtype=mx.int32)))
-            new = rows >= old
-            self._acc[rows[new]] = _columns(attrs, self.columns, np.float32, first[new])
+        if points.dtype != np.float64:
+            points = points.astype(np.float32, copy=False)
+        points = np.ascontiguousarray(points)  # read in place by the accumulator, not copied
+        feats = None
+        if self.columns and self.reduction != "count":
+            feats = _columns(attrs, self.columns, self._dtype)
+        try:  # the range is checked by the caller; what is left is a span too wide to pack
+            self._acc.add(points, feats)
+        except ValueError as e:
+            raise VoxelRangeError(str(e)) from e
 
     @property
     def num_voxels(self) -> int:
         """Voxels seen so far."""
-        return self._size
+        return int(self._acc.size)
 
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(coords (M, 4) int32, feats (M, C) float32, counts (M,) int64)``."""
-        m = self._size
-        coords = np.asarray(self._table.coords)[:m] if m else np.zeros((0, 4), np.int32)
-        counts = self._counts[:m].copy()
-        if not self.columns or self.reduction == "count":
-            feats = counts.astype(np.float32)[:, None]
-        elif self.reduction == "mean":
-            feats = (self._acc[:m] / np.maximum(counts, 1)[:, None]).astype(np.float32)
-        else:
-            feats = self._acc[:m].astype(np.float32)
-        return coords.astype(np.int32, copy=False), feats, counts
+        """``(coords (M, 4) int32, feats (M, C) float32, counts (M,) int64)``; the voxelizer is then empty.
+
+        The arrays own the native buffers (no copies). ``mean`` is ``sum / count`` in float64.
+        """
+        return self._acc.finish()
 
 
 def _finite(points: np.ndarray, attrs: dict, start: int, strict: bool, label: str):
@@ -252,6 +215,7 @@ def voxelize_source(source: PointSource, options: VoxelizeOptions) -> tuple[Spar
             except VoxelRangeError as e:
                 raise PointCloudError(f"{source.label}: {e}") from e
         seen += n
+        del pts, attrs  # not alive while the next chunk is read
     coords, feats, _ = vox.result()
     names = tuple(c[2] for c in cols) if reduction != "count" else ("count",)
     sf = SparseFile(
@@ -296,6 +260,10 @@ def write_sparse_file(dst: str | os.PathLike | BinaryIO, sf: SparseFile) -> str:
         origin=sf.origin,
         feature_names=sf.feature_names,
     )
+    return _output_label(dst)
+
+
+def _output_label(dst: str | os.PathLike | BinaryIO) -> str:
     return "-" if hasattr(dst, "write") else os.fspath(dst)
 
 
@@ -308,7 +276,8 @@ def voxelize_file(
 ) -> dict:
     """Read ``src`` (streamed where the format allows), voxelize, write the sparse NPZ to ``dst``."""
     sf, summary = voxelize_source(open_source(src, format=format), options)
-    summary["output"] = write_sparse_file(dst, sf)
+    _write_table_rows(dst, sf)  # the voxelizer's table rows: unique by construction, not re-checked
+    summary["output"] = _output_label(dst)
     return summary
 
 

@@ -156,6 +156,34 @@ def sparse_quantize_vectorized(points, voxel_size=1.0, batch_indices=None, origi
     return uniq[order], rank[inv.reshape(-1)], counts[order]
 
 
+def voxel_reduce(points, feats, voxel_size=1.0, origin=0.0, reduction="mean"):
+    """``(coords, feats float32 (M, C), counts)`` of ``lattice voxelize``: the voxels of
+    :func:`sparse_quantize` and, per voxel and channel, a loop over its points in order:
+    ``sum`` adds Python floats (IEEE float64) from 0.0, ``mean`` is that sum / count,
+    ``max`` keeps the largest value (a NaN, once seen, stays), ``first`` the first point's
+    value; ``count`` (or no feats) gives the counts as the one channel."""
+    coords, inverse, counts = sparse_quantize(points, voxel_size, origin=origin)
+    m = len(coords)
+    if reduction == "count" or feats is None:
+        return coords, counts.astype(np.float32)[:, None], counts
+    f = np.asarray(feats).tolist()
+    c = len(f[0]) if f else np.shape(feats)[1]
+    out = [[None] * c for _ in range(m)]
+    for row, values in zip(inverse.tolist(), f, strict=True):
+        for k, v in enumerate(values):
+            have = out[row][k]
+            if reduction == "first":
+                out[row][k] = v if have is None else have
+            elif reduction == "max":
+                if have is None or v > have or math.isnan(v):  # a NaN in `have` fails both tests
+                    out[row][k] = v
+            else:
+                out[row][k] = (0.0 if have is None else have) + float(v)
+    if reduction == "mean":
+        out = [[v / n for v in vals] for vals, n in zip(out, counts.tolist(), strict=True)]
+    return coords, np.array(out, dtype=np.float64).reshape(m, c).astype(np.float32), counts
+
+
 # ---- neighbours by brute force ----------------------------------------------------
 
 

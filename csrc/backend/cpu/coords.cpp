@@ -255,34 +255,12 @@ mx::array morton_order(const mx::array& coords_in) {
 
 // ---- Point quantisation -------------------------------------------------------
 
-UniqueResult quantize_points(const mx::array& points_in, const std::array<double, 3>& voxel_size,
-                             const std::array<double, 3>& origin, const mx::array* batch_in) {
-  const char* op = "sparse_quantize";
-  mx::array points = materialize(points_in);
-  if (points.ndim() != 2 || points.shape(1) != 3) {
-    throw std::invalid_argument("[sparse_quantize] points must have shape (N, 3)");
-  }
-  // float64 points keep their precision (metres near 5e5 in projected LAS data);
-  // everything else is computed from float32.
-  if (points.dtype() != mx::float32 && points.dtype() != mx::float64) {
-    points = materialize(mx::astype(points, mx::float32, mx::Device::cpu));
-  }
-  const bool f64 = points.dtype() == mx::float64;
-  const int64_t n = points.shape(0);
-  const float* pf = f64 ? nullptr : points.data<float>();
-  const double* pd = f64 ? points.data<double>() : nullptr;
-  auto p_at = [&](int64_t j) { return f64 ? pd[j] : static_cast<double>(pf[j]); };
-  const int32_t* bidx = nullptr;
-  mx::array batch = mx::zeros({0}, mx::int32);
-  if (batch_in) {
-    batch = materialize(mx::astype(*batch_in, mx::int32));
-    if (batch.ndim() != 1 || batch.shape(0) != n) {
-      throw std::invalid_argument("[sparse_quantize] batch_indices must have shape (N,) matching points");
-    }
-    bidx = batch.data<int32_t>();
-  }
-  // Integer voxel coordinates, with their bounds.
-  std::vector<int32_t> q(4 * n);
+Bounds quantize_coords(const PointRows& points, const std::array<double, 3>& voxel_size,
+                       const std::array<double, 3>& origin, const int32_t* bidx, std::vector<int32_t>& q,
+                       const char* op) {
+  const int64_t n = points.n;
+  auto p_at = [&](int64_t j) { return points.at(j); };
+  q.resize(4 * n);
   std::atomic<int64_t> bad{-1};
   const int64_t chunks = chunk_count(n, 1 << 14);
   std::vector<Bounds> part(chunks);
@@ -331,9 +309,37 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
         b.hi[a] = std::max(b.hi[a], pp.hi[a]);
       }
   }
+  return b;
+}
+
+UniqueResult quantize_points(const mx::array& points_in, const std::array<double, 3>& voxel_size,
+                             const std::array<double, 3>& origin, const mx::array* batch_in) {
+  const char* op = "sparse_quantize";
+  mx::array points = materialize(points_in);
+  if (points.ndim() != 2 || points.shape(1) != 3) {
+    throw std::invalid_argument("[sparse_quantize] points must have shape (N, 3)");
+  }
+  // float64 points keep their precision (metres near 5e5 in projected LAS data);
+  // everything else is computed from float32.
+  if (points.dtype() != mx::float32 && points.dtype() != mx::float64) {
+    points = materialize(mx::astype(points, mx::float32, mx::Device::cpu));
+  }
+  PointRows rows;
+  rows.n = points.shape(0);
+  if (points.dtype() == mx::float64) rows.f64 = points.data<double>();
+  else rows.f32 = points.data<float>();
+  mx::array batch = mx::zeros({0}, mx::int32);
+  if (batch_in) {
+    batch = materialize(mx::astype(*batch_in, mx::int32));
+    if (batch.ndim() != 1 || batch.shape(0) != rows.n) {
+      throw std::invalid_argument("[sparse_quantize] batch_indices must have shape (N,) matching points");
+    }
+  }
+  std::vector<int32_t> q;
+  const Bounds b = quantize_coords(rows, voxel_size, origin, batch_in ? batch.data<int32_t>() : nullptr, q, op);
   const int32_t* qc = q.data();
   return unique_first(
-      n, b,
+      rows.n, b,
       [&](int64_t i, int64_t* out) {
         for (int a = 0; a < 4; ++a) out[a] = qc[4 * i + a];
       },

@@ -17,6 +17,20 @@ UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs);
 mx::array intersection_rows(const CoordTable& lhs, const CoordTable& rhs);
 mx::array morton_codes(const mx::array& coords);
 mx::array morton_order(const mx::array& coords);
+// Borrowed, row-contiguous points (n, 3) in float32 or float64 (one of the two pointers).
+struct PointRows {
+  const float* f32 = nullptr;
+  const double* f64 = nullptr;
+  int64_t n = 0;
+  double at(int64_t j) const { return f64 ? f64[j] : static_cast<double>(f32[j]); }
+};
+
+// Voxel coordinates (batch, floor((p - origin) / voxel_size)) of every point into q
+// (4 n int32, resized); batch may be null (all 0). Returns their bounds. Non-finite
+// points, indices beyond int32 and negative batch indices are errors naming the point.
+Bounds quantize_coords(const PointRows& points, const std::array<double, 3>& voxel_size,
+                       const std::array<double, 3>& origin, const int32_t* batch, std::vector<int32_t>& q,
+                       const char* op);
 UniqueResult quantize_points(const mx::array& points, const std::array<double, 3>& voxel_size,
                              const std::array<double, 3>& origin, const mx::array* batch);
 
