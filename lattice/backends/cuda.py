@@ -89,17 +89,27 @@ def build_table(coords: mx.array) -> GpuTable:
         return GpuTable(coords, slots)
 
 
+class NotRepresentable(ValueError):
+    """The GPU builder cannot make this set the way the CPU core would (overflow)."""
+
+
 def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
-    """The table of a set, and whether the set is valid (unique rows, batch indices >= 0);
-    one boolean read back."""
+    """The table of a set, and whether the set is valid the way the CPU core judges it:
+    unique rows, batch indices >= 0, and a box whose extents pack into a 64-bit key (so
+    the CPU routes can take the set too). Nine numbers are read back."""
     with mx.stream(mx.gpu):
         t = build_table(coords)
         n = t.size
         if n == 0:
             return t, True
         (owner,) = _launch("coords", "table_owner", [t.coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n)
-        ok = mx.logical_and(mx.all(owner == mx.arange(n, dtype=mx.int32)), mx.min(t.coords[:, 0]) >= 0)
-        return t, bool(ok.item())
+        dups = mx.sum(owner != mx.arange(n, dtype=mx.int32))
+        stats = mx.concatenate([dups[None], mx.min(t.coords, axis=0), mx.max(t.coords, axis=0)])
+        s = [int(v) for v in stats.tolist()]
+        span = 1
+        for lo, hi in zip(s[1:5], s[5:9], strict=True):
+            span *= hi - lo + 1
+        return t, s[0] == 0 and s[1] >= 0 and span < 2**64
 
 
 def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
@@ -141,6 +151,14 @@ def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> m
         n, kv = int(coords.shape[0]), int(offsets.shape[0])
         if n == 0:
             return mx.zeros((0, 4), dtype=mx.int32)
+        bounds = mx.concatenate([mx.min(coords[:, 1:], axis=0), mx.max(coords[:, 1:], axis=0)]).tolist()
+        omin = mx.min(offsets, axis=0).tolist()
+        omax = mx.max(offsets, axis=0).tolist()
+        for a in range(3):
+            lo = bounds[a] * stride[a] + omin[a] - padding[a]
+            hi = bounds[3 + a] * stride[a] + omax[a] - padding[a]
+            if lo < -(2**31) or hi >= 2**31:
+                raise NotRepresentable("generated support overflows int32")
         s = mx.array(stride, dtype=mx.int32)
         p = mx.array(padding, dtype=mx.int32)
         xyz = coords[:, None, 1:] * s + offsets[None, :, :] - p

@@ -248,7 +248,12 @@ class CoordinateManager:
         )
         self._check_relation(kind, in_key, spec, target_key, op)
         if route.backend == "cuda":
-            return self._build_gpu(kind, in_key, spec, target_key, route)
+            from lattice.backends.cuda import NotRepresentable
+
+            try:
+                return self._build_gpu(kind, in_key, spec, target_key, route)
+            except NotRepresentable:
+                pass  # the CPU builder raises the precise error
         table = self._cpu_table(in_key.id)
         if kind is RelationKind.SUBMANIFOLD:
             arrays, out_key = self._build_submanifold(table, in_key, spec, target_key, op)
