@@ -12,13 +12,32 @@ import os
 import sys
 from pathlib import Path
 
-import mlx.core as mx
-import numpy as np
-import pytest
+# On a GPU the suite checks float32 results at float32 precision: MLX's switch (read by
+# MLX's matmuls and lattice's CUDA conv) is pinned off before MLX runs anything, as MLX's
+# own test harness does. The TF32 paths are tested with their own tolerances in
+# test_cuda_routes.py.
+if os.environ.get("LATTICE_TEST_DEVICE") == "gpu":
+    os.environ.setdefault("MLX_ENABLE_TF32", "0")
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 # LATTICE_TEST_DEVICE=cpu|gpu runs the suite with that MLX default device (GPU tests use gpu).
 if os.environ.get("LATTICE_TEST_DEVICE") in ("cpu", "gpu"):
     mx.set_default_device(getattr(mx, os.environ["LATTICE_TEST_DEVICE"]))
+
+
+@pytest.fixture
+def cpu_device():
+    """MLX's default device is the CPU for this test: for tests of the CPU routes' own
+    choices (route names, exclusive relations), which a GPU default would route to the
+    GPU kernels (tested in test_cuda_routes.py)."""
+    prev = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    yield
+    mx.set_default_device(prev)
+
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # `import reference` under any pytest import mode

@@ -552,6 +552,7 @@ ROUTE_CASES = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # the CPU routes' choices; GPU ones: test_cuda_routes.py
 @pytest.mark.parametrize("case", ROUTE_CASES, ids=_ids(ROUTE_CASES))
 def test_route_taken_is_the_predicted_one(monkeypatch, case):
     op_name, kind, size, stride = case

@@ -199,7 +199,8 @@ def _weights(cin=8, seed=2):
 @needs_cuda
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
 @pytest.mark.parametrize("name", list(CONVS))
-def test_cuda_conv_matches_the_cpu_route(name, dtype):
+def test_cuda_conv_matches_the_cpu_route(name, dtype, monkeypatch):
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")  # the tensor-core paths, float32 in TF32
     c = _coords(4)
     x_gpu, x_cpu = _pair(c, c=8, dtype=dtype)
     w = _weights()
@@ -212,8 +213,13 @@ def test_cuda_conv_matches_the_cpu_route(name, dtype):
 
 
 @needs_cuda
+@pytest.mark.parametrize("tf32", ["1", "0"])
 @pytest.mark.parametrize("c_in, c_out", [(8, 6), (40, 70), (3, 32)])
-def test_cuda_conv_gradients_match_the_cpu_route(c_in, c_out):
+def test_cuda_conv_gradients_match_the_cpu_route(c_in, c_out, tf32, monkeypatch):
+    monkeypatch.setenv("MLX_ENABLE_TF32", tf32)
+    from lattice.backends.cuda import uses_tensor_cores
+
+    assert uses_tensor_cores(mx.float32, 8) == (tf32 == "1")
     c = _coords(6, n=600)
     x_gpu, x_cpu = _pair(c, c=c_in)
     w = mx.array(np.random.default_rng(7).normal(size=(c_out, 3, 3, 3, c_in)).astype(np.float32) * 0.2)
@@ -239,7 +245,7 @@ def test_cuda_conv_gradients_in_half_precision(dtype, c_in, c_out):
     from lattice.backends.cuda import uses_tensor_cores
 
     assert uses_tensor_cores(dtype, c_in) == (c_in % 8 == 0)
-    assert uses_tensor_cores(mx.float32, 12) and not uses_tensor_cores(mx.float32, 6)
+    assert not uses_tensor_cores(mx.float32, 6)
     c = _coords(10, n=600)
     x_gpu, x_cpu = _pair(c, c=c_in, dtype=dtype)
     w = mx.array(np.random.default_rng(11).normal(size=(c_out, 3, 3, 3, c_in)).astype(np.float32) * 0.2)
@@ -255,6 +261,26 @@ def test_cuda_conv_gradients_in_half_precision(dtype, c_in, c_out):
         np.testing.assert_allclose(
             np.array(a.astype(mx.float32)), b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max()))
         )
+
+
+@needs_cuda
+def test_cuda_conv_second_derivatives_match_the_cpu_route(monkeypatch):
+    monkeypatch.setenv("MLX_ENABLE_TF32", "0")
+    c = _coords(13, n=300)
+    x_gpu, x_cpu = _pair(c, c=4)
+    w = mx.array(np.random.default_rng(14).normal(size=(3, 3, 3, 3, 4)).astype(np.float32) * 0.3)
+
+    def inner(x, f, W, d):
+        return (subm_conv3d(x.replace(feats=f), W, device=d).feats ** 2).sum()
+
+    def outer(x, f, W, d):  # a gradient penalty: d/dW of |d inner / d f|^2
+        g = mx.grad(lambda f_: inner(x, f_, W, d))(f)
+        return (g**2).sum()
+
+    g = mx.grad(lambda W: outer(x_gpu, x_gpu.feats, W, "gpu"))(w)
+    r = mx.grad(lambda W: outer(x_cpu, x_cpu.feats, W, "cpu"))(w)
+    b = np.array(r)
+    np.testing.assert_allclose(np.array(g), b, rtol=1e-3, atol=1e-3 * float(np.abs(b).max()))
 
 
 @needs_cuda

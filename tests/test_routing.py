@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import lattice
-from lattice.backends import cpu
+from lattice.backends import cpu, cuda, gpu
 from lattice.ops import conv3d, conv_transpose3d, subm_conv3d
 from lattice.routing import Capability, ConvRequest, LinearRequest, Tier, route_conv, route_linear
 from lattice_cli.main import app
@@ -96,13 +96,15 @@ def test_explain_reports_the_route_the_op_dispatches(monkeypatch, op, kwargs, ks
     w = mx.array(np.random.default_rng(1).normal(size=(5, ksize, ksize, ksize, 4)).astype(np.float32))
     route = lattice.explain(op, x, w, **kwargs)
     called = []
-    for name, fn in list(cpu.CONV.items()):
-        monkeypatch.setitem(cpu.CONV, name, lambda *a, _n=name, _f=fn: called.append(_n) or _f(*a))
+    for backend, table in (("cpu", cpu.CONV), ("gpu", gpu.CONV), ("cuda", cuda.CONV)):
+        for name, fn in list(table.items()):
+            monkeypatch.setitem(table, name, lambda *a, _n=f"{backend}.{name}", _f=fn: called.append(_n) or _f(*a))
     op(x, w, **kwargs)
-    assert called == [route.algorithm]
+    assert called == [route.name]
     assert route.facts["n_in"] == x.active_count and route.facts["edges"] > 0
 
 
+@pytest.mark.usefixtures("cpu_device")
 def test_explain_by_name_and_unknown_op():
     x = _tensor()
     w = mx.zeros((3, 3, 3, 3, 4))
@@ -121,6 +123,7 @@ def test_explain_transposed_reports_generated_support():
     assert route.facts["n_out"] == 8 * coarse.active_count  # every offset generates a distinct row
 
 
+@pytest.mark.usefixtures("cpu_device")
 def test_relations_carry_their_route():
     x = _tensor()
     rel = lattice.ops.submanifold_kernel_relation(x)
@@ -130,6 +133,7 @@ def test_relations_carry_their_route():
 runner = CliRunner()
 
 
+@pytest.mark.usefixtures("cpu_device")
 def test_cli_explain_synthetic_json():
     res = runner.invoke(app, ["explain", "subm_conv3d", "--channels", "8,16", "--rows", "2000", "--json"])
     assert res.exit_code == 0, res.output
@@ -138,6 +142,7 @@ def test_cli_explain_synthetic_json():
     assert out["facts"]["channels"] == "8->16" and out["facts"]["n_in"] == 2000
 
 
+@pytest.mark.usefixtures("cpu_device")
 def test_cli_explain_table_lists_rejected_routes():
     res = runner.invoke(app, ["explain", "conv3d", "-k", "1", "--rows", "500", "--device", "gpu"])
     assert res.exit_code == 0, res.output
@@ -166,6 +171,7 @@ def test_cli_explain_on_a_real_scan():
     assert out["facts"]["n_in"] > 10_000 and out["facts"]["average_neighbors"] > 1.0
 
 
+@pytest.mark.usefixtures("cpu_device")
 def test_cli_explain_packed_weight_route():
     res = runner.invoke(
         app,
@@ -176,6 +182,7 @@ def test_cli_explain_packed_weight_route():
     assert runner.invoke(app, ["explain", "subm_conv3d", "--quantize", "int3"]).exit_code == 2
 
 
+@pytest.mark.usefixtures("cpu_device")
 def test_non_overlapping_forward_relation_takes_the_exclusive_route_and_equals_the_general_one():
     x = _tensor(n=400)
     fast = lattice.ops.kernel_relation(x, kernel_size=2, stride=2)
@@ -192,6 +199,7 @@ def test_non_overlapping_forward_relation_takes_the_exclusive_route_and_equals_t
     assert lattice.ops.kernel_relation(x, kernel_size=3, stride=3).route.name == "cpu.hash_relation_input_driven"
 
 
+@pytest.mark.usefixtures("cpu_device")
 def test_transposed_back_onto_the_parent_set_reverses_the_forward_relation():
     x = _tensor(n=400)
     coarse_rel = lattice.ops.kernel_relation(x, kernel_size=2, stride=2)

@@ -18,6 +18,7 @@ template value is a new NVRTC compile); templates carry only dtypes and the tile
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -232,9 +233,9 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
     """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]; w (K, C_in, C_out).
 
     Features whose rows are whole 16-byte chunks (C_in % 8 == 0 for 16-bit, % 4 for
-    float32) take the tensor-core kernel (W cast to the feature dtype, transposed per
-    offset; float32 multiplies in TF32, as MLX's own float32 matmul does on CUDA);
-    everything else the float32-FMA kernel."""
+    float32 while TF32 is allowed) take the tensor-core kernel (W cast to the feature
+    dtype, transposed per offset; float32 multiplies in TF32, as MLX's own float32
+    matmul does on CUDA by default); everything else the float32-FMA kernel."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_in, c_out = int(w.shape[1]), int(w.shape[2])
     if n_out == 0 or int(x.shape[0]) == 0 or c_in == 0 or c_out == 0:
@@ -253,10 +254,17 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
 
 
 def uses_tensor_cores(dtype, c_in: int) -> bool:
-    """Tensor cores (mma.sync) when feature rows are whole 16-byte chunks."""
+    """Tensor cores (mma.sync) when feature rows are whole 16-byte chunks; float32 only
+    while TF32 is allowed — MLX's own switch, ``MLX_ENABLE_TF32`` (default on; ``0``
+    keeps float32 convolutions in full float32 on the FMA kernel, as it does MLX's
+    matmuls)."""
     if dtype in (mx.float16, mx.bfloat16):
         return c_in % 8 == 0
-    return dtype == mx.float32 and c_in % 4 == 0
+    return dtype == mx.float32 and c_in % 4 == 0 and tf32_enabled()
+
+
+def tf32_enabled() -> bool:
+    return os.environ.get("MLX_ENABLE_TF32", "1") != "0"
 
 
 _WGRAD_ELEMENTS = 1 << 26  # gathered float32 values per chunk of the weight gradient
@@ -279,33 +287,38 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
     return dw
 
 
-def _conv_fn(rel):
-    """The differentiable convolution over ``rel``'s map (one per relation, kept on it):
-    the VJP reads the inverse map, built on the first backward pass only."""
+def _conv_fn(rel, transposed: bool = False):
+    """The differentiable convolution over ``rel``'s map (``transposed``: over its inverse
+    map, W transposed per offset — the input gradient). One pair per relation, kept on
+    it. The VJP of each is the other plus a weight gradient of MLX ops, so second
+    derivatives work; the inverse map is built on the first backward pass only."""
 
     def make():
+        def maps():
+            return (rel.inverse_map, rel.neighbor_map) if transposed else (rel.neighbor_map, rel.inverse_map)
+
         @mx.custom_function
-        def conv(x, w, nmap):
-            return _conv_kernel(x, w, nmap)
+        def conv(x, w):
+            return _conv_kernel(x, w, maps()[0])
 
         @conv.vjp
         def conv_vjp(primals, cotangent, output):
-            x, w, nmap = primals
+            x, w = primals
             dy = cotangent.astype(x.dtype)
-            dx = _conv_kernel(dy, w.swapaxes(1, 2), rel.inverse_map)
-            dw = _weight_grad(x, dy, nmap).astype(w.dtype)
-            return dx, dw, mx.zeros_like(nmap)
+            dx = _conv_fn(rel, not transposed)(dy, w.swapaxes(1, 2))
+            dw = _weight_grad(x, dy, maps()[0]).astype(w.dtype)
+            return dx, dw
 
         return conv
 
-    return rel.cached("cuda_conv", make)
+    return rel.cached("cuda_conv_t" if transposed else "cuda_conv", make)
 
 
 def implicit_gemm(feats: mx.array, weight: mx.array, rel) -> mx.array:
     """Relation convolution with mapped weight (K, C_in, C_out) over the relation's dense
-    neighbour map (differentiable, first order)."""
+    neighbour map (differentiable, also twice)."""
     with mx.stream(mx.gpu):
-        return _conv_fn(rel)(feats, weight, rel.neighbor_map)
+        return _conv_fn(rel)(feats, weight)
 
 
 def dequant_implicit_gemm(feats: mx.array, qweight: QuantizedWeight, rel) -> mx.array:
