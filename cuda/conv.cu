@@ -8,7 +8,7 @@
 LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
 LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
 LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
-LT_SHARED_ARRAY(int, any, 2);
+LT_SHARED_ARRAY(int, any, 3);
 lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
 
 // Tensor-core form (CUDA only): float32 through TF32, half / bfloat16 directly; C_in a
@@ -21,5 +21,5 @@ lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT
 LT_SHARED_ARRAY(T, xs, LT_CONV_TM * (LT_CONV_TC + 16 / sizeof(T)));
 LT_SHARED_ARRAY(T, ws, TN * (LT_CONV_TC + 16 / sizeof(T)));
 LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
-LT_SHARED_ARRAY(int, any, 2);
+LT_SHARED_ARRAY(int, any, 3);
 lt_conv_tile_mma<T, TN>(x, wt, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);

@@ -8,6 +8,6 @@
 LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
 LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
 LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
-LT_SHARED_ARRAY(int, any, 2);
+LT_SHARED_ARRAY(int, any, 3);
 lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, (int)thread_position_in_threadgroup.x,
                         (int)threadgroup_position_in_grid.x, (int)threadgroup_position_in_grid.y);

@@ -65,8 +65,11 @@ def test_every_kind_matches_dequantized_and_float(case, bits, name):
     b = mx.array(np.random.default_rng(3).standard_normal(c_out).astype(np.float32))
     q = quantize_weight(w, bits=bits)
     route = lattice.explain(op, x, q, b, **kwargs)
-    expected = "dequant_pointwise_gemm" if case == "pointwise" else "dequant_gather_gemm_scatter"
-    assert route.name == f"cpu.{expected}" and route.facts["weight_layout"] == "packed"
+    if route.facts["device"] == "gpu" and route.facts.get("tier") == "gpu-cuda":
+        expected = "gpu.dequant_pointwise_matmul" if case == "pointwise" else "cuda.dequant_implicit_gemm"
+    else:
+        expected = "cpu.dequant_pointwise_gemm" if case == "pointwise" else "cpu.dequant_gather_gemm_scatter"
+    assert route.name == expected and route.facts["weight_layout"] == "packed"
     y = op(x, q, b, **kwargs)
     yd = op(x, dequantize_weight(q), b, **kwargs)
     np.testing.assert_array_equal(np.asarray(y.coords), np.asarray(yd.coords))
