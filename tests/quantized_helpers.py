@@ -26,10 +26,7 @@ import numpy as np
 
 from lattice.core import SparseTensor
 
-# Same float32 computation by two routes. With MLX's default device a GPU, dequantizing
-# there (float16 scales and biases in MLX's GPU kernel) and the packed route's CPU
-# dequantization differ at about 1e-4 relative.
-TIGHT = 1e-5 if mx.default_device() == mx.cpu else 1e-3
+TIGHT = 1e-5
 LOOSE = {8: (0.01, 0.02), 4: (0.12, 0.20)}
 
 

@@ -15,7 +15,7 @@ from reference import conv as rconv
 
 import lattice
 from lattice import ops
-from lattice.backends import cpu
+from lattice.backends import cpu, cuda, gpu
 from lattice.core import SparseTensor
 from lattice.core.quantized import dequantize_mapped, dequantize_weight, quantize_weight
 
@@ -95,10 +95,12 @@ def test_ops_dispatch_the_packed_route_explain_reports(monkeypatch):
         q = quantize_weight(rand_weight((4, k, k, k, 8)), bits=8)
         route = lattice.explain(ops.conv3d, x, q, **kwargs)
         called = []
-        for name, fn in list(cpu.CONV.items()):
-            monkeypatch.setitem(cpu.CONV, name, lambda *a, _n=name, _f=fn, _c=called: _c.append(_n) or _f(*a))
+        for backend, table in (("cpu", cpu.CONV), ("gpu", gpu.CONV), ("cuda", cuda.CONV)):
+            for name, fn in list(table.items()):
+                spy = lambda *a, _n=f"{backend}.{name}", _f=fn, _c=called: _c.append(_n) or _f(*a)  # noqa: E731
+                monkeypatch.setitem(table, name, spy)
         ops.conv3d(x, q, **kwargs)
-        assert called == [route.algorithm]
+        assert called == [route.name]
         monkeypatch.undo()
 
 
