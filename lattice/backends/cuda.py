@@ -338,21 +338,67 @@ CONV = {
 _POOL_MODES = {"sum": 0, "max": 1, "avg": 2}
 
 
+def _pool_kernel(feats: mx.array, nmap: mx.array, mode: str) -> tuple[mx.array, mx.array]:
+    n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
+    ch = int(feats.shape[1])
+    if n_out == 0 or ch == 0 or int(feats.shape[0]) == 0:
+        return mx.zeros((n_out, ch), dtype=feats.dtype), mx.full((n_out, ch), -1, dtype=mx.int32)
+    y, arg = _launch(
+        "pool",
+        "pool_map",
+        [feats, nmap, _params(n_out, kv, ch, _POOL_MODES[mode])],
+        [(n_out, ch), (n_out, ch)],
+        [feats.dtype, mx.int32],
+        n_out * ch,
+        template=[("T", feats.dtype)],
+    )
+    return y, arg
+
+
 def pool(feats: mx.array, rel, mode: str) -> tuple[mx.array, mx.array]:
-    """(pooled (n_out, C), argmax input row per output value or -1) over the dense map."""
+    """(pooled (n_out, C), argmax input row per output value or -1) over the dense map
+    (not differentiable: ``pool_op`` is)."""
     with mx.stream(mx.gpu):
-        nmap = rel.neighbor_map
-        n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
-        ch = int(feats.shape[1])
-        if n_out == 0 or ch == 0 or int(feats.shape[0]) == 0:
-            return mx.zeros((n_out, ch), dtype=feats.dtype), mx.full((n_out, ch), -1, dtype=mx.int32)
-        y, arg = _launch(
-            "pool",
-            "pool_map",
-            [feats, nmap, _params(n_out, kv, ch, _POOL_MODES[mode])],
-            [(n_out, ch), (n_out, ch)],
-            [feats.dtype, mx.int32],
-            n_out * ch,
-            template=[("T", feats.dtype)],
-        )
-        return y, arg
+        return _pool_kernel(feats, rel.neighbor_map, mode)
+
+
+def _pool_fn(rel, mode: str):
+    """Differentiable local pooling over ``rel``'s map (one per relation and mode). VJP in
+    MLX ops: max scatter-adds into the argmax rows (ties went to the smallest row); sum and
+    avg gather the output gradients through the inverse map (a pure gather, no atomics)."""
+
+    def make():
+        @mx.custom_function
+        def pool_op(x):
+            return _pool_kernel(x, rel.neighbor_map, mode)[0]
+
+        @pool_op.vjp
+        def pool_vjp(primals, cotangent, output):
+            (x,) = primals
+            n_in, ch = int(x.shape[0]), int(x.shape[1])
+            n_out = rel.out_count
+            dy = cotangent.astype(mx.float32)
+            if n_in == 0 or n_out == 0 or ch == 0:
+                return (mx.zeros_like(x),)
+            if mode == "max":
+                arg = mx.stop_gradient(_pool_kernel(x, rel.neighbor_map, "max")[1])
+                flat = mx.where(arg >= 0, arg * ch + mx.arange(ch, dtype=mx.int32), n_in * ch).reshape(-1)
+                dx = mx.zeros((n_in * ch + 1,), dtype=mx.float32).at[flat].add(dy.reshape(-1))
+                return (dx[:-1].reshape(n_in, ch).astype(x.dtype),)
+            if mode == "avg":
+                counts = mx.sum(rel.neighbor_map >= 0, axis=1).astype(mx.float32)
+                dy = dy / mx.maximum(counts, 1)[:, None]
+            padded = mx.concatenate([dy, mx.zeros((1, ch), dtype=mx.float32)])
+            inv = rel.inverse_map
+            dx = mx.take(padded, mx.where(inv < 0, n_out, inv), axis=0).sum(axis=1)
+            return (dx.astype(x.dtype),)
+
+        return pool_op
+
+    return rel.cached(f"cuda_pool_{mode}", make)
+
+
+def map_pool(feats: mx.array, rel, mode: str) -> mx.array:
+    """Local sum / max / avg pooling over the relation's dense map (differentiable)."""
+    with mx.stream(mx.gpu):
+        return _pool_fn(rel, mode)(feats)
