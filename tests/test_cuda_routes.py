@@ -320,3 +320,26 @@ def test_cuda_pool_kernel_matches_the_cpu_pooling(mode, dtype):
             for ch in range(5):
                 v = xf[rows, ch]
                 assert a[o, ch] == rows[v == v.max()].min()
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", ["sum", "max", "avg"])
+@pytest.mark.parametrize("k, s", [(2, 2), (3, 2)])
+def test_cuda_map_pool_and_its_gradient_match_the_cpu_pooling(mode, k, s):
+    c = _coords(15, n=700)
+    x_gpu, x_cpu = _pair(c, c=6)
+    f = np.array(x_cpu.feats)
+    f[::5] = np.round(f[::5])  # ties for max
+    x_gpu, x_cpu = x_gpu.replace(feats=mx.array(f)), x_cpu.replace(feats=mx.array(f))
+    spec = KernelSpec(k, s, 0, op="pool")
+    rel = x_gpu.coord_manager.relation("forward", x_gpu.coord_key, spec, device="gpu")
+    op = getattr(lattice.ops, f"{mode}_pool3d")
+    ref = op(x_cpu, kernel_size=k, stride=s, device="cpu")
+    y = cuda.map_pool(x_gpu.feats, rel, mode)
+    np.testing.assert_allclose(np.array(y), np.array(ref.feats), rtol=1e-5, atol=1e-5)
+    wt = mx.array(np.random.default_rng(16).normal(size=(rel.out_count, 6)).astype(np.float32))
+    g = mx.grad(lambda v: (cuda.map_pool(v, rel, mode) * wt).sum())(x_gpu.feats)
+    r = mx.grad(lambda v: (op(x_cpu.replace(feats=v), kernel_size=k, stride=s, device="cpu").feats * wt).sum())(
+        x_cpu.feats
+    )
+    np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-5, atol=1e-5)
