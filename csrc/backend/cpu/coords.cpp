@@ -3,6 +3,7 @@
 #include "backend/cpu/coords.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include "core/message.h"
@@ -63,17 +64,20 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
   t->packer = Packer(t->bounds, op);
   t->table.reset(t->n);
   std::atomic<int64_t> dup{-1};
+  auto key_of = [&](int64_t i) {
+    uint64_t key = 0;
+    t->packer.pack(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3], key);
+    return key;
+  };
   parallel_for(t->n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      uint64_t key = 0;
-      t->packer.pack(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3], key);
+    for_keys_prefetched(t->table, b, e, key_of, [&](int64_t i, uint64_t key) {
       bool inserted;
       t->table.insert(key, static_cast<int32_t>(i), inserted);
       if (!inserted) {
         int64_t expected = -1;
         dup.compare_exchange_strong(expected, i);
       }
-    }
+    });
   });
   if (dup.load() >= 0) {
     // Report the smallest pair of rows holding the same coordinate.
@@ -115,7 +119,41 @@ mx::array to_array(const std::vector<int32_t>& v) {
   return std::move(out).finish();
 }
 
+namespace {
+
+// floor(v / s) and v - s * floor(v / s) for one axis of coordinates >= lo: a shift and a
+// mask for powers of two, else a multiply by a precomputed reciprocal of s (exact for the
+// offsets v - base * s < 2^33 that int32 coordinates give; no division per row).
+struct AxisDiv {
+  int64_t s, base;  // base = floor(lo / s)
+  int shift = -1;   // log2(s) for powers of two
+  int k = 0;
+  uint64_t m = 0;   // ceil(2^k / s)
+
+  AxisDiv(int32_t stride, int64_t lo) : s(stride), base(floordiv(lo, stride)) {
+    const uint32_t us = static_cast<uint32_t>(stride);
+    if (std::has_single_bit(us)) {
+      shift = std::countr_zero(us);
+    } else {
+      k = 33 + static_cast<int>(std::bit_width(us));  // 2^k >= 2^33 * s
+      m = static_cast<uint64_t>(((static_cast<unsigned __int128>(1) << k) + s - 1) / s);
+    }
+  }
+  inline int64_t div(int32_t v) const {
+    if (shift >= 0) return v >> shift;  // arithmetic shift floors
+    const uint64_t n = static_cast<uint64_t>(v - base * s);
+    return base + static_cast<int64_t>((static_cast<unsigned __int128>(n) * m) >> k);
+  }
+  inline int32_t mod(int32_t v) const {
+    if (shift >= 0) return v & static_cast<int32_t>(s - 1);
+    return static_cast<int32_t>(v - div(v) * s);
+  }
+};
+
+}  // namespace
+
 UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& stride) {
+  const char* op = "downsample_coords";
   Bounds b;
   if (t.n > 0) {
     b.lo[0] = t.bounds.lo[0];
@@ -126,17 +164,21 @@ UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& strid
     }
   }
   const int32_t* c = t.data();
-  const int64_t s0 = stride[0], s1 = stride[1], s2 = stride[2];
-  return unique_first(
-      t.n, b,
-      [&](int64_t i, int64_t* out) {
-        const int32_t* r = c + 4 * i;
-        out[0] = r[0];
-        out[1] = floordiv(r[1], s0);
-        out[2] = floordiv(r[2], s1);
-        out[3] = floordiv(r[3], s2);
-      },
-      "downsample_coords", false);
+  const AxisDiv dx(stride[0], t.bounds.lo[1]), dy(stride[1], t.bounds.lo[2]), dz(stride[2], t.bounds.lo[3]);
+  auto cell = [&](int64_t i, int64_t* out) {
+    const int32_t* r = c + 4 * i;
+    out[0] = r[0];
+    out[1] = dx.div(r[1]);
+    out[2] = dy.div(r[2]);
+    out[3] = dz.div(r[3]);
+  };
+  const int64_t volume = int64_t(stride[0]) * stride[1] * stride[2];
+  if (volume > kMaxWindowVolume) return unique_first(t.n, b, cell, op, false);
+  // The rows of a set are unique, so the rows of one cell have distinct offsets in it.
+  return unique_first(t.n, b, cell, op, false, [&](int64_t i) {
+    const int32_t* r = c + 4 * i;
+    return (dx.mod(r[1]) * stride[1] + dy.mod(r[2])) * stride[2] + dz.mod(r[3]);
+  });
 }
 
 UniqueResult unique_coords(const mx::array& coords_in) {
