@@ -94,7 +94,7 @@ NB_MODULE(_ext, m) {
   nb::class_<CoordTable>(m, "CoordTable", "A coordinate set with its hash table (opaque).")
       .def_prop_ro("coords", [](const CoordTable& t) { return t.coords; })
       .def_prop_ro("size", [](const CoordTable& t) { return t.n; })
-      .def_prop_ro("capacity", [](const CoordTable& t) { return t.table.capacity(); })
+      .def_prop_ro("capacity", [](const CoordTable& t) { return t.hashed().capacity(); })
       .def_prop_ro("bounds", &bounds_tuple);
 
   auto release = nb::call_guard<nb::gil_scoped_release>();

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -22,22 +23,52 @@ inline int64_t floordiv(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
+struct CoordTable;
+
+// Inserts the rows of t (known to be unique) into t.table, which must be reset to t.n.
+void hash_rows(const CoordTable& t);
+
 struct CoordTable {
   mx::array coords;  // (N, 4) int32, row-contiguous, evaluated
   int64_t n = 0;
   Bounds bounds;
   Packer packer;
-  HashTable table;
+  // Filled by the builder, or on first use (hashed()) when the rows were proven unique
+  // without hashing them (build_coord_table: strictly sorted rows), so a set that is only
+  // downsampled never hashes its rows.
+  mutable HashTable table;
 
   CoordTable() : coords(mx::zeros({0, 4}, mx::int32)) {}
+  CoordTable(const CoordTable&) = delete;
+  CoordTable& operator=(const CoordTable&) = delete;
 
   const int32_t* data() const { return coords.data<int32_t>(); }
+
+  // The hash table, built now if it was deferred. Functions that probe a table call this
+  // once before their parallel loops; find() calls it too, as a safety net.
+  const HashTable& hashed() const {
+    if (!hashed_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(hash_mutex_);
+      if (!hashed_.load(std::memory_order_relaxed)) {
+        table.reset(n);
+        hash_rows(*this);
+        hashed_.store(true, std::memory_order_release);
+      }
+    }
+    return table;
+  }
+  bool is_hashed() const { return hashed_.load(std::memory_order_acquire); }
+  void defer_hash() { hashed_.store(false, std::memory_order_release); }
 
   inline int32_t find(int64_t b, int64_t x, int64_t y, int64_t z) const {
     uint64_t key = 0;
     if (!packer.pack(b, x, y, z, key)) return HashTable::kMissing;
-    return table.find(key);
+    return hashed().find(key);
   }
+
+ private:
+  mutable std::atomic<bool> hashed_{true};
+  mutable std::mutex hash_mutex_;
 };
 
 using CoordTablePtr = std::shared_ptr<CoordTable>;
@@ -81,15 +112,18 @@ struct NoBits {
   int operator()(int64_t) const { return 0; }
 };
 
-// One hash pass (lock-free inserts keeping the smallest candidate per key, the next keys'
-// slots prefetched), then three streaming passes: mark first occurrences and count them
-// per chunk; number them in chunk order (their coordinates come from fn, not from the
-// key); and give every candidate the number of its first occurrence, looked up in the
-// N-sized first_of array rather than in the table.
+// Three passes. (1) In parallel: every candidate's packed key and home slot (and bit).
+// (2) One pass in candidate order on one thread, without atomics: the first candidate to
+// find its key's slot empty is the key's first occurrence and takes the next number, so
+// the numbering, the inverse, the per-row bits (OR-ed by number) and the counts all come
+// out of this pass; home slots are prefetched ahead, the keys having been packed in (1).
+// (3) In parallel: the unique rows' coordinates, from their first candidates, and (with
+// bits) the candidates scattered to their group, ranked by bit inside it.
 template <class CoordFn, class BitFn = NoBits>
 UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const char* op, bool want_counts,
                           BitFn&& bit = BitFn{}) {
   constexpr bool kGroups = !std::is_same_v<std::decay_t<BitFn>, NoBits>;
+  constexpr int64_t kAhead = 16;  // home slots prefetched ahead in the numbering pass
   check_int32_bounds(bounds, op);
   checked_rows(m, op);
   UniqueResult res;
@@ -97,102 +131,77 @@ UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const c
   table->bounds = bounds;
   table->packer = Packer(bounds, op);
   table->table.reset(m);
-  res.inverse = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
-  std::unique_ptr<uint32_t[]> pos(new uint32_t[m]);     // slot of each candidate (capacity <= 2^32 for m < 2^31)
-  std::unique_ptr<int32_t[]> first_of(new int32_t[m]);  // first candidate with the same key; ~u once numbered
-  std::unique_ptr<uint8_t[]> bits(new uint8_t[kGroups ? m : 0]);
-  const int64_t chunks = chunk_count(m);
-  std::vector<int64_t> chunk_unique(chunks + 1, 0);
   HashTable& ht = table->table;
   const Packer& pk = table->packer;
-  auto key_of = [&](int64_t i) {
-    int64_t c[4];
-    fn(i, c);
-    uint64_t key = 0;
-    pk.pack(c[0], c[1], c[2], c[3], key);
-    return key;
-  };
-
-  parallel_chunks(m, chunks, [&](int64_t, int64_t b, int64_t e) {
-    for_keys_prefetched(ht, b, e, key_of, [&](int64_t i, uint64_t key) {
-      const int32_t row = static_cast<int32_t>(i);
-      if constexpr (kGroups) {
-        bits[i] = static_cast<uint8_t>(bit(i));
-        pos[i] = static_cast<uint32_t>(ht.insert_min_tag(key, row, 1u << bits[i]));
-      } else {
-        pos[i] = static_cast<uint32_t>(ht.insert_min(key, row));
-      }
-    });
-  });
-  parallel_chunks(m, chunks, [&](int64_t ci, int64_t b, int64_t e) {
-    int64_t u = 0;
+  res.inverse = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
+  int32_t* inverse = res.inverse.data();
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[m]);
+  std::unique_ptr<uint32_t[]> home(new uint32_t[m]);  // capacity <= 2^32 for m < 2^31
+  std::unique_ptr<uint8_t[]> bits(new uint8_t[kGroups ? m : 0]);
+  parallel_for(m, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      first_of[i] = ht.slot(pos[i]).value;
-      u += first_of[i] == i;
-    }
-    chunk_unique[ci + 1] = u;
-  });
-  for (int64_t ci = 0; ci < chunks; ++ci) chunk_unique[ci + 1] += chunk_unique[ci];
-  const int64_t n_unique = chunk_unique[chunks];
-  OutArray<int32_t> out({static_cast<int>(n_unique), 4}, mx::int32);
-  int32_t* oc = out.data();
-  std::unique_ptr<uint32_t[]> tags(new uint32_t[kGroups ? n_unique : 0]);
-  parallel_chunks(m, chunks, [&](int64_t ci, int64_t b, int64_t e) {
-    int32_t u = static_cast<int32_t>(chunk_unique[ci]);
-    for (int64_t i = b; i < e; ++i) {
-      if (first_of[i] != i) continue;
       int64_t c[4];
       fn(i, c);
-      for (int a = 0; a < 4; ++a) oc[4 * static_cast<int64_t>(u) + a] = static_cast<int32_t>(c[a]);
-      Slot& s = ht.slot(pos[i]);
-      s.value = u;
-      if constexpr (kGroups) tags[u] = s.tag;
-      first_of[i] = ~u;
-      ++u;
+      uint64_t key = 0;
+      pk.pack(c[0], c[1], c[2], c[3], key);
+      keys[i] = key;
+      home[i] = static_cast<uint32_t>(ht.home(key));
+      if constexpr (kGroups) bits[i] = static_cast<uint8_t>(bit(i));
     }
   });
-  std::unique_ptr<int64_t[]> group_start;
+
+  std::unique_ptr<int32_t[]> first_row(new int32_t[m]);                        // by number
+  std::unique_ptr<uint32_t[]> tags(new uint32_t[kGroups ? m : 0]);              // by number
+  std::unique_ptr<int32_t[]> count(new int32_t[want_counts ? m : 0]);           // by number
+  int32_t n_unique = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    if (i + kAhead < m) ht.prefetch(home[i + kAhead]);
+    bool fresh;
+    Slot& slot = ht.place(keys[i], home[i], fresh);
+    int32_t u = slot.value;
+    if (fresh) {
+      u = slot.value = n_unique++;
+      first_row[u] = static_cast<int32_t>(i);
+      if constexpr (kGroups) tags[u] = 0;
+      if (want_counts) count[u] = 0;
+    }
+    inverse[i] = u;
+    if constexpr (kGroups) tags[u] |= 1u << bits[i];
+    if (want_counts) ++count[u];
+  }
+
+  OutArray<int32_t> out({n_unique, 4}, mx::int32);
+  int32_t* oc = out.data();
+  parallel_for(n_unique, [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      int64_t c[4];
+      fn(first_row[u], c);
+      for (int a = 0; a < 4; ++a) oc[4 * u + a] = static_cast<int32_t>(c[a]);
+    }
+  });
+  if (want_counts) {
+    res.counts = OutArray<int32_t>({n_unique}, mx::int32);
+    std::copy(count.get(), count.get() + n_unique, res.counts.data());
+  }
   if constexpr (kGroups) {
-    // Entries of unique row u start at group_start[u]: the prefix sum of the tags' popcounts.
-    group_start.reset(new int64_t[n_unique + 1]);
-    const int64_t gchunks = chunk_count(n_unique, 1 << 14);
-    std::vector<int64_t> part(gchunks + 1, 0);
-    parallel_chunks(n_unique, gchunks, [&](int64_t ci, int64_t b, int64_t e) {
-      int64_t t = 0;
-      for (int64_t u = b; u < e; ++u) t += popcount32(tags[u]);
-      part[ci + 1] = t;
-    });
-    for (int64_t ci = 0; ci < gchunks; ++ci) part[ci + 1] += part[ci];
-    parallel_chunks(n_unique, gchunks, [&](int64_t ci, int64_t b, int64_t e) {
-      int64_t t = part[ci];
-      for (int64_t u = b; u < e; ++u) {
-        group_start[u] = t;
-        t += popcount32(tags[u]);
-      }
-    });
-    group_start[n_unique] = part[gchunks];
+    // Entries of unique row u start at start[u], the prefix sum of the tags' popcounts.
+    std::unique_ptr<int64_t[]> start(new int64_t[n_unique + 1]);
+    start[0] = 0;
+    for (int32_t u = 0; u < n_unique; ++u) start[u + 1] = start[u] + popcount32(tags[u]);
     res.grouped = true;
     res.group_rows = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
     res.group_out = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
-  }
-  if (want_counts) {
-    res.counts = OutArray<int32_t>({static_cast<int>(n_unique)}, mx::int32);
-    std::fill(res.counts.data(), res.counts.data() + n_unique, 0);
-  }
-  parallel_chunks(m, chunks, [&](int64_t, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const int32_t f = first_of[i];
-      const int32_t u = f < 0 ? ~f : ~first_of[f];
-      res.inverse[i] = u;
-      if (want_counts) std::atomic_ref<int32_t>(res.counts[u]).fetch_add(1, std::memory_order_relaxed);
-      if constexpr (kGroups) {
-        const uint32_t below = tags[u] & ((1u << bits[i]) - 1u);
-        const int64_t p = group_start[u] + popcount32(below);
-        res.group_rows[p] = static_cast<int32_t>(i);
-        res.group_out[p] = u;
+    int32_t* rows = res.group_rows.data();
+    int32_t* outs = res.group_out.data();
+    parallel_for(m, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int32_t u = inverse[i];
+        const int64_t p = start[u] + popcount32(tags[u] & ((1u << bits[i]) - 1u));
+        rows[p] = static_cast<int32_t>(i);
+        outs[p] = u;
       }
-    }
-  });
+    });
+  }
   table->coords = std::move(out).finish();
   table->n = n_unique;
   res.table = std::move(table);

@@ -46,6 +46,56 @@ static std::string fmt_coord(const int32_t* c) {
   return s.str();
 }
 
+namespace {
+
+// Inserts every row: keys and home slots packed in parallel, then one pass in row order
+// on one thread, without atomics, prefetching home slots ahead (see unique_first).
+// Returns the first row whose coordinate an earlier row holds, or -1.
+int64_t insert_rows(const CoordTable& t) {
+  constexpr int64_t kAhead = 16;
+  const int32_t* c = t.data();
+  const int64_t n = t.n;
+  HashTable& ht = t.table;
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[n]);
+  std::unique_ptr<uint32_t[]> home(new uint32_t[n]);
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      uint64_t key = 0;
+      t.packer.pack(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3], key);
+      keys[i] = key;
+      home[i] = static_cast<uint32_t>(ht.home(key));
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) ht.prefetch(home[i + kAhead]);
+    bool fresh;
+    Slot& slot = ht.place(keys[i], home[i], fresh);
+    if (!fresh) return i;
+    slot.value = static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+// True when every row is strictly greater than the one before in (batch, x, y, z) order:
+// such rows are unique, which needs no hashing to know.
+bool strictly_increasing(const int32_t* c, int64_t n) {
+  std::atomic<bool> ok{true};
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = std::max<int64_t>(b, 1); i < e; ++i) {
+      if (!std::lexicographical_compare(c + 4 * (i - 1), c + 4 * i, c + 4 * i, c + 4 * i + 4)) {
+        ok.store(false, std::memory_order_relaxed);
+        return;
+      }
+      if ((i & 4095) == 0 && !ok.load(std::memory_order_relaxed)) return;
+    }
+  }, 1 << 15);
+  return ok.load();
+}
+
+}  // namespace
+
+void hash_rows(const CoordTable& t) { insert_rows(t); }
+
 CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
   auto t = std::make_shared<CoordTable>();
   t->coords = as_coords(coords_in, op);
@@ -62,37 +112,18 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
     }
   }
   t->packer = Packer(t->bounds, op);
+  if (strictly_increasing(c, t->n)) {
+    t->defer_hash();  // unique already: hashed on first use
+    return t;
+  }
   t->table.reset(t->n);
-  std::atomic<int64_t> dup{-1};
-  auto key_of = [&](int64_t i) {
-    uint64_t key = 0;
-    t->packer.pack(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3], key);
-    return key;
-  };
-  parallel_for(t->n, [&](int64_t b, int64_t e) {
-    for_keys_prefetched(t->table, b, e, key_of, [&](int64_t i, uint64_t key) {
-      bool inserted;
-      t->table.insert(key, static_cast<int32_t>(i), inserted);
-      if (!inserted) {
-        int64_t expected = -1;
-        dup.compare_exchange_strong(expected, i);
-      }
-    });
-  });
-  if (dup.load() >= 0) {
-    // Report the smallest pair of rows holding the same coordinate.
-    int64_t i = dup.load();
-    int64_t other = -1;
-    for (int64_t j = 0; j < t->n; ++j) {
-      if (j != i && std::equal(c + 4 * j, c + 4 * j + 4, c + 4 * i)) {
-        other = j;
-        break;
-      }
-    }
+  const int64_t dup = insert_rows(*t);
+  if (dup >= 0) {
+    // The first row that repeats a coordinate, and the row it repeats.
+    const int32_t first = t->find(c[4 * dup], c[4 * dup + 1], c[4 * dup + 2], c[4 * dup + 3]);
     lattice::Message msg;
-    msg << "[" << op << "] duplicate active coordinates: rows " << std::min(i, other) << " and "
-        << std::max(i, other) << " both hold " << fmt_coord(c + 4 * i)
-        << " (deduplicate with sparse_quantize or sparse_from_coordinates)";
+    msg << "[" << op << "] duplicate active coordinates: rows " << first << " and " << dup << " both hold "
+        << fmt_coord(c + 4 * dup) << " (deduplicate with sparse_quantize or sparse_from_coordinates)";
     throw std::invalid_argument(msg.str());
   }
   return t;
@@ -100,6 +131,7 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
 
 mx::array lookup_rows(const CoordTable& t, const mx::array& queries_in) {
   mx::array q = as_coords(queries_in, "lookup_coords", "queries");
+  t.hashed();
   const int64_t m = q.shape(0);
   const int32_t* qc = q.data<int32_t>();
   OutArray<int32_t> out({static_cast<int>(m)}, mx::int32);
@@ -217,6 +249,7 @@ UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs) {
 
 mx::array intersection_rows(const CoordTable& lhs, const CoordTable& rhs) {
   const int32_t* c = lhs.data();
+  rhs.hashed();
   std::vector<uint8_t> keep(lhs.n);
   parallel_for(lhs.n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
