@@ -95,6 +95,8 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("coords", [](const CoordTable& t) { return t.coords; })
       .def_prop_ro("size", [](const CoordTable& t) { return t.n; })
       .def_prop_ro("capacity", [](const CoordTable& t) { return t.hashed().capacity(); })
+      .def_prop_ro("hashed", &CoordTable::is_hashed,
+                   "Whether the hash table is built (strictly sorted rows defer it to the first lookup).")
       .def_prop_ro("bounds", &bounds_tuple);
 
   auto release = nb::call_guard<nb::gil_scoped_release>();
