@@ -3,6 +3,7 @@
 // CoordinateManager on the Python side.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cassert>
@@ -77,8 +78,9 @@ struct CoordTable {
 
 using CoordTablePtr = std::shared_ptr<CoordTable>;
 
-// Bounds of an (N, 4) int32 buffer, computed in parallel.
-Bounds coord_bounds(const int32_t* c, int64_t n);
+// Bounds of an (N, 4) int32 buffer, computed in parallel; with `increasing`, also whether
+// every row is strictly greater than the one before in (batch, x, y, z) order.
+Bounds coord_bounds(const int32_t* c, int64_t n, bool* increasing = nullptr);
 
 // Builds the table of a coordinate set; rejects duplicate rows and negative batch
 // indices with errors naming the rows.
@@ -101,9 +103,16 @@ struct UniqueResult {
   OutArray<int32_t> group_rows, group_out;
 };
 
-// std::popcount is a libgcc call on baseline x86-64 (no POPCNT): count the bits inline there.
+// std::popcount is a libgcc call on baseline x86-64 (no POPCNT): count the bits inline
+// there, by table for the common cells of up to 8 points (2x2x2 windows).
 inline int popcount32(uint32_t v) {
 #if defined(__x86_64__) && !defined(__POPCNT__)
+  static constexpr auto kByte = [] {
+    std::array<uint8_t, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = static_cast<uint8_t>((i & 1) + t[i / 2]);
+    return t;
+  }();
+  if (v < 256) return kByte[v];
   v = v - ((v >> 1) & 0x55555555u);
   v = (v & 0x33333333u) + ((v >> 2) & 0x33333333u);
   return static_cast<int>((((v + (v >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);

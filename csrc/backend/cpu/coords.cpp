@@ -10,25 +10,31 @@
 
 namespace lattice {
 
-Bounds coord_bounds(const int32_t* c, int64_t n) {
+Bounds coord_bounds(const int32_t* c, int64_t n, bool* increasing) {
   Bounds out;
+  if (increasing) *increasing = true;
   if (n == 0) return out;
   const int64_t chunks = chunk_count(n, 1 << 15);
   std::vector<Bounds> part(chunks);
+  std::vector<uint8_t> sorted(chunks, 1);
   parallel_chunks(n, chunks, [&](int64_t ci, int64_t b, int64_t e) {
     Bounds bb;
     for (int a = 0; a < 4; ++a) {
       bb.lo[a] = INT64_MAX;
       bb.hi[a] = INT64_MIN;
     }
+    bool up = true;
     for (int64_t i = b; i < e; ++i) {
       for (int a = 0; a < 4; ++a) {
         int64_t v = c[4 * i + a];
         bb.lo[a] = std::min(bb.lo[a], v);
         bb.hi[a] = std::max(bb.hi[a], v);
       }
+      if (increasing && up && i > 0)
+        up = std::lexicographical_compare(c + 4 * (i - 1), c + 4 * i, c + 4 * i, c + 4 * i + 4);
     }
     part[ci] = bb;
+    sorted[ci] = up;
   });
   out = part[0];
   for (auto& p : part) {
@@ -37,6 +43,7 @@ Bounds coord_bounds(const int32_t* c, int64_t n) {
       out.hi[a] = std::max(out.hi[a], p.hi[a]);
     }
   }
+  if (increasing) *increasing = std::all_of(sorted.begin(), sorted.end(), [](uint8_t v) { return v != 0; });
   return out;
 }
 
@@ -76,22 +83,6 @@ int64_t insert_rows(const CoordTable& t) {
   return -1;
 }
 
-// True when every row is strictly greater than the one before in (batch, x, y, z) order:
-// such rows are unique, which needs no hashing to know.
-bool strictly_increasing(const int32_t* c, int64_t n) {
-  std::atomic<bool> ok{true};
-  parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = std::max<int64_t>(b, 1); i < e; ++i) {
-      if (!std::lexicographical_compare(c + 4 * (i - 1), c + 4 * i, c + 4 * i, c + 4 * i + 4)) {
-        ok.store(false, std::memory_order_relaxed);
-        return;
-      }
-      if ((i & 4095) == 0 && !ok.load(std::memory_order_relaxed)) return;
-    }
-  }, 1 << 15);
-  return ok.load();
-}
-
 }  // namespace
 
 void hash_rows(const CoordTable& t) { insert_rows(t); }
@@ -101,7 +92,8 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
   t->coords = as_coords(coords_in, op);
   t->n = t->coords.shape(0);
   const int32_t* c = t->data();
-  t->bounds = coord_bounds(c, t->n);
+  bool increasing = false;  // rows strictly increasing in (batch, x, y, z): unique, no hashing needed
+  t->bounds = coord_bounds(c, t->n, &increasing);
   if (!t->bounds.empty() && t->bounds.lo[0] < 0) {
     for (int64_t i = 0; i < t->n; ++i) {
       if (c[4 * i] < 0) {
@@ -112,7 +104,7 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
     }
   }
   t->packer = Packer(t->bounds, op);
-  if (strictly_increasing(c, t->n)) {
+  if (increasing) {
     t->defer_hash();  // unique already: hashed on first use
     return t;
   }
