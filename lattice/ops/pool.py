@@ -121,7 +121,7 @@ def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> P
     manager = x.coord_manager
     # Windows that are the downsample's cells come grouped by it; any other geometry needs the relation.
     windows = manager.windows(x.coord_key, spec)
-    edges = windows or manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op)
+    edges = windows if windows is not None else manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op)
     req = PoolRequest(op=op, mode=mode.value, dtype=_dtype_name(x.dtype), channels=x.channels,
                       kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.active_count,
                       n_out=edges.out_count, edges=edges.edge_count, device=requested_device(device),
