@@ -143,7 +143,9 @@ NB_MODULE(_ext, m) {
   nb::class_<CoordTable>(m, "CoordTable", "A coordinate set with its hash table (opaque).")
       .def_prop_ro("coords", [](const CoordTable& t) { return t.coords; })
       .def_prop_ro("size", [](const CoordTable& t) { return t.n; })
-      .def_prop_ro("capacity", [](const CoordTable& t) { return t.table.capacity(); })
+      .def_prop_ro("capacity", [](const CoordTable& t) { return t.hashed().capacity(); })
+      .def_prop_ro("hashed", &CoordTable::is_hashed,
+                   "Whether the hash table is built (strictly sorted rows defer it to the first lookup).")
       .def_prop_ro("bounds", &bounds_tuple);
 
   auto release = nb::call_guard<nb::gil_scoped_release>();
@@ -155,15 +157,23 @@ NB_MODULE(_ext, m) {
   m.def("downsample",
         [](const CoordTable& t, const Int3& stride) {
           auto u = lattice::downsample(t, stride);
-          return std::make_tuple(u.table, lattice::to_array(u.inverse));
+          std::optional<mx::array> rows, out;
+          if (u.grouped) {
+            rows = std::move(u.group_rows).finish();
+            out = std::move(u.group_out).finish();
+          }
+          return std::make_tuple(u.table, std::move(u.inverse).finish(), rows, out);
         },
-        "table"_a, "stride"_a, release);
+        "table"_a, "stride"_a, release,
+        "(coarse table, inverse, window rows, window output rows): unique(floor(coords / stride)) in "
+        "first-occurrence order, each row's cell, and (cell volume <= 32, else None) the rows grouped by cell, "
+        "ascending kernel offset within a cell.");
   m.def("union", [](const CoordTable& a, const CoordTable& b) { return lattice::union_coords(a, b).table; },
         "lhs"_a, "rhs"_a, release);
   m.def("unique_coords",
         [](const mx::array& coords) {
           auto u = lattice::unique_coords(coords);
-          return std::make_tuple(u.table, lattice::to_array(u.inverse), lattice::to_array(u.counts));
+          return std::make_tuple(u.table, std::move(u.inverse).finish(), std::move(u.counts).finish());
         },
         "coords"_a, release);
   m.def("intersection_rows", &lattice::intersection_rows, "lhs"_a, "rhs"_a, release);
@@ -173,7 +183,7 @@ NB_MODULE(_ext, m) {
         [](const mx::array& points, const std::array<double, 3>& voxel_size,
            const std::array<double, 3>& origin, std::optional<mx::array> batch) {
           auto u = lattice::quantize_points(points, voxel_size, origin, batch ? &*batch : nullptr);
-          return std::make_tuple(u.table, lattice::to_array(u.inverse), lattice::to_array(u.counts));
+          return std::make_tuple(u.table, std::move(u.inverse).finish(), std::move(u.counts).finish());
         },
         "points"_a, "voxel_size"_a, "origin"_a, "batch_indices"_a = nb::none(), release);
 

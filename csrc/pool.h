@@ -6,7 +6,10 @@
 // Relations handed to these primitives have the property of every kernel relation:
 // the edges of one kernel offset never share an input row and never share an output
 // row. The backward scatter walks one offset at a time on that property (as the
-// convolution does), so it needs no atomics.
+// convolution does), so it needs no atomics. The one other edge list they take is a
+// downsample's window map: unit weights, one offset group, every input row once, and
+// the edges grouped by output row (out_rows non-decreasing). The kernels detect that
+// grouping (a linear check) and then neither sort the edges nor walk them per offset.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,9 @@
 // Bridging between mlx::core::array and raw buffers for CPU kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include "core/message.h"
 #include <stdexcept>
 #include <string>
@@ -44,15 +46,24 @@ inline mx::array as_coords(const mx::array& a, const char* op, const char* name 
 }
 
 // A freshly allocated MLX buffer that kernels write into, then hand over as an array.
+// Not zero-filled. Default-constructed: an empty 1-D buffer.
 template <class T>
 class OutArray {
  public:
+  OutArray() : OutArray(mx::Shape{0}, mx::TypeToDtype<T>()) {}
   OutArray(mx::Shape shape, mx::Dtype dtype)
-      : shape_(std::move(shape)), dtype_(dtype), data_(mx::allocator::malloc(bytes(shape_))) {
-    ptr_ = static_cast<T*>(data_.buffer().raw_ptr());
+      : shape_(std::move(shape)), dtype_(dtype),
+        data_(std::make_unique<mx::allocator::Data>(mx::allocator::malloc(bytes(shape_)))) {
+    ptr_ = static_cast<T*>(data_->buffer().raw_ptr());
   }
+  OutArray(OutArray&&) = default;
+  OutArray& operator=(OutArray&&) = default;
+
   T* data() { return ptr_; }
-  mx::array finish() && { return mx::array(std::move(data_), std::move(shape_), dtype_); }
+  const T* data() const { return ptr_; }
+  T& operator[](int64_t i) { return ptr_[i]; }
+  const T& operator[](int64_t i) const { return ptr_[i]; }
+  mx::array finish() && { return mx::array(std::move(*data_), std::move(shape_), dtype_); }
 
  private:
   static size_t bytes(const mx::Shape& s) {
@@ -62,7 +73,7 @@ class OutArray {
   }
   mx::Shape shape_;
   mx::Dtype dtype_;
-  mx::allocator::Data data_;
+  std::unique_ptr<mx::allocator::Data> data_;
   T* ptr_;
 };
 

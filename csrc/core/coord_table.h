@@ -3,9 +3,14 @@
 // CoordinateManager on the Python side.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <bit>
+#include <cassert>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "core/arrays.h"
@@ -20,28 +25,62 @@ inline int64_t floordiv(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
+struct CoordTable;
+
+// Inserts the rows of t (known to be unique) into t.table, which must be reset to t.n.
+void hash_rows(const CoordTable& t);
+
 struct CoordTable {
   mx::array coords;  // (N, 4) int32, row-contiguous, evaluated
   int64_t n = 0;
   Bounds bounds;
   Packer packer;
-  HashTable table;
+  // Filled by the builder, or on first use (hashed()) when the rows were proven unique
+  // without hashing them (build_coord_table: strictly sorted rows), so a set that is only
+  // downsampled never hashes its rows.
+  mutable HashTable table;
 
   CoordTable() : coords(mx::zeros({0, 4}, mx::int32)) {}
+  CoordTable(const CoordTable&) = delete;
+  CoordTable& operator=(const CoordTable&) = delete;
 
   const int32_t* data() const { return coords.data<int32_t>(); }
 
+  // The hash table, built now if it was deferred. Every function that probes a table
+  // calls this once, before its loops: find() itself does not check (an atomic load in
+  // the probe loops of the relation builders cost 25 % on a dense block).
+  const HashTable& hashed() const {
+    if (!hashed_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(hash_mutex_);
+      if (!hashed_.load(std::memory_order_relaxed)) {
+        table.reset(n);
+        hash_rows(*this);
+        hashed_.store(true, std::memory_order_release);
+      }
+    }
+    return table;
+  }
+  bool is_hashed() const { return hashed_.load(std::memory_order_acquire); }
+  void defer_hash() { hashed_.store(false, std::memory_order_release); }
+
+  // Row of a coordinate, -1 when absent. Requires hashed() to have been called.
   inline int32_t find(int64_t b, int64_t x, int64_t y, int64_t z) const {
+    assert(is_hashed());
     uint64_t key = 0;
     if (!packer.pack(b, x, y, z, key)) return HashTable::kMissing;
     return table.find(key);
   }
+
+ private:
+  mutable std::atomic<bool> hashed_{true};
+  mutable std::mutex hash_mutex_;
 };
 
 using CoordTablePtr = std::shared_ptr<CoordTable>;
 
-// Bounds of an (N, 4) int32 buffer, computed in parallel.
-Bounds coord_bounds(const int32_t* c, int64_t n);
+// Bounds of an (N, 4) int32 buffer, computed in parallel; with `increasing`, also whether
+// every row is strictly greater than the one before in (batch, x, y, z) order.
+Bounds coord_bounds(const int32_t* c, int64_t n, bool* increasing = nullptr);
 
 // Builds the table of a coordinate set; rejects duplicate rows and negative batch
 // indices with errors naming the rows.
@@ -51,15 +90,53 @@ CoordTablePtr build_coord_table(const mx::array& coords, const char* op);
 // lie inside `bounds`. Unique rows are numbered by first occurrence. Returns the
 // table of the unique set (its coords array filled), and writes inverse[i] (the
 // unique row of candidate i) and optionally counts per unique row.
+//
+// With a `bit` function (bit(i) in [0, 32), distinct among the candidates of one unique
+// row: the window downsample, where it is the kernel offset of a row inside its cell) it
+// also groups the candidates by unique row: group_rows lists them by unique row, ascending
+// bit within a row, and group_out[p] is the unique row of group_rows[p].
 struct UniqueResult {
   CoordTablePtr table;
-  std::vector<int32_t> inverse;
-  std::vector<int32_t> counts;
+  OutArray<int32_t> inverse;  // (m,)
+  OutArray<int32_t> counts;   // (n_unique,) when asked for
+  bool grouped = false;       // group_rows / group_out (m,) were filled
+  OutArray<int32_t> group_rows, group_out;
 };
 
-template <class CoordFn>
-UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const char* op,
-                          bool want_counts) {
+// std::popcount is a libgcc call on baseline x86-64 (no POPCNT): count the bits inline
+// there, by table for the common cells of up to 8 points (2x2x2 windows).
+inline int popcount32(uint32_t v) {
+#if defined(__x86_64__) && !defined(__POPCNT__)
+  static constexpr auto kByte = [] {
+    std::array<uint8_t, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = static_cast<uint8_t>((i & 1) + t[i / 2]);
+    return t;
+  }();
+  if (v < 256) return kByte[v];
+  v = v - ((v >> 1) & 0x55555555u);
+  v = (v & 0x33333333u) + ((v >> 2) & 0x33333333u);
+  return static_cast<int>((((v + (v >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+#else
+  return std::popcount(v);
+#endif
+}
+
+struct NoBits {
+  int operator()(int64_t) const { return 0; }
+};
+
+// Three passes. (1) In parallel: every candidate's packed key and home slot (and bit).
+// (2) One pass in candidate order on one thread, without atomics: the first candidate to
+// find its key's slot empty is the key's first occurrence and takes the next number, so
+// the numbering, the inverse, the per-row bits (OR-ed by number) and the counts all come
+// out of this pass; home slots are prefetched ahead, the keys having been packed in (1).
+// (3) In parallel: the unique rows' coordinates, from their first candidates, and (with
+// bits) the candidates scattered to their group, ranked by bit inside it.
+template <class CoordFn, class BitFn = NoBits>
+UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const char* op, bool want_counts,
+                          BitFn&& bit = BitFn{}) {
+  constexpr bool kGroups = !std::is_same_v<std::decay_t<BitFn>, NoBits>;
+  constexpr int64_t kAhead = 16;  // home slots prefetched ahead in the numbering pass
   check_int32_bounds(bounds, op);
   checked_rows(m, op);
   UniqueResult res;
@@ -67,52 +144,77 @@ UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const c
   table->bounds = bounds;
   table->packer = Packer(bounds, op);
   table->table.reset(m);
-  res.inverse.resize(m);
-  std::vector<uint64_t> pos(m);
-  std::vector<uint8_t> first(m);
-  const int64_t chunks = chunk_count(m);
-  std::vector<int64_t> chunk_unique(chunks + 1, 0);
   HashTable& ht = table->table;
   const Packer& pk = table->packer;
-
-  parallel_chunks(m, chunks, [&](int64_t, int64_t b, int64_t e) {
-    int64_t c[4];
+  res.inverse = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
+  int32_t* inverse = res.inverse.data();
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[m]);
+  std::unique_ptr<uint32_t[]> home(new uint32_t[m]);  // capacity <= 2^32 for m < 2^31
+  std::unique_ptr<uint8_t[]> bits(new uint8_t[kGroups ? m : 0]);
+  parallel_for(m, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
+      int64_t c[4];
       fn(i, c);
       uint64_t key = 0;
       pk.pack(c[0], c[1], c[2], c[3], key);
-      pos[i] = ht.insert_min(key, static_cast<int32_t>(i));
+      keys[i] = key;
+      home[i] = static_cast<uint32_t>(ht.home(key));
+      if constexpr (kGroups) bits[i] = static_cast<uint8_t>(bit(i));
     }
   });
-  parallel_chunks(m, chunks, [&](int64_t ci, int64_t b, int64_t e) {
-    int64_t u = 0;
-    for (int64_t i = b; i < e; ++i) {
-      first[i] = ht.slot(pos[i]).value == static_cast<int32_t>(i);
-      u += first[i];
+
+  std::unique_ptr<int32_t[]> first_row(new int32_t[m]);                        // by number
+  std::unique_ptr<uint32_t[]> tags(new uint32_t[kGroups ? m : 0]);              // by number
+  std::unique_ptr<int32_t[]> count(new int32_t[want_counts ? m : 0]);           // by number
+  int32_t n_unique = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    if (i + kAhead < m) ht.prefetch(home[i + kAhead]);
+    bool fresh;
+    Slot& slot = ht.place(keys[i], home[i], fresh);
+    int32_t u = slot.value;
+    if (fresh) {
+      u = slot.value = n_unique++;
+      first_row[u] = static_cast<int32_t>(i);
+      if constexpr (kGroups) tags[u] = 0;
+      if (want_counts) count[u] = 0;
     }
-    chunk_unique[ci + 1] = u;
-  });
-  for (int64_t ci = 0; ci < chunks; ++ci) chunk_unique[ci + 1] += chunk_unique[ci];
-  const int64_t n_unique = chunk_unique[chunks];
-  OutArray<int32_t> out({static_cast<int>(n_unique), 4}, mx::int32);
+    inverse[i] = u;
+    if constexpr (kGroups) tags[u] |= 1u << bits[i];
+    if (want_counts) ++count[u];
+  }
+
+  OutArray<int32_t> out({n_unique, 4}, mx::int32);
   int32_t* oc = out.data();
-  parallel_chunks(m, chunks, [&](int64_t ci, int64_t b, int64_t e) {
-    int64_t u = chunk_unique[ci];
-    for (int64_t i = b; i < e; ++i) {
-      if (!first[i]) continue;
-      pk.unpack(ht.slot(pos[i]).key, oc + 4 * u);
-      ht.slot(pos[i]).value = static_cast<int32_t>(u);
-      ++u;
+  parallel_for(n_unique, [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      int64_t c[4];
+      fn(first_row[u], c);
+      for (int a = 0; a < 4; ++a) oc[4 * u + a] = static_cast<int32_t>(c[a]);
     }
   });
-  if (want_counts) res.counts.assign(n_unique, 0);
-  parallel_chunks(m, chunks, [&](int64_t, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      int32_t u = ht.slot(pos[i]).value;
-      res.inverse[i] = u;
-      if (want_counts) std::atomic_ref<int32_t>(res.counts[u]).fetch_add(1, std::memory_order_relaxed);
-    }
-  });
+  if (want_counts) {
+    res.counts = OutArray<int32_t>({n_unique}, mx::int32);
+    std::copy(count.get(), count.get() + n_unique, res.counts.data());
+  }
+  if constexpr (kGroups) {
+    // Entries of unique row u start at start[u], the prefix sum of the tags' popcounts.
+    std::unique_ptr<int64_t[]> start(new int64_t[n_unique + 1]);
+    start[0] = 0;
+    for (int32_t u = 0; u < n_unique; ++u) start[u + 1] = start[u] + popcount32(tags[u]);
+    res.grouped = true;
+    res.group_rows = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
+    res.group_out = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
+    int32_t* rows = res.group_rows.data();
+    int32_t* outs = res.group_out.data();
+    parallel_for(m, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int32_t u = inverse[i];
+        const int64_t p = start[u] + popcount32(tags[u] & ((1u << bits[i]) - 1u));
+        rows[p] = static_cast<int32_t>(i);
+        outs[p] = u;
+      }
+    });
+  }
   table->coords = std::move(out).finish();
   table->n = n_unique;
   res.table = std::move(table);

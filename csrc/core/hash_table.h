@@ -1,11 +1,12 @@
 // Open-addressing hash table from packed 64-bit coordinate keys to int32 rows.
 // Linear probing over 16-byte slots (one cache line holds four), capacity a
 // power of two at least 1.5x the number of keys: memory is proportional to N.
-// Inserts are lock-free (compare-and-swap on the key), so tables are built by
-// all threads at once.
+// Builders (build_coord_table, unique_first) pack the keys and their home slots in
+// parallel, then insert them in row order on one thread without atomics, the home
+// slots prefetched ahead: the first row to find a key absent is its first occurrence.
+// Tables are read-only once built, so lookups run on all threads.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -16,7 +17,7 @@
 namespace lattice {
 
 struct alignas(16) Slot {
-  uint64_t key = 0;
+  uint64_t key;  // no initialiser: new Slot[cap] must not write the table before reset fills it in parallel
   int32_t value;
   int32_t pad;
 };
@@ -53,46 +54,20 @@ class HashTable {
 
   uint64_t capacity() const { return mask_ + 1; }
 
-  // Claims a slot for key. Returns the slot index; `inserted` tells whether this
-  // call claimed it. The value is written by the callers below. Concurrent-safe.
-  inline uint64_t claim(uint64_t key, bool& inserted) {
-    uint64_t pos = hash_key(key) & mask_;
+  // Home slot of a key. Builders compute it in parallel, then prefetch it a few rows
+  // ahead of place(), so the cache misses of consecutive inserts overlap.
+  inline uint64_t home(uint64_t key) const { return hash_key(key) & mask_; }
+  inline void prefetch(uint64_t pos) const { __builtin_prefetch(slots_.get() + pos, 1); }
+
+  // Single-threaded insert: the slot of key, probing from its home slot. `fresh` tells
+  // whether the key was absent; the slot then holds the key and kMissing for the caller.
+  inline Slot& place(uint64_t key, uint64_t home, bool& fresh) {
     Slot* s = slots_.get();
-    while (true) {
-      std::atomic_ref<uint64_t> slot_key(s[pos].key);
-      uint64_t cur = slot_key.load(std::memory_order_acquire);
-      if (cur == kEmpty) {
-        if (slot_key.compare_exchange_strong(cur, key, std::memory_order_acq_rel)) {
-          inserted = true;
-          return pos;
-        }
-      }
-      if (cur == key) {
-        inserted = false;
-        return pos;
-      }
-      if (cur != kEmpty) pos = (pos + 1) & mask_;
-    }
-  }
-
-  // Inserts key -> value when absent (keys expected unique).
-  inline uint64_t insert(uint64_t key, int32_t value, bool& inserted) {
-    uint64_t pos = claim(key, inserted);
-    if (inserted) std::atomic_ref<int32_t>(slots_.get()[pos].value).store(value, std::memory_order_relaxed);
-    return pos;
-  }
-
-  // Keeps the smallest value stored for the key (first occurrence by row).
-  // Unwritten slots hold kMissing, which counts as larger than any row.
-  inline uint64_t insert_min(uint64_t key, int32_t value) {
-    bool inserted;
-    uint64_t pos = claim(key, inserted);
-    std::atomic_ref<int32_t> v(slots_.get()[pos].value);
-    int32_t cur = v.load(std::memory_order_relaxed);
-    while ((cur == kMissing || value < cur) &&
-           !v.compare_exchange_weak(cur, value, std::memory_order_relaxed)) {
-    }
-    return pos;
+    uint64_t pos = home;
+    while (s[pos].key != key && s[pos].key != kEmpty) pos = (pos + 1) & mask_;
+    fresh = s[pos].key != key;
+    s[pos].key = key;
+    return s[pos];
   }
 
   inline int32_t find(uint64_t key) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <cstdint>
@@ -111,6 +112,9 @@ class ThreadPool {
 };
 
 // Runs fn(chunk_index, begin, end) for every chunk, on up to num_threads() threads.
+// Threads take the next unclaimed chunk as they finish one, so a thread the OS has
+// descheduled (a busy shared machine) delays the call by at most the chunk it holds,
+// not by a fixed share of the work. Chunk boundaries depend on n and chunks only.
 template <class Fn>
 void parallel_chunks(int64_t n, int64_t chunks, Fn&& fn) {
   if (chunks <= 0) return;
@@ -121,9 +125,11 @@ void parallel_chunks(int64_t n, int64_t chunks, Fn&& fn) {
   }
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto worker = [&](int t) {
+  std::atomic<int64_t> next{0};
+  auto worker = [&](int) {
     try {
-      for (int64_t c = t; c < chunks; c += threads) {
+      for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+           c = next.fetch_add(1, std::memory_order_relaxed)) {
         fn(c, chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1));
       }
     } catch (...) {

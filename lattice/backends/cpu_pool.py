@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 
 from lattice import _ext
-from lattice.core.relation import KernelRelation
+from lattice.core.relation import KernelRelation, WindowMap
 
 BACKWARD_ROUTES = ("input_exclusive_gather", "scatter_general")
 
@@ -43,10 +43,25 @@ def segment_reduce(
     )
 
 
+def window_reduce(feats: mx.array, windows: WindowMap, mode: str, *, backward: str, weights=None) -> mx.array:
+    """``mode`` of ``feats`` over the cells of a downsample, per output row.
+
+    The window map's edges come grouped by output row, which the native kernels detect:
+    no sort, and (one edge per input row) the VJP is the gather ``backward`` names.
+    Differentiable (also twice); ``weights`` must be None (unit weights).
+    """
+    if weights is not None:
+        raise ValueError("[window_reduce] a window map has unit weights")
+    if backward not in BACKWARD_ROUTES:
+        raise ValueError(f"[window_reduce] backward must be one of {BACKWARD_ROUTES}, got {backward!r}")
+    return _ext.sparse_pool(feats, windows.in_rows, windows.out_rows, [0, windows.edge_count], windows.out_count,
+                            mode, backward, None, stream=mx.cpu)
+
+
 def batch_segment_reduce(feats: mx.array, batch: mx.array, batch_size: int, mode: str) -> mx.array:
     """Dense ``(batch_size, C)`` ``mode`` of the rows of each batch member (differentiable)."""
     return _ext.global_pool(feats, batch, int(batch_size), mode, stream=mx.cpu)
 
 
-POOL = {"segment_reduce": segment_reduce}
+POOL = {"segment_reduce": segment_reduce, "window_reduce": window_reduce}
 GLOBAL_POOL = {"batch_segment_reduce": batch_segment_reduce}

@@ -16,7 +16,7 @@ from lattice.core.coordsets import (
 from lattice.core.kernel import KernelSpec, kernel_offsets
 from lattice.core.points import SparseQuantization, sparse_quantize
 from lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
-from lattice.core.relation import KernelRelation, NeighborRelation, RelationEdges, RelationKind
+from lattice.core.relation import KernelRelation, NeighborRelation, RelationEdges, RelationKind, WindowMap
 from lattice.core.tensor import SparseTensor
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "RelationKind",
     "SparseQuantization",
     "SparseTensor",
+    "WindowMap",
     "contains_coords",
     "dequantize_weight",
     "downsample_coords",

@@ -17,7 +17,7 @@ import numpy as np
 from lattice import _ext
 from lattice.core._checks import Triple, coords_array, int_triple
 from lattice.core.kernel import KernelSpec
-from lattice.core.relation import KernelRelation, RelationEdges, RelationKind
+from lattice.core.relation import KernelRelation, RelationEdges, RelationKind, WindowMap
 
 _manager_ids = itertools.count()
 
@@ -29,6 +29,16 @@ class CoordinateMapKey:
     id: int
     stride: Triple
     manager_id: int
+
+
+@dataclass(frozen=True)
+class Downsample:
+    """A cached downsample: the coarse set's key, every input row's output row, and the
+    window map when the cell volume allows one (see ``CoordinateManager.windows``)."""
+
+    out_key: CoordinateMapKey
+    inverse: mx.array
+    windows: WindowMap | None
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,7 @@ class CoordinateManager:
         self._gpu_tables: dict[int, object] = {}  # lattice.backends.cuda.GpuTable, built on first GPU use
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
-        self._downsampled: dict[tuple[int, Triple], CoordinateMapKey] = {}
-        self._down_inverse: dict[tuple[int, Triple], mx.array] = {}
+        self._downsampled: dict[tuple[int, Triple], Downsample] = {}
         self._interned: dict[tuple[str, int, Triple], CoordinateMapKey] = {}
 
     def __repr__(self) -> str:
@@ -184,19 +193,37 @@ class CoordinateManager:
         self.check_key(key, "downsample")
         if stride == (1, 1, 1):
             return key
+        return self._downsample(key, stride, gpu).out_key
+
+    def _downsample(self, key: CoordinateMapKey, stride: Triple, gpu: bool = False) -> Downsample:
         cache = (key.id, stride)
-        if cache not in self._downsampled:
+        hit = self._downsampled.get(cache)
+        if hit is None:
             level = tuple(a * b for a, b in zip(key.stride, stride, strict=True))
             if gpu:
                 from lattice.backends import cuda
 
                 coords, inverse = cuda.downsample(self.coords(key), stride)
-                self._downsampled[cache] = self._register(_Pending(coords), level)
+                hit = self._downsampled[cache] = Downsample(self._register(_Pending(coords), level), inverse, None)
             else:
-                table, inverse = _ext.downsample(self._cpu_table(key.id), stride)
-                self._downsampled[cache] = self._register(table, level)
-            self._down_inverse[cache] = inverse
-        return self._downsampled[cache]
+                table, inverse, rows, out = _ext.downsample(self._cpu_table(key.id), stride)
+                out_key = self._register(table, level)
+                windows = None if rows is None else WindowMap(key, out_key, rows, out, table.size)
+                hit = self._downsampled[cache] = Downsample(out_key, inverse, windows)
+        return hit
+
+    def windows(self, key: CoordinateMapKey, spec: KernelSpec) -> WindowMap | None:
+        """The rows of ``key`` grouped by the windows of ``spec`` when they are the cells of its
+        downsample (``spec.cell_windows``; cached with the downsample), else None. Also None for
+        cells of more than 32 lattice points (the native downsample groups rows by an occupancy
+        mask of 32 bits per cell), and for downsamples made on the GPU."""
+        if not spec.cell_windows:
+            return None
+        self.check_key(key, "windows")
+        if spec.stride == (1, 1, 1):
+            rows = mx.arange(self.size(key), dtype=mx.int32)
+            return WindowMap(key, key, rows, rows, self.size(key))
+        return self._downsample(key, spec.stride).windows
 
     # ---- relations ---------------------------------------------------------------
 
@@ -343,18 +370,13 @@ class CoordinateManager:
     def _exclusive(self, kind, in_key, spec, target_key) -> bool:
         """Non-overlapping windows between a set and its downsample (even kernel == stride,
         no padding or dilation): the downsample's point->row map is the relation."""
-        windows = (
-            spec.size == spec.stride
-            and all(k == 1 or k % 2 == 0 for k in spec.size)  # offsets 0..s-1 (odd sizes are centred)
-            and spec.padding == (0, 0, 0)
-            and spec.dilation == (1, 1, 1)
-        )
-        if not windows:
+        if not spec.cell_windows:
             return False
         if kind is RelationKind.FORWARD:
             return target_key is None
         if kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE) and target_key is not None:
-            return self._downsampled.get((target_key.id, spec.stride)) == in_key
+            hit = self._downsampled.get((target_key.id, spec.stride))
+            return hit is not None and hit.out_key == in_key
         return False
 
     def _build_submanifold(self, table, in_key, spec, target_key, op):
@@ -366,7 +388,7 @@ class CoordinateManager:
             if spec.stride == (1, 1, 1):
                 inverse = mx.arange(table.size, dtype=mx.int32)
             else:
-                inverse = self._down_inverse[(in_key.id, spec.stride)]
+                inverse = self._downsample(in_key, spec.stride).inverse
             return _ext.relation_exclusive(table, inverse, spec.stride), out_key
         arrays = _ext.relation_forward(
             table, self._cpu_table(out_key.id), spec.size, spec.stride, spec.padding, spec.dilation

@@ -63,8 +63,7 @@ def _set(table) -> CoordinateSet:
 def downsample_coords(coords, stride=2) -> CoordinateSet:
     """``unique(floor(coords / stride))`` per batch, rows in first-occurrence order."""
     stride = int_triple(stride, "stride", "downsample_coords", minimum=1)
-    table, _ = _ext.downsample(_table(coords, "downsample_coords"), stride)
-    return _set(table)
+    return _set(_ext.downsample(_table(coords, "downsample_coords"), stride)[0])
 
 
 def union_coords(lhs, rhs) -> CoordinateSet:

@@ -55,6 +55,18 @@ class KernelSpec:
     def is_odd(self) -> bool:
         return all(s % 2 == 1 for s in self.size)
 
+    @property
+    def cell_windows(self) -> bool:
+        """True when every window is one cell of the downsample by ``stride``: kernel == stride
+        with even sizes or 1 (offsets ``0 .. s - 1``; odd sizes are centred), no padding,
+        dilation 1. Each row then lies in exactly one window."""
+        return (
+            self.size == self.stride
+            and all(k == 1 or k % 2 == 0 for k in self.size)
+            and self.padding == (0, 0, 0)
+            and self.dilation == (1, 1, 1)
+        )
+
     def offsets(self) -> mx.array:
         """The (volume, 3) int32 offsets, dilation applied, z varying fastest."""
         return _ext.kernel_offsets(self.size, self.dilation)

@@ -176,6 +176,28 @@ class KernelRelation:
 
 
 @dataclass(frozen=True)
+class WindowMap:
+    """The rows of a set grouped by the cells of its downsample (``KernelSpec.cell_windows``).
+
+    Every input row lies in exactly one cell. ``in_rows`` lists the input rows cell by cell
+    (cells in the output's first-occurrence order, kernel offsets ascending within a cell:
+    the order in which the forward relation of the same windows reaches each output row);
+    ``out_rows[p]`` is the output row of ``in_rows[p]`` (non-decreasing). Made by the
+    downsample itself, so no relation has to be built to reduce over the windows.
+    """
+
+    in_key: object
+    out_key: object
+    in_rows: mx.array
+    out_rows: mx.array
+    out_count: int
+
+    @property
+    def edge_count(self) -> int:
+        return int(self.in_rows.shape[0])
+
+
+@dataclass(frozen=True)
 class NeighborRelation:
     """Point neighbourhoods in CSR form by query row.
 

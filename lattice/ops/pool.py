@@ -33,7 +33,7 @@ from lattice.backends import cpu_pool
 from lattice.core._checks import Triple, int_triple
 from lattice.core.coordinates import CoordinateMapKey
 from lattice.core.kernel import KernelSpec
-from lattice.core.relation import KernelRelation, RelationKind
+from lattice.core.relation import KernelRelation, RelationKind, WindowMap
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
 from lattice.routing import Route, requested_device
@@ -70,12 +70,13 @@ def pool_mode(mode, op: str) -> PoolMode:
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """What a local pooling or upsampling call will do: relation, reduction, routes."""
+    """What a local pooling or upsampling call will do: the edges reduced over (a relation,
+    or the downsample's window map on the window_reduce route), reduction, routes."""
 
     op: str
     route: Route
     backward: Route
-    relation: KernelRelation
+    edges: KernelRelation | WindowMap
     mode: PoolMode
     weights: tuple[float, ...] | None = None
 
@@ -104,9 +105,9 @@ def _dtype_name(dtype: mx.Dtype) -> str:
 
 def _execute(plan: PoolPlan, x: SparseTensor) -> SparseTensor:
     impl = cpu_pool.POOL[plan.route.algorithm]
-    y = impl(_features(x, plan.op), plan.relation, plan.mode.value, backward=plan.backward.algorithm,
+    y = impl(_features(x, plan.op), plan.edges, plan.mode.value, backward=plan.backward.algorithm,
              weights=plan.weights)
-    key, manager = plan.relation.out_key, x.coord_manager
+    key, manager = plan.edges.out_key, x.coord_manager
     return SparseTensor(manager.coords(key), y, key.stride, coord_key=key, coord_manager=manager)
 
 
@@ -117,11 +118,15 @@ def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> P
     _features(x, op)
     mode = pool_mode(mode, op)
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
-    rel = x.coord_manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op)
+    manager = x.coord_manager
+    # Windows that are the downsample's cells come grouped by it; any other geometry needs the relation.
+    windows = manager.windows(x.coord_key, spec)
+    edges = windows if windows is not None else manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op)
     req = PoolRequest(op=op, mode=mode.value, dtype=_dtype_name(x.dtype), channels=x.channels,
                       kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.active_count,
-                      n_out=rel.out_count, edges=rel.edge_count, device=requested_device(device))
-    return PoolPlan(op, route_pool(req), route_pool_backward(req), rel, mode)
+                      n_out=edges.out_count, edges=edges.edge_count, device=requested_device(device),
+                      padding=spec.padding, windows=windows is not None)
+    return PoolPlan(op, route_pool(req), route_pool_backward(req), edges, mode)
 
 
 def _local(op: str, fixed_mode: PoolMode | None):

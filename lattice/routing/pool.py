@@ -1,6 +1,11 @@
 """Route selection for the pooling family: local pooling (forward and backward),
 pool transpose and trilinear upsampling, global pooling.
 
+Local pooling reduces over the forward relation (edges sorted by output row) unless the
+kernel windows are exactly the cells of the downsample (kernel == stride, even sizes or 1,
+no padding, dilation 1): then the downsample's window map, which groups the rows by output
+row as it numbers the outputs, is reduced directly and no relation is built.
+
 The backward route is fixed when the forward op runs (the primitive's VJP walks the
 relation the way its route says). Where the kernel windows cannot overlap —
 ``stride >= (size - 1) * dilation + 1`` on every axis — each input row reaches at
@@ -37,6 +42,10 @@ class PoolRequest:
     n_out: int
     edges: int
     device: str = "cpu"
+    padding: Triple = (0, 0, 0)
+    # the input's downsample grouped its rows by these windows (CoordinateManager.windows):
+    # the windows are the downsample's cells and a cell holds at most 32 lattice points
+    windows: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,21 +106,41 @@ def _pool_facts(req: PoolRequest) -> dict:
         "channels": req.channels,
         "kernel_size": req.kernel_size,
         "stride": req.stride,
+        "padding": req.padding,
         "dilation": req.dilation,
         "n_in": req.n_in,
         "n_out": req.n_out,
         "edges": req.edges,
+        "windows": req.windows,
         "device": req.device,
     }
 
 
 def route_pool(req: PoolRequest, cap: Capability | None = None) -> Route:
-    """Forward local pooling: edges sorted by output row, one reduction pass per output row."""
+    """Forward local pooling: the downsample's window map reduced directly when the windows are
+    its cells, else the relation's edges sorted by output row; one reduction pass per output row."""
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
     facts = _pool_facts(req) | {"backward": route_pool_backward(req, cap).name}
     rb = RouteBuilder(req.op, facts)
-    _reject_gpu(rb, req.device, "segment_reduce", cap)
+    _reject_gpu(rb, req.device, "window_reduce" if req.windows else "segment_reduce", cap)
+    if req.windows:
+        rb.reject("cpu", "segment_reduce", "the downsample's window map already groups the rows by output row")
+        return rb.take(
+            "cpu",
+            "window_reduce",
+            f"{req.mode} over the cells of the downsample (kernel == stride, even sizes or 1, no padding, "
+            "dilation 1): the downsample grouped the rows by output row while numbering the outputs, so "
+            "each output row is reduced in one pass with no relation built and no sort (rows spread over "
+            "all cores, float32 accumulation)",
+        )
+    rb.reject(
+        "cpu",
+        "window_reduce",
+        f"windows are the downsample's cells (kernel_size == stride, even sizes or 1, padding 0, dilation 1) "
+        f"of at most 32 points: kernel_size {req.kernel_size}, stride {req.stride}, padding {req.padding}, "
+        f"dilation {req.dilation}",
+    )
     return rb.take(
         "cpu",
         "segment_reduce",

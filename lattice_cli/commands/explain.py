@@ -73,7 +73,7 @@ def _print_table(result: dict) -> None:
     facts = result["facts"]
     if facts:
         console.print("facts  " + ", ".join(f"{k}={v}" for k, v in facts.items()))
-    console.print(f"plan   {result['plan_ms']} ms (relation built or fetched from the cache, no kernel run)")
+    console.print(f"plan   {result['plan_ms']} ms (relation or window map built or fetched from the cache, no kernel run)")
     if result["rejected"]:
         table = Table("rejected route", "failed predicate", box=None, pad_edge=False)
         for r in result["rejected"]:

@@ -13,6 +13,9 @@
 - :func:`trilinear` — ``sum w x / sum w`` with ``w = prod_a (1 - |t_a - c_a s_a| / s_a)``
   over the coarse rows ``c`` with ``|t_a - c_a s_a| < s_a`` on every axis.
 - :func:`global_pool` — per batch member sum, mean (``sum / max(count, 1)``), max.
+- :func:`window_map` — the rows of a set grouped by the cells of its downsample: cells
+  in first-occurrence order, within a cell the rows by kernel offset
+  ``k = (x mod s0 * s1 + y mod s1) * s2 + z mod s2``, written out row by row.
 
 Outputs are ``(coords, feats)`` in float64 with coordinates sorted; :func:`align`
 reorders them to the rows of a native result.
@@ -199,3 +202,28 @@ def global_pool(coords, feats, mode, batch_size=None) -> np.ndarray:
         elif len(rows):
             out[m] = rows.sum(axis=0) / (len(rows) if mode == "avg" else 1)
     return out
+
+
+def window_map(coords, stride) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(cells, inverse, in_rows, out_rows)`` of the downsample by ``stride``.
+
+    ``cells`` is ``unique(floor(c / stride))`` in first-occurrence order, ``inverse[i]``
+    the cell of row ``i``; ``in_rows`` lists the rows cell by cell, ascending kernel
+    offset within a cell, and ``out_rows[p]`` is the cell of ``in_rows[p]``.
+    """
+    sx, sy, sz = _t(stride)
+    cell_of: dict[tuple[int, int, int, int], int] = {}
+    members: list[list[tuple[int, int]]] = []
+    inverse = []
+    for i, (b, x, y, z) in enumerate(rc.tuples(coords)):
+        cell = (b, x // sx, y // sy, z // sz)  # Python // floors
+        if cell not in cell_of:
+            cell_of[cell] = len(members)
+            members.append([])
+        u = cell_of[cell]
+        inverse.append(u)
+        members[u].append((((x % sx) * sy + y % sy) * sz + z % sz, i))  # Python % is floor-mod
+    in_rows = [i for group in members for _, i in sorted(group)]
+    out_rows = [u for u, group in enumerate(members) for _ in group]
+    return (rc.to_array(list(cell_of)), np.array(inverse, np.int64), np.array(in_rows, np.int64),
+            np.array(out_rows, np.int64))

@@ -3,31 +3,38 @@
 #include "backend/cpu/coords.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include "core/message.h"
 
 namespace lattice {
 
-Bounds coord_bounds(const int32_t* c, int64_t n) {
+Bounds coord_bounds(const int32_t* c, int64_t n, bool* increasing) {
   Bounds out;
+  if (increasing) *increasing = true;
   if (n == 0) return out;
   const int64_t chunks = chunk_count(n, 1 << 15);
   std::vector<Bounds> part(chunks);
+  std::vector<uint8_t> sorted(chunks, 1);
   parallel_chunks(n, chunks, [&](int64_t ci, int64_t b, int64_t e) {
     Bounds bb;
     for (int a = 0; a < 4; ++a) {
       bb.lo[a] = INT64_MAX;
       bb.hi[a] = INT64_MIN;
     }
+    bool up = true;
     for (int64_t i = b; i < e; ++i) {
       for (int a = 0; a < 4; ++a) {
         int64_t v = c[4 * i + a];
         bb.lo[a] = std::min(bb.lo[a], v);
         bb.hi[a] = std::max(bb.hi[a], v);
       }
+      if (increasing && up && i > 0)
+        up = std::lexicographical_compare(c + 4 * (i - 1), c + 4 * i, c + 4 * i, c + 4 * i + 4);
     }
     part[ci] = bb;
+    sorted[ci] = up;
   });
   out = part[0];
   for (auto& p : part) {
@@ -36,6 +43,7 @@ Bounds coord_bounds(const int32_t* c, int64_t n) {
       out.hi[a] = std::max(out.hi[a], p.hi[a]);
     }
   }
+  if (increasing) *increasing = std::all_of(sorted.begin(), sorted.end(), [](uint8_t v) { return v != 0; });
   return out;
 }
 
@@ -45,12 +53,47 @@ static std::string fmt_coord(const int32_t* c) {
   return s.str();
 }
 
+namespace {
+
+// Inserts every row: keys and home slots packed in parallel, then one pass in row order
+// on one thread, without atomics, prefetching home slots ahead (see unique_first).
+// Returns the first row whose coordinate an earlier row holds, or -1.
+int64_t insert_rows(const CoordTable& t) {
+  constexpr int64_t kAhead = 16;
+  const int32_t* c = t.data();
+  const int64_t n = t.n;
+  HashTable& ht = t.table;
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[n]);
+  std::unique_ptr<uint32_t[]> home(new uint32_t[n]);
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      uint64_t key = 0;
+      t.packer.pack(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3], key);
+      keys[i] = key;
+      home[i] = static_cast<uint32_t>(ht.home(key));
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) ht.prefetch(home[i + kAhead]);
+    bool fresh;
+    Slot& slot = ht.place(keys[i], home[i], fresh);
+    if (!fresh) return i;
+    slot.value = static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+void hash_rows(const CoordTable& t) { insert_rows(t); }
+
 CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
   auto t = std::make_shared<CoordTable>();
   t->coords = as_coords(coords_in, op);
   t->n = t->coords.shape(0);
   const int32_t* c = t->data();
-  t->bounds = coord_bounds(c, t->n);
+  bool increasing = false;  // rows strictly increasing in (batch, x, y, z): unique, no hashing needed
+  t->bounds = coord_bounds(c, t->n, &increasing);
   if (!t->bounds.empty() && t->bounds.lo[0] < 0) {
     for (int64_t i = 0; i < t->n; ++i) {
       if (c[4 * i] < 0) {
@@ -61,34 +104,18 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
     }
   }
   t->packer = Packer(t->bounds, op);
+  if (increasing) {
+    t->defer_hash();  // unique already: hashed on first use
+    return t;
+  }
   t->table.reset(t->n);
-  std::atomic<int64_t> dup{-1};
-  parallel_for(t->n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      uint64_t key = 0;
-      t->packer.pack(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3], key);
-      bool inserted;
-      t->table.insert(key, static_cast<int32_t>(i), inserted);
-      if (!inserted) {
-        int64_t expected = -1;
-        dup.compare_exchange_strong(expected, i);
-      }
-    }
-  });
-  if (dup.load() >= 0) {
-    // Report the smallest pair of rows holding the same coordinate.
-    int64_t i = dup.load();
-    int64_t other = -1;
-    for (int64_t j = 0; j < t->n; ++j) {
-      if (j != i && std::equal(c + 4 * j, c + 4 * j + 4, c + 4 * i)) {
-        other = j;
-        break;
-      }
-    }
+  const int64_t dup = insert_rows(*t);
+  if (dup >= 0) {
+    // The first row that repeats a coordinate, and the row it repeats.
+    const int32_t first = t->find(c[4 * dup], c[4 * dup + 1], c[4 * dup + 2], c[4 * dup + 3]);
     lattice::Message msg;
-    msg << "[" << op << "] duplicate active coordinates: rows " << std::min(i, other) << " and "
-        << std::max(i, other) << " both hold " << fmt_coord(c + 4 * i)
-        << " (deduplicate with sparse_quantize or sparse_from_coordinates)";
+    msg << "[" << op << "] duplicate active coordinates: rows " << first << " and " << dup << " both hold "
+        << fmt_coord(c + 4 * dup) << " (deduplicate with sparse_quantize or sparse_from_coordinates)";
     throw std::invalid_argument(msg.str());
   }
   return t;
@@ -96,6 +123,7 @@ CoordTablePtr build_coord_table(const mx::array& coords_in, const char* op) {
 
 mx::array lookup_rows(const CoordTable& t, const mx::array& queries_in) {
   mx::array q = as_coords(queries_in, "lookup_coords", "queries");
+  t.hashed();
   const int64_t m = q.shape(0);
   const int32_t* qc = q.data<int32_t>();
   OutArray<int32_t> out({static_cast<int>(m)}, mx::int32);
@@ -115,7 +143,41 @@ mx::array to_array(const std::vector<int32_t>& v) {
   return std::move(out).finish();
 }
 
+namespace {
+
+// floor(v / s) and v - s * floor(v / s) for one axis of coordinates >= lo: a shift and a
+// mask for powers of two, else a multiply by a precomputed reciprocal of s (exact for the
+// offsets v - base * s < 2^33 that int32 coordinates give; no division per row).
+struct AxisDiv {
+  int64_t s, base;  // base = floor(lo / s)
+  int shift = -1;   // log2(s) for powers of two
+  int k = 0;
+  uint64_t m = 0;   // ceil(2^k / s)
+
+  AxisDiv(int32_t stride, int64_t lo) : s(stride), base(floordiv(lo, stride)) {
+    const uint32_t us = static_cast<uint32_t>(stride);
+    if (std::has_single_bit(us)) {
+      shift = std::countr_zero(us);
+    } else {
+      k = 33 + static_cast<int>(std::bit_width(us));  // 2^k >= 2^33 * s
+      m = static_cast<uint64_t>(((static_cast<unsigned __int128>(1) << k) + s - 1) / s);
+    }
+  }
+  inline int64_t div(int32_t v) const {
+    if (shift >= 0) return v >> shift;  // arithmetic shift floors
+    const uint64_t n = static_cast<uint64_t>(v - base * s);
+    return base + static_cast<int64_t>((static_cast<unsigned __int128>(n) * m) >> k);
+  }
+  inline int32_t mod(int32_t v) const {
+    if (shift >= 0) return v & static_cast<int32_t>(s - 1);
+    return static_cast<int32_t>(v - div(v) * s);
+  }
+};
+
+}  // namespace
+
 UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& stride) {
+  const char* op = "downsample_coords";
   Bounds b;
   if (t.n > 0) {
     b.lo[0] = t.bounds.lo[0];
@@ -126,17 +188,21 @@ UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& strid
     }
   }
   const int32_t* c = t.data();
-  const int64_t s0 = stride[0], s1 = stride[1], s2 = stride[2];
-  return unique_first(
-      t.n, b,
-      [&](int64_t i, int64_t* out) {
-        const int32_t* r = c + 4 * i;
-        out[0] = r[0];
-        out[1] = floordiv(r[1], s0);
-        out[2] = floordiv(r[2], s1);
-        out[3] = floordiv(r[3], s2);
-      },
-      "downsample_coords", false);
+  const AxisDiv dx(stride[0], t.bounds.lo[1]), dy(stride[1], t.bounds.lo[2]), dz(stride[2], t.bounds.lo[3]);
+  auto cell = [&](int64_t i, int64_t* out) {
+    const int32_t* r = c + 4 * i;
+    out[0] = r[0];
+    out[1] = dx.div(r[1]);
+    out[2] = dy.div(r[2]);
+    out[3] = dz.div(r[3]);
+  };
+  const int64_t volume = int64_t(stride[0]) * stride[1] * stride[2];
+  if (volume > kMaxWindowVolume) return unique_first(t.n, b, cell, op, false);
+  // The rows of a set are unique, so the rows of one cell have distinct offsets in it.
+  return unique_first(t.n, b, cell, op, false, [&](int64_t i) {
+    const int32_t* r = c + 4 * i;
+    return (dx.mod(r[1]) * stride[1] + dy.mod(r[2])) * stride[2] + dz.mod(r[3]);
+  });
 }
 
 UniqueResult unique_coords(const mx::array& coords_in) {
@@ -175,6 +241,7 @@ UniqueResult union_coords(const CoordTable& lhs, const CoordTable& rhs) {
 
 mx::array intersection_rows(const CoordTable& lhs, const CoordTable& rhs) {
   const int32_t* c = lhs.data();
+  rhs.hashed();
   std::vector<uint8_t> keep(lhs.n);
   parallel_for(lhs.n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {

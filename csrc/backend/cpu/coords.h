@@ -9,6 +9,13 @@ namespace lattice {
 
 mx::array to_array(const std::vector<int32_t>& v);
 mx::array lookup_rows(const CoordTable& t, const mx::array& queries);
+// Window downsamples group their rows by cell when the cell volume fits a slot tag.
+constexpr int64_t kMaxWindowVolume = 32;
+// unique(floor(coords / stride)) in first-occurrence order, with every row's cell; when
+// stride[0] * stride[1] * stride[2] <= kMaxWindowVolume also the rows grouped by cell
+// (group_rows / group_out), ordered within a cell by the kernel offset
+// (x % s0 * s1 + y % s1) * s2 + z % s2 -- the order of the forward relation of the
+// kernel == stride windows.
 UniqueResult downsample(const CoordTable& t, const std::array<int32_t, 3>& stride);
 // Unique rows of a coordinate array (duplicates allowed), first-occurrence order, with
 // the unique row of every input row and the rows per unique coordinate.

@@ -3,6 +3,9 @@
 // Forward (route segment_reduce): the relation's edges are counting-sorted by output
 // row (stable, so the result never depends on the thread count), then every output
 // row reduces its contributors in one pass, output rows spread over the cores.
+// (Route window_reduce) edges that arrive grouped by output row -- a downsample's
+// window map, kernel offsets ascending within a row, which is the order the sort gives
+// the same windows' relation -- are detected and reduced without the sort.
 // Backward, sum / avg / max:
 //   exclusive (route input_exclusive_gather): every input row has at most one edge,
 //     so dX[i] is read from the one output row it reached: a pure gather;
@@ -145,19 +148,49 @@ inline void routed_row_add(const int32_t* a, const float* g, int32_t i, int C, f
 
 // ---- relation pooling --------------------------------------------------------------------
 
+// Contributors grouped by output row: row[start[o] .. start[o + 1]) with their weights.
 struct PoolCsr {
   Runs runs;
-  std::vector<int32_t> row;  // contributing input row, grouped by output row
-  std::vector<float> w;      // its offset weight (empty for unit weights)
+  std::vector<int32_t> row_store;  // the counting-sorted rows (empty when the edges came grouped)
+  const int32_t* row = nullptr;    // contributing input rows, grouped by output row
+  std::vector<float> w;            // their offset weights (empty for unit weights)
 };
+
+// Edges already grouped by output row -- out non-decreasing, every row in range, unit
+// weights; a downsample's window map -- are their own CSR: only the run starts are found.
+// Returns false (nothing written) when the edges are not grouped that way.
+bool grouped_csr(const int32_t* in, const int32_t* out, int64_t E, int64_t n_in, int64_t n_out, Runs& r) {
+  std::atomic<bool> ok{true};
+  parallel_for(E, [&](int64_t b, int64_t e) {
+    bool good = true;
+    for (int64_t j = b; j < e && good; ++j)
+      good = in[j] >= 0 && in[j] < n_in && out[j] >= 0 && out[j] < n_out && (j == 0 || out[j] >= out[j - 1]);
+    if (!good) ok.store(false, std::memory_order_relaxed);
+  }, 1 << 15);
+  if (!ok.load()) return false;
+  r.start.resize(n_out + 1);
+  int64_t* start = r.start.data();
+  const int64_t first = E > 0 ? out[0] : n_out;
+  for (int64_t o = 0; o <= first; ++o) start[o] = 0;
+  parallel_for(E, [&](int64_t b, int64_t e) {
+    for (int64_t j = std::max<int64_t>(b, 1); j < e; ++j)
+      for (int64_t o = out[j - 1] + 1; o <= out[j]; ++o) start[o] = j;
+  }, 1 << 15);
+  for (int64_t o = (E > 0 ? out[E - 1] + 1 : n_out + 1); o <= n_out; ++o) start[o] = E;
+  return true;
+}
 
 PoolCsr pool_csr(const int32_t* in, const int32_t* out, int64_t n_in, int64_t n_out,
                  const std::vector<int64_t>& bounds, const std::vector<float>* weights) {
   const int64_t E = bounds.back();
   PoolCsr c;
-  c.row.resize(E);
+  if (!weights && grouped_csr(in, out, E, n_in, n_out, c.runs)) {
+    c.row = in;
+    return c;
+  }
+  c.row_store.resize(E);
   if (weights) c.w.resize(E);
-  int32_t* row = c.row.data();
+  int32_t* row = c.row_store.data();
   float* w = weights ? c.w.data() : nullptr;
   c.runs = counting_sort(
       out, E, n_out, weights ? &bounds : nullptr, [&](int64_t e) { return in[e] >= 0 && in[e] < n_in; },
@@ -165,13 +198,25 @@ PoolCsr pool_csr(const int32_t* in, const int32_t* out, int64_t n_in, int64_t n_
         row[pos] = in[e];
         if (w) w[pos] = (*weights)[k];
       });
+  c.row = row;
   return c;
+}
+
+// The contributors of an output row are scattered over X: their rows are prefetched this
+// many output rows ahead, so their cache misses overlap the reduction of the rows before.
+constexpr int64_t kPrefetchRows = 4;
+
+inline void prefetch_rows(const float* X, int C, const int32_t* row, int64_t s, int64_t t) {
+  for (int64_t p = s; p < t; ++p) {
+    const char* a = reinterpret_cast<const char*>(X + static_cast<int64_t>(row[p]) * C);
+    for (int64_t off = 0; off < static_cast<int64_t>(sizeof(float)) * C; off += 64) __builtin_prefetch(a + off);
+  }
 }
 
 // Per output row and channel, the winning input row under the max rule (-1 without contributors).
 void pool_argmax(const float* X, int C, const PoolCsr& csr, int64_t n_out, int32_t* arg) {
   const int64_t* start = csr.runs.start.data();
-  const int32_t* row = csr.row.data();
+  const int32_t* row = csr.row;
   parallel_for(n_out, [&](int64_t b, int64_t e) {
     std::vector<float> best(C);
     for (int64_t o = b; o < e; ++o) {
@@ -197,7 +242,7 @@ void pool_forward(const std::vector<mx::array>& in, mx::array& out, const std::v
   float* Y = out.dtype() == mx::float32 ? out.data<float>() : (ys.resize(n_out * C), ys.data());
   PoolCsr csr = pool_csr(in[1].data<int32_t>(), in[2].data<int32_t>(), n_in, n_out, bounds, weights);
   const int64_t* start = csr.runs.start.data();
-  const int32_t* row = csr.row.data();
+  const int32_t* row = csr.row;
   const float* w = csr.w.empty() ? nullptr : csr.w.data();
   if (mode == PoolMode::Select) {
     const float* V = as_f32(in[3], vs);
@@ -207,6 +252,7 @@ void pool_forward(const std::vector<mx::array>& in, mx::array& out, const std::v
   } else {
     parallel_for(n_out, [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
+        if (o + kPrefetchRows < e) prefetch_rows(X, C, row, start[o + kPrefetchRows], start[o + kPrefetchRows + 1]);
         float* y = Y + o * C;
         const int64_t s = start[o], t = start[o + 1];
         if (s == t) {
@@ -300,10 +346,28 @@ void pool_backward(const std::vector<mx::array>& in, mx::array& out, const std::
   std::vector<float> dys, xs, dxs;
   const float* DY = as_f32(dy, dys);
   float* DX = out.dtype() == mx::float32 ? out.data<float>() : (dxs.resize(n_in * C), dxs.data());
-  std::vector<float> scale = mode == PoolMode::Avg ? avg_scale(ev) : std::vector<float>();
+  // Edges grouped by output row (a window map) share output rows within their one offset
+  // group, so the per-offset walk of avg_scale does not apply: count the runs instead
+  // (the same float: a sum of unit weights is the count).
+  PoolCsr csr;
+  const bool grouped = !weights && grouped_csr(ev.in, ev.out, bounds.back(), n_in, n_out, csr.runs);
+  std::vector<float> scale;
+  if (mode == PoolMode::Avg && grouped) {
+    scale.resize(n_out);
+    const int64_t* start = csr.runs.start.data();
+    parallel_for(n_out, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        const int64_t n = start[o + 1] - start[o];
+        scale[o] = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+      }
+    }, 1 << 15);
+  } else if (mode == PoolMode::Avg) {
+    scale = avg_scale(ev);
+  }
   std::vector<int32_t> arg;
   if (mode == PoolMode::Max) {
-    PoolCsr csr = pool_csr(ev.in, ev.out, n_in, n_out, bounds, nullptr);
+    if (grouped) csr.row = ev.in;
+    else csr = pool_csr(ev.in, ev.out, n_in, n_out, bounds, nullptr);
     arg.resize(static_cast<size_t>(n_out) * C);
     pool_argmax(as_f32(in[3], xs), C, csr, n_out, arg.data());
   }

@@ -125,6 +125,7 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
   AxisOffsets ax = make_axis_offsets(size, dilation, op);
   const int32_t K = size[0] * size[1] * size[2];
   const int32_t center = K / 2;  // offsets are symmetric: offset K-1-k is -offset k
+  in.hashed();
   std::vector<std::array<int32_t, 3>> offs(K);
   int k = 0;
   for (int32_t x = 0; x < size[0]; ++x)
@@ -155,6 +156,7 @@ RelationArrays relation_forward(const CoordTable& in, const CoordTable& out, con
   AxisOffsets ax = make_axis_offsets(size, dilation, op);
   const int32_t K = size[0] * size[1] * size[2];
   const int32_t* c = in.data();
+  out.hashed();
   return bin_edges(
       in.n, K, 1,
       [&](int64_t i, Emitter& emit) {
@@ -199,6 +201,7 @@ RelationArrays relation_transposed(const CoordTable& in, const CoordTable* out, 
     return int64_t(r[a + 1]) * stride[a] + offs[kk][a] - padding[a];
   };
   if (out != nullptr) {
+    out->hashed();
     return bin_edges(
         in.n, K, K,
         [&](int64_t s, Emitter& emit) {
