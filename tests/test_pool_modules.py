@@ -16,8 +16,16 @@ from test_pool import cloud_coords, features
 from lattice import ops
 from lattice.core import SparseTensor
 from lattice.nn import pool as P
-from lattice.routing import GlobalPoolRequest, UpsampleRequest, route_global_pool, route_pool, route_upsample
-from lattice.routing.pool import PoolRequest, route_upsample_backward
+from lattice.routing import (
+    Capability,
+    GlobalPoolRequest,
+    Tier,
+    UpsampleRequest,
+    route_global_pool,
+    route_pool,
+    route_upsample,
+)
+from lattice.routing.pool import PoolRequest, route_pool_backward, route_upsample_backward
 
 KERNEL = [("kernel_size", 2), ("stride", 2), ("padding", 0), ("dilation", 1)]
 SEED_SIGNATURES = {
@@ -164,9 +172,13 @@ def test_a_small_network_trains_through_every_module():
 def test_routes_are_pure_values():
     req = PoolRequest(op="max_pool3d", mode="max", dtype="float32", channels=32, kernel_size=(2, 2, 2),
                       stride=(2, 2, 2), dilation=(1, 1, 1), n_in=100, n_out=20, edges=100, device="gpu")
-    route = route_pool(req)
-    assert route == route_pool(req) and route.name == "cpu.segment_reduce"
+    cpu_only = Capability((Tier.CPU,), ("cpu",))
+    route = route_pool(req, cpu_only)
+    assert route == route_pool(req, cpu_only) and route.name == "cpu.segment_reduce"
     assert route.rejected and route.rejected[0].backend.startswith("gpu")
+    cuda = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
+    assert route_pool(req, cuda).name == "cuda.map_pool"
+    assert route_pool_backward(req, cuda).name == "cuda.map_pool_grad"
     up = UpsampleRequest(op="trilinear_upsample3d", method="trilinear", dtype="float16", channels=8,
                          kernel_volume=27, n_in=10, n_out=100, edges=270, explicit_target=True)
     assert route_upsample(up).name == "cpu.segment_reduce"
@@ -181,6 +193,7 @@ POOL_OPS = ("pool3d", "sum_pool3d", "max_pool3d", "avg_pool3d", "pool_transpose3
             "global_pool", "global_sum_pool", "global_avg_pool", "global_max_pool")
 
 
+@pytest.mark.usefixtures("cpu_device")  # the CPU routes' choices
 def test_explain_runs_the_ops_plans():
     from lattice.routing.explain import explain, explainable_ops
 

@@ -28,6 +28,10 @@ from lattice.routing import PoolRequest, route_pool
 from lattice.routing.explain import explain
 from lattice_cli.main import app
 
+# The CPU window_reduce route and its equality with segment_reduce; with a GPU as MLX's
+# default device pooling takes cuda.map_pool (tested in test_cuda_routes.py).
+pytestmark = pytest.mark.usefixtures("cpu_device")
+
 MODES = ("sum", "avg", "max")
 STRIDES = [(2, 2, 2), (1, 2, 3), (2, 1, 2), (4, 4, 2), (3, 3, 3)]
 CELL_KERNELS = [2, (2, 1, 2), (4, 2, 2)]  # kernel == stride, even sizes or 1

@@ -29,14 +29,14 @@ from enum import StrEnum
 import mlx.core as mx
 import numpy as np
 
-from lattice.backends import cpu_pool
+from lattice.backends import cpu_pool, cuda
 from lattice.core._checks import Triple, int_triple
 from lattice.core.coordinates import CoordinateMapKey
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, RelationKind, WindowMap
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
-from lattice.routing import Route, requested_device
+from lattice.routing import Route, Tier, capability, requested_device
 from lattice.routing.explain import explainable
 from lattice.routing.pool import (
     GlobalPoolRequest,
@@ -104,9 +104,13 @@ def _dtype_name(dtype: mx.Dtype) -> str:
 
 
 def _execute(plan: PoolPlan, x: SparseTensor) -> SparseTensor:
-    impl = cpu_pool.POOL[plan.route.algorithm]
-    y = impl(_features(x, plan.op), plan.edges, plan.mode.value, backward=plan.backward.algorithm,
-             weights=plan.weights)
+    if plan.route.backend == "cuda":
+        plan.route.require("cuda.map_pool")
+        y = cuda.map_pool(_features(x, plan.op), plan.edges, plan.mode.value)
+    else:
+        impl = cpu_pool.POOL[plan.route.algorithm]
+        y = impl(_features(x, plan.op), plan.edges, plan.mode.value, backward=plan.backward.algorithm,
+                 weights=plan.weights)
     key, manager = plan.edges.out_key, x.coord_manager
     return SparseTensor(manager.coords(key), y, key.stride, coord_key=key, coord_manager=manager)
 
@@ -119,12 +123,19 @@ def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> P
     mode = pool_mode(mode, op)
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
     manager = x.coord_manager
-    # Windows that are the downsample's cells come grouped by it; any other geometry needs the relation.
-    windows = manager.windows(x.coord_key, spec)
-    edges = windows if windows is not None else manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op)
+    dev = requested_device(device)
+    # Windows that are the downsample's cells come grouped by it (CPU); any other geometry, and
+    # the CUDA route, needs the relation.
+    cuda_route = dev == "gpu" and capability().has(Tier.GPU_CUDA)
+    windows = None if cuda_route else manager.windows(x.coord_key, spec)
+    edges = (
+        windows
+        if windows is not None
+        else manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op, device=dev)
+    )
     req = PoolRequest(op=op, mode=mode.value, dtype=_dtype_name(x.dtype), channels=x.channels,
                       kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.active_count,
-                      n_out=edges.out_count, edges=edges.edge_count, device=requested_device(device),
+                      n_out=edges.out_count, edges=edges.edge_count, device=dev,
                       padding=spec.padding, windows=windows is not None)
     return PoolPlan(op, route_pool(req), route_pool_backward(req), edges, mode)
 

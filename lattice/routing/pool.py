@@ -123,6 +123,14 @@ def route_pool(req: PoolRequest, cap: Capability | None = None) -> Route:
     _check(req.op, req.dtype, req.mode)
     facts = _pool_facts(req) | {"backward": route_pool_backward(req, cap).name}
     rb = RouteBuilder(req.op, facts)
+    if req.device == "gpu" and cap.has(Tier.GPU_CUDA):
+        return rb.take(
+            "cuda",
+            "map_pool",
+            f"{req.mode} over the dense neighbour map of the forward relation (built on the GPU): one "
+            "thread per (output row, channel) walks the kernel offsets, float32 accumulation, max ties "
+            "to the smallest input row",
+        )
     _reject_gpu(rb, req.device, "window_reduce" if req.windows else "segment_reduce", cap)
     if req.windows:
         rb.reject("cpu", "segment_reduce", "the downsample's window map already groups the rows by output row")
@@ -154,6 +162,13 @@ def route_pool_backward(req: PoolRequest, cap: Capability | None = None) -> Rout
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
     rb = RouteBuilder(req.op + ".backward", _pool_facts(req))
+    if req.device == "gpu" and cap.has(Tier.GPU_CUDA):
+        how = (
+            "scatter-add of dY into the argmax rows"
+            if req.mode == "max"
+            else "gather of dY through the inverse map (no atomics)"
+        )
+        return rb.take("cuda", "map_pool_grad", f"MLX ops on the GPU: {how}")
     _reject_gpu(rb, req.device, "input_exclusive_gather", cap)
     what = "the argmax row of each output row and channel" if req.mode == "max" else "the output row"
     if windows_exclusive(req.kernel_size, req.stride, req.dilation):
