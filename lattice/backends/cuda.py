@@ -374,24 +374,24 @@ def _pool_fn(rel, mode: str):
 
         @pool_op.vjp
         def pool_vjp(primals, cotangent, output):
-            (x,) = primals
+            x = primals  # one primal: MLX passes the array itself
             n_in, ch = int(x.shape[0]), int(x.shape[1])
             n_out = rel.out_count
             dy = cotangent.astype(mx.float32)
             if n_in == 0 or n_out == 0 or ch == 0:
-                return (mx.zeros_like(x),)
+                return mx.zeros_like(x)
             if mode == "max":
                 arg = mx.stop_gradient(_pool_kernel(x, rel.neighbor_map, "max")[1])
                 flat = mx.where(arg >= 0, arg * ch + mx.arange(ch, dtype=mx.int32), n_in * ch).reshape(-1)
                 dx = mx.zeros((n_in * ch + 1,), dtype=mx.float32).at[flat].add(dy.reshape(-1))
-                return (dx[:-1].reshape(n_in, ch).astype(x.dtype),)
+                return dx[:-1].reshape(n_in, ch).astype(x.dtype)
             if mode == "avg":
                 counts = mx.sum(rel.neighbor_map >= 0, axis=1).astype(mx.float32)
                 dy = dy / mx.maximum(counts, 1)[:, None]
             padded = mx.concatenate([dy, mx.zeros((1, ch), dtype=mx.float32)])
             inv = rel.inverse_map
             dx = mx.take(padded, mx.where(inv < 0, n_out, inv), axis=0).sum(axis=1)
-            return (dx.astype(x.dtype),)
+            return dx.astype(x.dtype)
 
         return pool_op
 
