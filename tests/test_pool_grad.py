@@ -147,6 +147,7 @@ def _both_paths(x: SparseTensor, geom, mode: str, g: mx.array) -> list[np.ndarra
     return out
 
 
+@pytest.mark.usefixtures("cpu_device")  # the CPU backward paths, bit for bit
 @pytest.mark.parametrize("geom", EXCLUSIVE, ids=_ids(EXCLUSIVE))
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ALL_CLOUDS)
@@ -162,6 +163,7 @@ def test_exclusive_and_general_backward_agree(name, mode, geom):
     np.testing.assert_array_equal(np.asarray(expected(x.feats)), exclusive)
 
 
+@pytest.mark.usefixtures("cpu_device")  # the CPU backward paths, bit for bit
 @pytest.mark.parametrize("mode", MODES)
 def test_exclusive_and_general_backward_agree_on_real_scan(kitti_points, mode):
     coords = scan_cloud(kitti_points, 15.0)
