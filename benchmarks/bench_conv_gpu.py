@@ -73,7 +73,9 @@ def main() -> None:
                 x = lattice.SparseTensor(coords, feats)
                 mx.eval(x.coords)
                 t1 = time.perf_counter()
-                rel = x.coord_manager.relation("submanifold", x.coord_key, spec, op="subm_conv3d", device="gpu")
+                rel = x.coord_manager.relation(
+                    "submanifold", x.coord_key, spec, op="subm_conv3d", device="gpu"
+                )
                 mx.eval(rel.neighbor_map)
                 t2 = time.perf_counter()
                 mx.eval(subm_conv3d(x, w, device="gpu").feats)
@@ -90,12 +92,16 @@ def main() -> None:
                 mx.eval(subm_conv3d(x, w, device="gpu").feats)
 
             def loss(f, wt, x=x):
-                y = subm_conv3d(lattice.SparseTensor(x.coords, f, coord_key=x.coord_key, coord_manager=x.coord_manager), wt, device="gpu")
+                y = subm_conv3d(
+                    lattice.SparseTensor(x.coords, f, coord_key=x.coord_key, coord_manager=x.coord_manager),
+                    wt,
+                    device="gpu",
+                )
                 return y.feats.astype(mx.float32).sum()
 
             grad = mx.grad(loss, argnums=(0, 1))
 
-            def fwd_bwd(x=x, w=w):
+            def fwd_bwd(x=x, w=w, grad=grad):
                 mx.eval(grad(x.feats, w))
 
             reused()

@@ -139,7 +139,9 @@ def test_gpu_relations_equal_the_cpu_relations(name, kind, kw, seed):
         c[:, 1:] = c[:, 1:] // 2  # a coarse level to go up from
         c = np.unique(c, axis=0)
     x_gpu, x_cpu = _pair(c)
-    spec = KernelSpec(kw.get("kernel_size"), kw.get("stride", 1), kw.get("padding", 0), kw.get("dilation", 1), op=name)
+    spec = KernelSpec(
+        kw.get("kernel_size"), kw.get("stride", 1), kw.get("padding", 0), kw.get("dilation", 1), op=name
+    )
     level = (2, 2, 2) if kind in ("transposed", "generative") else (1, 1, 1)
     rels = []
     for x, dev in ((x_gpu, "gpu"), (x_cpu, "cpu")):
@@ -303,14 +305,19 @@ def test_cuda_pool_kernel_matches_the_cpu_pooling(mode, dtype):
     x_gpu, x_cpu = _pair(c, c=5, dtype=dtype)
     f = np.array(x_cpu.feats.astype(mx.float32))
     f[::7] = np.round(f[::7])  # ties for max
-    x_gpu, x_cpu = x_gpu.replace(feats=mx.array(f).astype(dtype)), x_cpu.replace(feats=mx.array(f).astype(dtype))
+    x_gpu, x_cpu = (
+        x_gpu.replace(feats=mx.array(f).astype(dtype)),
+        x_cpu.replace(feats=mx.array(f).astype(dtype)),
+    )
     spec = KernelSpec(3, 2, 0, op="pool")
     rel = x_gpu.coord_manager.relation("forward", x_gpu.coord_key, spec, device="gpu")
     y, arg = cuda.pool(x_gpu.feats, rel, mode)
     ref = getattr(lattice.ops, f"{mode}_pool3d")(x_cpu, kernel_size=3, stride=2, device="cpu")
     np.testing.assert_array_equal(np.array(rel.out_coords), np.array(ref.coords))
     tol = TOL[dtype]
-    np.testing.assert_allclose(np.array(y.astype(mx.float32)), np.array(ref.feats.astype(mx.float32)), rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        np.array(y.astype(mx.float32)), np.array(ref.feats.astype(mx.float32)), rtol=tol, atol=tol
+    )
     if mode == "max":
         nm = np.array(rel.neighbor_map)
         a = np.array(arg)
@@ -339,7 +346,7 @@ def test_cuda_map_pool_and_its_gradient_match_the_cpu_pooling(mode, k, s):
     np.testing.assert_allclose(np.array(y), np.array(ref.feats), rtol=1e-5, atol=1e-5)
     wt = mx.array(np.random.default_rng(16).normal(size=(rel.out_count, 6)).astype(np.float32))
     g = mx.grad(lambda v: (cuda.map_pool(v, rel, mode) * wt).sum())(x_gpu.feats)
-    r = mx.grad(lambda v: (op(x_cpu.replace(feats=v), kernel_size=k, stride=s, device="cpu").feats * wt).sum())(
-        x_cpu.feats
-    )
+    r = mx.grad(
+        lambda v: (op(x_cpu.replace(feats=v), kernel_size=k, stride=s, device="cpu").feats * wt).sum()
+    )(x_cpu.feats)
     np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-5, atol=1e-5)

@@ -16,7 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lattice.backends import kernels  # noqa: E402
 
 # MLX's generated preamble includes its device utils; these are the parts our kernels use.
-PRELUDE = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
+PRELUDE = (
+    "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
+)
 FLOAT_NAMES = {"x", "w", "wt", "y", "feats"}
 TEMPLATES = {
     "conv_implicit_gemm": [
@@ -40,7 +42,8 @@ def wrap(entry, head: str, targs: dict) -> str:
 
     params = [f"const {ty(n)}* {n}" for n in entry.inputs] + [f"{ty(n)}* {n}" for n in entry.outputs]
     consts = "".join(
-        f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n" for k, v in targs.items()
+        f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
+        for k, v in targs.items()
     )
     # Template type aliases must exist before the parameter list uses them.
     aliases = "".join(f"using {k} = {v};\n" for k, v in targs.items() if isinstance(v, str))

@@ -86,7 +86,9 @@ def build_table(coords: mx.array) -> GpuTable:
             cap *= 2
         if n == 0:
             return GpuTable(coords, mx.full((cap,), -1, dtype=mx.int32))
-        (slots,) = _launch("coords", "table_insert", [coords, _params(n, cap - 1)], [(cap,)], [mx.int32], n, init=-1)
+        (slots,) = _launch(
+            "coords", "table_insert", [coords, _params(n, cap - 1)], [(cap,)], [mx.int32], n, init=-1
+        )
         return GpuTable(coords, slots)
 
 
@@ -103,7 +105,9 @@ def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
         n = t.size
         if n == 0:
             return t, True
-        (owner,) = _launch("coords", "table_owner", [t.coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n)
+        (owner,) = _launch(
+            "coords", "table_owner", [t.coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n
+        )
         dups = mx.sum(owner != mx.arange(n, dtype=mx.int32))
         stats = mx.concatenate([dups[None], mx.min(t.coords, axis=0), mx.max(t.coords, axis=0)])
         s = [int(v) for v in stats.tolist()]
@@ -121,7 +125,9 @@ def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
         if n == 0:
             return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
         t = build_table(coords)
-        (owner,) = _launch("coords", "table_owner", [coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n)
+        (owner,) = _launch(
+            "coords", "table_owner", [coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n
+        )
         rank = mx.cumsum((owner == mx.arange(n, dtype=mx.int32)).astype(mx.int32))
         count = int(rank[-1].item())
         out, inverse = _launch(
@@ -141,7 +147,9 @@ def downsample(coords: mx.array, stride) -> tuple[mx.array, mx.array]:
         n = int(coords.shape[0])
         if n == 0:
             return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
-        (down,) = _launch("coords", "downsample", [_i32(coords), _params(n, *stride)], [(n, 4)], [mx.int32], n)
+        (down,) = _launch(
+            "coords", "downsample", [_i32(coords), _params(n, *stride)], [(n, 4)], [mx.int32], n
+        )
         return unique_rows(down)
 
 
@@ -249,7 +257,9 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
     else:
         name, inputs = "conv_implicit_gemm", [x, w, nmap, params]
         template = [("T", x.dtype), ("TW", w.dtype), ("TN", tn)]
-    (y,) = _launch("conv", name, inputs, [(n_out, c_out)], [x.dtype], threads, template=template, grid_y=tiles_n)
+    (y,) = _launch(
+        "conv", name, inputs, [(n_out, c_out)], [x.dtype], threads, template=template, grid_y=tiles_n
+    )
     return y
 
 

@@ -109,7 +109,11 @@ def kernel(dialect: str, family: str, name: str):
     full_name = f"lattice_{name}_{digest}"
     if dialect == "cuda":
         return mx.fast.cuda_kernel(
-            name=full_name, input_names=list(e.inputs), output_names=list(e.outputs), source=e.source, header=head
+            name=full_name,
+            input_names=list(e.inputs),
+            output_names=list(e.outputs),
+            source=e.source,
+            header=head,
         )
     return mx.fast.metal_kernel(
         name=full_name,
