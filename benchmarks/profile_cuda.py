@@ -11,6 +11,7 @@ import statistics
 import time
 
 import mlx.core as mx
+from _common import median_ms
 from bench_conv_gpu import shells
 
 import lattice
@@ -19,14 +20,7 @@ from lattice.core.kernel import KernelSpec
 
 
 def med(fn, repeats: int = 20) -> float:
-    fn()
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return round(statistics.median(times), 3)
+    return round(median_ms(fn, repeats, warmup=2), 3)
 
 
 def main() -> None:

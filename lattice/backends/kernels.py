@@ -106,23 +106,16 @@ def kernel(dialect: str, family: str, name: str):
     e = entries(dialect, family)[name]
     head = header(dialect, e.uses)
     digest = hashlib.sha256((head + e.source).encode()).hexdigest()[:12]
-    full_name = f"lattice_{name}_{digest}"
+    common = {
+        "name": f"lattice_{name}_{digest}",
+        "input_names": list(e.inputs),
+        "output_names": list(e.outputs),
+        "source": e.source,
+        "header": head,
+    }
     if dialect == "cuda":
-        return mx.fast.cuda_kernel(
-            name=full_name,
-            input_names=list(e.inputs),
-            output_names=list(e.outputs),
-            source=e.source,
-            header=head,
-        )
-    return mx.fast.metal_kernel(
-        name=full_name,
-        input_names=list(e.inputs),
-        output_names=list(e.outputs),
-        source=e.source,
-        header=head,
-        atomic_outputs=name in _METAL_ATOMIC,
-    )
+        return mx.fast.cuda_kernel(**common)
+    return mx.fast.metal_kernel(**common, atomic_outputs=name in _METAL_ATOMIC)
 
 
 # Kernels with no Metal entry point (they use CUDA tensor-core instructions).

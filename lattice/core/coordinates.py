@@ -289,15 +289,21 @@ class CoordinateManager:
         else:
             arrays, out_key = self._build_transposed(table, kind, in_key, spec, target_key, op, exclusive)
         in_rows, out_rows, counts = arrays[:3]
+        return self._relation_value(
+            kind, spec, in_key, out_key, route, spec.offsets(), edges=RelationEdges(in_rows, out_rows, counts)
+        )
+
+    def _relation_value(self, kind, spec, in_key, out_key, route, offsets, *, edges=None, nmap=None):
         return KernelRelation(
             kind=kind,
             spec=spec,
             in_key=in_key,
             out_key=out_key,
             out_coords=self.coords(out_key),
-            kernel_offsets=spec.offsets(),
+            kernel_offsets=offsets,
             in_count=self.size(in_key),
-            built_edges=RelationEdges(in_rows, out_rows, counts),
+            built_edges=edges,
+            built_map=nmap,
             route=route,
         )
 
@@ -325,17 +331,7 @@ class CoordinateManager:
             nmap = cuda.probe_map(
                 table, self.coords(out_key), offsets, spec.stride, spec.padding, transposed=transposed
             )
-        return KernelRelation(
-            kind=kind,
-            spec=spec,
-            in_key=in_key,
-            out_key=out_key,
-            out_coords=self.coords(out_key),
-            kernel_offsets=offsets,
-            in_count=self.size(in_key),
-            built_map=nmap,
-            route=route,
-        )
+        return self._relation_value(kind, spec, in_key, out_key, route, offsets, nmap=nmap)
 
     def _check_relation(self, kind, in_key, spec, target_key, op) -> None:
         """Argument rules shared by every builder."""
