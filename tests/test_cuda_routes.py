@@ -350,3 +350,9 @@ def test_cuda_map_pool_and_its_gradient_match_the_cpu_pooling(mode, k, s):
         lambda v: (op(x_cpu.replace(feats=v), kernel_size=k, stride=s, device="cpu").feats * wt).sum()
     )(x_cpu.feats)
     np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_index_range_is_checked_before_launch():
+    cuda.check_index_range("implicit_gemm", features=2**31 - 1, output=10)
+    with pytest.raises(ValueError, match=r"\[implicit_gemm\] output has 2,147,483,648 elements; .* below 2\^31"):
+        cuda.check_index_range("implicit_gemm", features=10, output=2**31)

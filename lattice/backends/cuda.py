@@ -53,6 +53,17 @@ def _params(*values) -> mx.array:
     return _param_array(tuple(int(v) for v in values))
 
 
+def check_index_range(op: str, **extents: int) -> None:
+    """The kernels index with 32-bit ints: every flat extent (rows x columns of an array
+    they read or write) must stay below 2^31, else a clear error instead of wrong memory."""
+    for name, n in extents.items():
+        if n >= 2**31:
+            raise ValueError(
+                f"[{op}] {name} has {n:,} elements; lattice's CUDA kernels index arrays below 2^31 "
+                "elements (split the batch)"
+            )
+
+
 def _i32(a: mx.array) -> mx.array:
     return a if a.dtype == mx.int32 else a.astype(mx.int32)
 
@@ -81,6 +92,7 @@ def build_table(coords: mx.array) -> GpuTable:
     with mx.stream(mx.gpu):
         coords = _i32(coords)
         n = int(coords.shape[0])
+        check_index_range("build_table", coordinates=4 * n, table=8 * n)
         cap = 64
         while cap < 4 * n:  # load factor <= 1/4: misses (most submanifold probes) stop early
             cap *= 2
@@ -186,6 +198,7 @@ def submanifold_map(table: GpuTable, offsets: mx.array) -> mx.array:
         n, kv = table.size, int(offsets.shape[0])
         if n == 0:
             return mx.zeros((0, kv), dtype=mx.int32)
+        check_index_range("submanifold_map", neighbor_map=n * kv)
         params = _params(n, kv, table.mask)
         (m,) = _launch(
             "relations",
@@ -206,6 +219,7 @@ def probe_map(
     transposed ``in = (out - k + p) / s`` where divisible."""
     with mx.stream(mx.gpu):
         n, kv = int(out_coords.shape[0]), int(offsets.shape[0])
+        check_index_range("probe_map", neighbor_map=n * kv)
         if n == 0 or table.size == 0:
             return mx.full((n, kv), -1, dtype=mx.int32)
         params = _params(n, kv, table.mask, int(transposed), *stride, *padding)
@@ -224,6 +238,7 @@ def invert_map(nmap: mx.array, in_count: int) -> mx.array:
     """(in_count, K) map the other way round."""
     with mx.stream(mx.gpu):
         n, kv = int(nmap.shape[0]), int(nmap.shape[1])
+        check_index_range("invert_map", inverse_map=in_count * kv)
         if n == 0 or in_count == 0:
             return mx.full((in_count, kv), -1, dtype=mx.int32)
         (inv,) = _launch(
@@ -248,6 +263,13 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
     c_in, c_out = int(w.shape[1]), int(w.shape[2])
     if n_out == 0 or int(x.shape[0]) == 0 or c_in == 0 or c_out == 0:
         return mx.zeros((n_out, c_out), dtype=x.dtype)
+    check_index_range(
+        "implicit_gemm",
+        features=int(x.shape[0]) * c_in,
+        output=n_out * c_out,
+        neighbor_map=n_out * kv,
+        weight=kv * c_in * c_out,
+    )
     tn = 32 if c_out <= 32 else 64
     params = _params(n_out, kv, c_in, c_out)
     threads, tiles_n = -(-n_out // _TM) * THREADS, -(-c_out // tn)
@@ -353,6 +375,9 @@ def _pool_kernel(feats: mx.array, nmap: mx.array, mode: str) -> tuple[mx.array, 
     ch = int(feats.shape[1])
     if n_out == 0 or ch == 0 or int(feats.shape[0]) == 0:
         return mx.zeros((n_out, ch), dtype=feats.dtype), mx.full((n_out, ch), -1, dtype=mx.int32)
+    check_index_range(
+        "map_pool", features=int(feats.shape[0]) * ch, output=n_out * ch, neighbor_map=n_out * kv
+    )
     y, arg = _launch(
         "pool",
         "pool_map",
