@@ -235,3 +235,16 @@ def test_coordinate_functions_ask_the_routing_layer(monkeypatch):
     lattice.core.morton_order(x)
     assert {"downsample_coords", "lookup_coords", "morton_order"} <= set(seen)
     assert real(rr.CoordinateRequest("union_coords", 5)).name == "cpu.hash_set"
+
+
+def test_new_coordinate_sets_are_hashed_where_the_routing_layer_says():
+    from lattice.routing.relations import CoordinateRequest, route_coordinates
+
+    cuda_cap = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
+    cpu_cap = Capability((Tier.CPU,), ("cpu",))
+    assert route_coordinates(CoordinateRequest("insert", 10, "gpu"), cuda_cap).name == "cuda.hash_set_checked"
+    assert route_coordinates(CoordinateRequest("insert", 10, "cpu"), cuda_cap).name == "cpu.hash_set"
+    fallback = route_coordinates(CoordinateRequest("insert", 10, "gpu"), cpu_cap)
+    assert fallback.name == "cpu.hash_set" and fallback.rejected[0].backend == "gpu"
+    # other coordinate functions stay on the CPU core
+    assert route_coordinates(CoordinateRequest("union_coords", 10, "gpu"), cuda_cap).name == "cpu.hash_set"

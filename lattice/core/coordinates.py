@@ -51,13 +51,6 @@ class RelationCacheKey:
     kind: RelationKind
 
 
-def _gpu_default() -> bool:
-    """MLX's default device is a GPU with lattice's CUDA kernels."""
-    from lattice.routing import Tier, capability, requested_device
-
-    return requested_device(None) == "gpu" and capability().has(Tier.GPU_CUDA)
-
-
 @dataclass(frozen=True)
 class _Pending:
     """A set made by a GPU builder (unique rows): its CPU table is built on first CPU use."""
@@ -91,9 +84,13 @@ class CoordinateManager:
         not) and its CPU table is built only if a CPU route asks; an invalid set is
         re-checked by the CPU builder, whose error names the offending rows.
         """
+        from lattice.routing import requested_device
+        from lattice.routing.relations import CoordinateRequest, route_coordinates
+
         coords = coords_array(coords, op)
         stride = int_triple(stride, "stride", op, minimum=1)
-        if _gpu_default():
+        route = route_coordinates(CoordinateRequest("insert", int(coords.shape[0]), requested_device(None)))
+        if route.require("cpu.hash_set", "cuda.hash_set_checked").backend == "cuda":
             from lattice.backends import cuda
 
             gpu_table, valid = cuda.build_checked_table(coords)

@@ -36,12 +36,13 @@ from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, RelationKind, WindowMap
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
-from lattice.routing import Route, Tier, capability, requested_device
+from lattice.routing import Route, requested_device
 from lattice.routing.explain import explainable
 from lattice.routing.pool import (
     GlobalPoolRequest,
     PoolRequest,
     UpsampleRequest,
+    pool_on_gpu_map,
     route_global_pool,
     route_pool,
     route_pool_backward,
@@ -126,8 +127,7 @@ def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> P
     dev = requested_device(device)
     # Windows that are the downsample's cells come grouped by it (CPU); any other geometry, and
     # the CUDA route, needs the relation.
-    cuda_route = dev == "gpu" and capability().has(Tier.GPU_CUDA)
-    windows = None if cuda_route else manager.windows(x.coord_key, spec)
+    windows = None if pool_on_gpu_map(dev) else manager.windows(x.coord_key, spec)
     edges = (
         windows
         if windows is not None

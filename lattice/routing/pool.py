@@ -116,6 +116,12 @@ def _pool_facts(req: PoolRequest) -> dict:
     }
 
 
+def pool_on_gpu_map(device: str, cap: Capability | None = None) -> bool:
+    """Whether local pooling on ``device`` takes ``cuda.map_pool`` (which reads the forward
+    relation's GPU map: the plan then builds that relation, not the CPU window map)."""
+    return device == "gpu" and (cap or capability()).has(Tier.GPU_CUDA)
+
+
 def route_pool(req: PoolRequest, cap: Capability | None = None) -> Route:
     """Forward local pooling: the downsample's window map reduced directly when the windows are
     its cells, else the relation's edges sorted by output row; one reduction pass per output row."""
@@ -123,7 +129,7 @@ def route_pool(req: PoolRequest, cap: Capability | None = None) -> Route:
     _check(req.op, req.dtype, req.mode)
     facts = _pool_facts(req) | {"backward": route_pool_backward(req, cap).name}
     rb = RouteBuilder(req.op, facts)
-    if req.device == "gpu" and cap.has(Tier.GPU_CUDA):
+    if pool_on_gpu_map(req.device, cap):
         return rb.take(
             "cuda",
             "map_pool",
@@ -162,7 +168,7 @@ def route_pool_backward(req: PoolRequest, cap: Capability | None = None) -> Rout
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
     rb = RouteBuilder(req.op + ".backward", _pool_facts(req))
-    if req.device == "gpu" and cap.has(Tier.GPU_CUDA):
+    if pool_on_gpu_map(req.device, cap):
         how = (
             "scatter-add of dY into the argmax rows"
             if req.mode == "max"

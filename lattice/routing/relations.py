@@ -81,15 +81,24 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
 
 @dataclass(frozen=True)
 class CoordinateRequest:
-    op: str  # downsample_coords | union_coords | intersection_coords | lookup_coords | inverse_map | morton_*
+    # insert | downsample_coords | union_coords | intersection_coords | lookup_coords | inverse_map | morton_*
+    op: str
     n: int
     device: str = "cpu"
 
 
 def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> Route:
-    """Coordinate-set functions: the native hash table (or Morton kernel) on the CPU."""
+    """Coordinate-set functions: the native hash table (or Morton kernel) on the CPU; a new
+    set (``insert``) is hashed on a CUDA GPU when one is requested."""
     cap = cap or capability()
     rb = RouteBuilder(req.op, {"n": req.n, "device": req.device})
+    if req.op == "insert" and req.device == "gpu" and cap.has(Tier.GPU_CUDA):
+        return rb.take(
+            "cuda",
+            "hash_set_checked",
+            "GPU hash table of the new set, validated there (duplicates, negative batches, a box the "
+            "CPU core can pack; one read-back); its CPU table is built only if a CPU route asks",
+        )
     if req.device == "gpu":
         tier = "gpu-cuda" if cap.has(Tier.GPU_CUDA) else "gpu-metal" if cap.has(Tier.GPU_METAL) else "gpu"
         rb.reject(tier, "hash_set", "no GPU coordinate kernels in this build")
