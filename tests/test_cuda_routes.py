@@ -311,7 +311,7 @@ def test_cuda_pool_kernel_matches_the_cpu_pooling(mode, dtype):
     )
     spec = KernelSpec(3, 2, 0, op="pool")
     rel = x_gpu.coord_manager.relation("forward", x_gpu.coord_key, spec, device="gpu")
-    y, arg = cuda.pool(x_gpu.feats, rel, mode)
+    y, arg = cuda.pool(x_gpu.feats, rel.neighbor_map, mode)
     ref = getattr(lattice.ops, f"{mode}_pool3d")(x_cpu, kernel_size=3, stride=2, device="cpu")
     np.testing.assert_array_equal(np.array(rel.out_coords), np.array(ref.coords))
     tol = TOL[dtype]

@@ -9,7 +9,7 @@ bodies in ``kernels/*.inc``) run through ``mx.fast.cuda_kernel`` on MLX's GPU st
 - Convolution: an implicit GEMM over the map (``implicit_gemm``), float32 accumulation,
   no atomics; its VJP runs the same kernel over the inverse map with W transposed per
   offset (input gradient) and batched MLX matmuls over gathered rows (weight gradient).
-- Pooling: sum / max / avg over the map (``pool``).
+- Pooling: sum / max / avg over the map (``pool``; differentiable: ``map_pool``).
 
 Sizes travel as small int32 ``params`` arrays, never as template arguments (each
 template value is a new NVRTC compile); templates carry only dtypes and the tile width.
@@ -108,6 +108,15 @@ class NotRepresentable(ValueError):
     """The GPU builder cannot make this set the way the CPU core would (overflow)."""
 
 
+def _owners(t: GpuTable) -> mx.array:
+    """For each row, the row the table keeps for its coordinates (itself for first occurrences)."""
+    n = t.size
+    (owner,) = _launch(
+        "coords", "table_owner", [t.coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n
+    )
+    return owner
+
+
 def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
     """The table of a set, and whether the set is valid the way the CPU core judges it:
     unique rows, batch indices >= 0, and a box whose extents pack into a 64-bit key (so
@@ -117,10 +126,7 @@ def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
         n = t.size
         if n == 0:
             return t, True
-        (owner,) = _launch(
-            "coords", "table_owner", [t.coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n
-        )
-        dups = mx.sum(owner != mx.arange(n, dtype=mx.int32))
+        dups = mx.sum(_owners(t) != mx.arange(n, dtype=mx.int32))
         stats = mx.concatenate([dups[None], mx.min(t.coords, axis=0), mx.max(t.coords, axis=0)])
         s = [int(v) for v in stats.tolist()]
         span = 1
@@ -136,10 +142,7 @@ def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
         n = int(coords.shape[0])
         if n == 0:
             return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
-        t = build_table(coords)
-        (owner,) = _launch(
-            "coords", "table_owner", [coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n
-        )
+        owner = _owners(build_table(coords))
         rank = mx.cumsum((owner == mx.arange(n, dtype=mx.int32)).astype(mx.int32))
         count = int(rank[-1].item())
         out, inverse = _launch(
@@ -172,12 +175,12 @@ def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> m
         n, kv = int(coords.shape[0]), int(offsets.shape[0])
         if n == 0:
             return mx.zeros((0, 4), dtype=mx.int32)
-        bounds = mx.concatenate([mx.min(coords[:, 1:], axis=0), mx.max(coords[:, 1:], axis=0)]).tolist()
-        omin = mx.min(offsets, axis=0).tolist()
-        omax = mx.max(offsets, axis=0).tolist()
+        parts = [mx.min(coords[:, 1:], axis=0), mx.max(coords[:, 1:], axis=0)]
+        parts += [mx.min(offsets, axis=0), mx.max(offsets, axis=0)]
+        b = mx.concatenate(parts).tolist()  # one read-back: coordinate box and offset box
         for a in range(3):
-            lo = bounds[a] * stride[a] + omin[a] - padding[a]
-            hi = bounds[3 + a] * stride[a] + omax[a] - padding[a]
+            lo = b[a] * stride[a] + b[6 + a] - padding[a]
+            hi = b[3 + a] * stride[a] + b[9 + a] - padding[a]
             if lo < -(2**31) or hi >= 2**31:
                 raise NotRepresentable("generated support overflows int32")
         s = mx.array(stride, dtype=mx.int32)
@@ -370,31 +373,27 @@ CONV = {
 _POOL_MODES = {"sum": 0, "max": 1, "avg": 2}
 
 
-def _pool_kernel(feats: mx.array, nmap: mx.array, mode: str) -> tuple[mx.array, mx.array]:
+def pool(feats: mx.array, nmap: mx.array, mode: str) -> tuple[mx.array, mx.array]:
+    """(pooled (n_out, C), argmax input row per output value or -1) of ``feats`` over a dense
+    map (not differentiable: ``map_pool`` is)."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     ch = int(feats.shape[1])
-    if n_out == 0 or ch == 0 or int(feats.shape[0]) == 0:
-        return mx.zeros((n_out, ch), dtype=feats.dtype), mx.full((n_out, ch), -1, dtype=mx.int32)
-    check_index_range(
-        "map_pool", features=int(feats.shape[0]) * ch, output=n_out * ch, neighbor_map=n_out * kv
-    )
-    y, arg = _launch(
-        "pool",
-        "pool_map",
-        [feats, nmap, _params(n_out, kv, ch, _POOL_MODES[mode])],
-        [(n_out, ch), (n_out, ch)],
-        [feats.dtype, mx.int32],
-        n_out * ch,
-        template=[("T", feats.dtype)],
-    )
-    return y, arg
-
-
-def pool(feats: mx.array, rel, mode: str) -> tuple[mx.array, mx.array]:
-    """(pooled (n_out, C), argmax input row per output value or -1) over the dense map
-    (not differentiable: ``pool_op`` is)."""
     with mx.stream(mx.gpu):
-        return _pool_kernel(feats, rel.neighbor_map, mode)
+        if n_out == 0 or ch == 0 or int(feats.shape[0]) == 0:
+            return mx.zeros((n_out, ch), dtype=feats.dtype), mx.full((n_out, ch), -1, dtype=mx.int32)
+        check_index_range(
+            "map_pool", features=int(feats.shape[0]) * ch, output=n_out * ch, neighbor_map=n_out * kv
+        )
+        y, arg = _launch(
+            "pool",
+            "pool_map",
+            [feats, nmap, _params(n_out, kv, ch, _POOL_MODES[mode])],
+            [(n_out, ch), (n_out, ch)],
+            [feats.dtype, mx.int32],
+            n_out * ch,
+            template=[("T", feats.dtype)],
+        )
+        return y, arg
 
 
 def _pool_fn(rel, mode: str):
@@ -405,7 +404,7 @@ def _pool_fn(rel, mode: str):
     def make():
         @mx.custom_function
         def pool_op(x):
-            return _pool_kernel(x, rel.neighbor_map, mode)[0]
+            return pool(x, rel.neighbor_map, mode)[0]
 
         @pool_op.vjp
         def pool_vjp(primals, cotangent, output):
@@ -416,7 +415,7 @@ def _pool_fn(rel, mode: str):
             if n_in == 0 or n_out == 0 or ch == 0:
                 return mx.zeros_like(x)
             if mode == "max":
-                arg = mx.stop_gradient(_pool_kernel(x, rel.neighbor_map, "max")[1])
+                arg = mx.stop_gradient(pool(x, rel.neighbor_map, "max")[1])
                 flat = mx.where(arg >= 0, arg * ch + mx.arange(ch, dtype=mx.int32), n_in * ch).reshape(-1)
                 dx = mx.zeros((n_in * ch + 1,), dtype=mx.float32).at[flat].add(dy.reshape(-1))
                 return dx[:-1].reshape(n_in, ch).astype(x.dtype)
