@@ -72,6 +72,29 @@ class KernelSpec:
         return _ext.kernel_offsets(self.size, self.dilation)
 
 
+class KernelGeometry:
+    """``kernel_size`` / ``stride`` / ``padding`` / ``dilation`` of an object holding a
+    ``spec: KernelSpec`` (the convolution and pooling modules)."""
+
+    spec: KernelSpec
+
+    @property
+    def kernel_size(self) -> Triple:
+        return self.spec.size
+
+    @property
+    def stride(self) -> Triple:
+        return self.spec.stride
+
+    @property
+    def padding(self) -> Triple:
+        return self.spec.padding
+
+    @property
+    def dilation(self) -> Triple:
+        return self.spec.dilation
+
+
 def kernel_offsets(kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1) -> mx.array:
     """Kernel offsets as an (K, 3) int32 array.
 

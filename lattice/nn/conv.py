@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from lattice.core._checks import Triple
-from lattice.core.kernel import KernelSpec
+from lattice.core.kernel import KernelGeometry, KernelSpec
 from lattice.core.tensor import SparseTensor
 from lattice.ops import conv as C
 
@@ -50,7 +49,7 @@ def _eps(value, module: str) -> float:
     return float(value)
 
 
-class _SparseConv(nn.Module):
+class _SparseConv(KernelGeometry, nn.Module):
     """Shared parameters and geometry of the convolution modules."""
 
     def __init__(self, in_channels: int, out_channels: int, spec: KernelSpec, bias: bool) -> None:
@@ -73,22 +72,6 @@ class _SparseConv(nn.Module):
     @property
     def out_channels(self) -> int:
         return int(self["weight"].shape[0])
-
-    @property
-    def kernel_size(self) -> Triple:
-        return self.spec.size
-
-    @property
-    def stride(self) -> Triple:
-        return self.spec.stride
-
-    @property
-    def padding(self) -> Triple:
-        return self.spec.padding
-
-    @property
-    def dilation(self) -> Triple:
-        return self.spec.dilation
 
     def _bias(self) -> mx.array | None:
         return self["bias"] if "bias" in self else None

@@ -14,7 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.core._checks import Triple, int_triple
-from lattice.core.kernel import KernelSpec
+from lattice.core.kernel import KernelGeometry, KernelSpec
 from lattice.core.tensor import SparseTensor
 from lattice.ops import pool as P
 from lattice.ops.pool import PoolMode
@@ -35,28 +35,12 @@ __all__ = [
 ]
 
 
-class _KernelModule(nn.Module):
+class _KernelModule(KernelGeometry, nn.Module):
     """Stores a checked KernelSpec (a frozen value, kept out of the parameter tree)."""
 
     def __init__(self, kernel_size, stride, padding, dilation) -> None:
         super().__init__()
         self.spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
-
-    @property
-    def kernel_size(self) -> Triple:
-        return self.spec.size
-
-    @property
-    def stride(self) -> Triple:
-        return self.spec.stride
-
-    @property
-    def padding(self) -> Triple:
-        return self.spec.padding
-
-    @property
-    def dilation(self) -> Triple:
-        return self.spec.dilation
 
     def _kernel_repr(self) -> str:
         return (

@@ -20,7 +20,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
-from lattice.core.kernel import KernelSpec
+from lattice.core.kernel import KernelGeometry, KernelSpec
 from lattice.core.quantized import QuantizedWeight, quantize_weight
 from lattice.core.tensor import SparseTensor
 from lattice.nn import conv as fconv
@@ -91,7 +91,7 @@ class _Packed(nn.Module):
         return sum(int(self[k].nbytes) for k in PACKED)
 
 
-class _QuantizedConv(_Packed):
+class _QuantizedConv(KernelGeometry, _Packed):
     """A sparse convolution with a packed dense-layout weight; subclasses name their float twin."""
 
     _float: type[nn.Module]
@@ -125,10 +125,6 @@ class _QuantizedConv(_Packed):
         obj.spec = module.spec
         obj._store(q, module["bias"] if "bias" in module else None)
         return obj
-
-    @property
-    def kernel_size(self):
-        return self.spec.size
 
     def _extra_repr(self) -> str:
         geometry = ", ".join(f"{_REPR_NAMES.get(k, k)}={getattr(self.spec, k)}" for k in self._geometry)
