@@ -27,6 +27,24 @@ import pytest  # noqa: E402
 if os.environ.get("LATTICE_TEST_DEVICE") in ("cpu", "gpu"):
     mx.set_default_device(getattr(mx, os.environ["LATTICE_TEST_DEVICE"]))
 
+# (kernel_size, stride, padding, dilation) of the forward relations and convolutions the
+# oracle tests sweep (test_relations.py, test_conv.py).
+FORWARD_GEOMETRIES = [
+    (1, 1, 0, 1),
+    (1, 2, 0, 1),
+    (2, 1, 0, 1),
+    (2, 2, 0, 1),
+    (3, 1, 1, 1),
+    (3, 2, 1, 1),
+    (3, 2, 0, 2),
+    (3, 3, 2, 1),
+    (4, 2, 1, 1),
+    (4, 3, 2, 2),
+    (5, 1, 2, 1),
+    (5, 3, 1, 2),
+    ((3, 2, 1), (2, 1, 3), (1, 0, 2), (1, 2, 1)),
+]
+
 
 @pytest.fixture
 def cpu_device():

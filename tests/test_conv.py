@@ -19,7 +19,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from conftest import CLOUDS, DATA, make_cloud
+from conftest import CLOUDS, DATA, FORWARD_GEOMETRIES, make_cloud
 from reference import conv as rconv
 
 import lattice
@@ -42,21 +42,6 @@ KIND_OPS = {
 }
 
 # (kernel_size, stride, padding, dilation)
-FORWARD_GEOMETRIES = [
-    (1, 1, 0, 1),
-    (1, 2, 0, 1),
-    (2, 1, 0, 1),
-    (2, 2, 0, 1),
-    (3, 1, 1, 1),
-    (3, 2, 1, 1),
-    (3, 2, 0, 2),
-    (3, 3, 2, 1),
-    (4, 2, 1, 1),
-    (4, 3, 2, 2),
-    (5, 1, 2, 1),
-    (5, 3, 1, 2),
-    ((3, 2, 1), (2, 1, 3), (1, 0, 2), (1, 2, 1)),
-]
 TRANSPOSED_GEOMETRIES = [
     (1, 2, 0, 1),
     (2, 2, 0, 1),

@@ -15,7 +15,7 @@ import time
 import mlx.core as mx
 import numpy as np
 import pytest
-from conftest import CLOUDS, make_cloud
+from conftest import CLOUDS, FORWARD_GEOMETRIES, make_cloud
 from reference import coords as rc
 from reference import relations as rr
 
@@ -24,21 +24,6 @@ from lattice import ops
 from lattice.core import RelationKind, SparseTensor
 
 # (kernel_size, stride, padding, dilation)
-FORWARD_GEOMETRIES = [
-    (1, 1, 0, 1),
-    (1, 2, 0, 1),
-    (2, 1, 0, 1),
-    (2, 2, 0, 1),
-    (3, 1, 1, 1),
-    (3, 2, 1, 1),
-    (3, 2, 0, 2),
-    (3, 3, 2, 1),
-    (4, 2, 1, 1),
-    (4, 3, 2, 2),
-    (5, 1, 2, 1),
-    (5, 3, 1, 2),
-    ((3, 2, 1), (2, 1, 3), (1, 0, 2), (1, 2, 1)),
-]
 
 TRANSPOSED_GEOMETRIES = [
     (1, 1, 0, 1),
