@@ -41,19 +41,17 @@ def wrap(entry, head: str, targs: dict) -> str:
         return "int32_t"
 
     params = [f"const {ty(n)}* {n}" for n in entry.inputs] + [f"{ty(n)}* {n}" for n in entry.outputs]
-    consts = "".join(
-        f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
-        for k, v in targs.items()
-    )
-    # Template type aliases must exist before the parameter list uses them.
+    # As MLX does: type arguments become aliases (here before the signature, which uses them),
+    # int arguments constexprs at the top of the body.
     aliases = "".join(f"using {k} = {v};\n" for k, v in targs.items() if isinstance(v, str))
+    consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in targs.items() if not isinstance(v, str))
     return (
         PRELUDE
         + head
         + "\nnamespace lt_check {\n"
         + aliases
         + f"__global__ void k_{entry.name}({', '.join(params)}) {{\n"
-        + "".join(c for c in consts.splitlines(keepends=True) if "constexpr" in c)
+        + consts
         + entry.source
         + "}\n}\n"
     )

@@ -250,6 +250,12 @@ def invert_map(nmap: mx.array, in_count: int) -> mx.array:
         return inv
 
 
+def in_major_map(rel) -> mx.array:
+    """(in_count, K) map of ``rel`` the other way round (input row -> output row per offset),
+    built once per relation, on the first backward pass that needs it."""
+    return rel.cached("in_major_map", lambda: invert_map(rel.neighbor_map, rel.in_count))
+
+
 # ---- convolution ---------------------------------------------------------------------------
 
 _TM = 64  # output rows per threadgroup (kernels/conv.inc)
@@ -330,7 +336,9 @@ def _conv_fn(rel, transposed: bool = False):
 
     def make():
         def maps():
-            return (rel.inverse_map, rel.neighbor_map) if transposed else (rel.neighbor_map, rel.inverse_map)
+            return (
+                (in_major_map(rel), rel.neighbor_map) if transposed else (rel.neighbor_map, in_major_map(rel))
+            )
 
         @mx.custom_function
         def conv(x, w):
@@ -423,7 +431,7 @@ def _pool_fn(rel, mode: str):
                 counts = mx.sum(rel.neighbor_map >= 0, axis=1).astype(mx.float32)
                 dy = dy / mx.maximum(counts, 1)[:, None]
             padded = mx.concatenate([dy, mx.zeros((1, ch), dtype=mx.float32)])
-            inv = rel.inverse_map
+            inv = in_major_map(rel)
             dx = mx.take(padded, mx.where(inv < 0, n_out, inv), axis=0).sum(axis=1)
             return dx.astype(x.dtype)
 

@@ -61,7 +61,8 @@ class KernelRelation:
     ``edges`` — the pairs grouped by offset (what the CPU routes walk), built by the
     CPU core — and ``neighbor_map`` — a dense (out_count, K) int32 array, ``-1`` where
     offset k of an output row has no input (what the GPU kernels read), built by the
-    GPU relation kernels. ``inverse_map`` is the (in_count, K) map the other way.
+    GPU relation kernels. Routes keep what they derive from a relation with ``cached``
+    (the CUDA routes: the in-major map, their differentiable functions).
     """
 
     kind: RelationKind
@@ -119,16 +120,6 @@ class KernelRelation:
                 m[e.out_rows * self.n_kernels + e.kernel_ids] = e.in_rows
             self._derived["map"] = m.reshape(self.out_count, self.n_kernels)
         return self._derived["map"]
-
-    @property
-    def inverse_map(self) -> mx.array:
-        """(in_count, K) int32: the output row each input row feeds through offset k, or -1
-        (each offset pairs inputs and outputs one to one)."""
-        if "inverse" not in self._derived:
-            from lattice.backends import cuda
-
-            self._derived["inverse"] = cuda.invert_map(self.neighbor_map, self.in_count)
-        return self._derived["inverse"]
 
     def cached(self, name: str, make):
         """A value derived from this relation by a route (made once, kept with it)."""

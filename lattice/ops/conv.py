@@ -119,8 +119,11 @@ def _plan(
     return ConvPlan(op, route, rel, w, normalized)
 
 
+_CONV_ROUTES = {"cpu": cpu.CONV, "gpu": gpu.CONV, "cuda": cuda.CONV}  # backend -> algorithm -> impl
+
+
 def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:
-    impl = {"cpu": cpu.CONV, "gpu": gpu.CONV, "cuda": cuda.CONV}[plan.route.backend][plan.route.algorithm]
+    impl = _CONV_ROUTES[plan.route.backend][plan.route.algorithm]
     rel, w = plan.relation, plan.weight
     feats = x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
     y = impl(feats, w, rel)
