@@ -14,13 +14,17 @@
 #define LT_GROUP_ID_Y ((int)blockIdx.y)
 
 typedef int lt_atomic_int;
+typedef unsigned int lt_atomic_uint;
+typedef float lt_atomic_float;
 typedef unsigned int lt_uint;
+#define LT_FLOAT_BITS(v) __float_as_uint(v)
 
 // Compare-and-swap returning the value found (== expected when it swapped).
 LT_FN int lt_atomic_cas(lt_atomic_int* p, int expected, int desired) {
   return atomicCAS(p, expected, desired);
 }
 LT_FN void lt_atomic_min(lt_atomic_int* p, int v) { atomicMin(p, v); }
+LT_FN void lt_atomic_max_u32(lt_atomic_uint* p, lt_uint v) { atomicMax(p, v); }
 LT_FN void lt_atomic_add_f32(float* p, float v) { atomicAdd(p, v); }
 
 // ---- tensor cores (CUDA only; LT_HAS_MMA guards the bodies that use them) -------------

@@ -15,7 +15,10 @@ using namespace metal;
 #define LT_GROUP_ID_Y ((int)threadgroup_position_in_grid.y)
 
 typedef atomic_int lt_atomic_int;
+typedef atomic_uint lt_atomic_uint;
+typedef atomic_float lt_atomic_float;
 typedef uint lt_uint;
+#define LT_FLOAT_BITS(v) as_type<uint>(v)
 
 // Compare-and-swap returning the value found (== expected when it swapped). Metal's
 // weak exchange may fail spuriously; retry while the slot still holds `expected`.
@@ -30,6 +33,9 @@ LT_FN int lt_atomic_cas(device atomic_int* p, int expected, int desired) {
 }
 LT_FN void lt_atomic_min(device atomic_int* p, int v) {
   atomic_fetch_min_explicit(p, v, memory_order_relaxed);
+}
+LT_FN void lt_atomic_max_u32(device atomic_uint* p, uint v) {
+  atomic_fetch_max_explicit(p, v, memory_order_relaxed);
 }
 LT_FN void lt_atomic_add_f32(device atomic_float* p, float v) {
   atomic_fetch_add_explicit(p, v, memory_order_relaxed);

@@ -356,3 +356,114 @@ def test_kernel_index_range_is_checked_before_launch():
     cuda.check_index_range("implicit_gemm", features=2**31 - 1, output=10)
     with pytest.raises(ValueError, match=r"\[implicit_gemm\] output has 2,147,483,648 elements; .* below 2\^31"):
         cuda.check_index_range("implicit_gemm", features=10, output=2**31)
+
+
+UPSAMPLES = {  # id: (level of the coarse rows, op, arguments)
+    "transpose": ((2, 2, 2), "pool_transpose3d", {"kernel_size": 3, "stride": 2}),
+    "trilinear": ((2, 2, 2), "trilinear_upsample3d", {"stride": 2}),
+    "trilinear_anisotropic": ((2, 3, 1), "trilinear_upsample3d", {"stride": (2, 3, 1)}),
+}
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+@pytest.mark.parametrize("target", [False, True])
+@pytest.mark.parametrize("name", list(UPSAMPLES))
+def test_cuda_upsampling_and_its_gradient_match_the_cpu_route(name, target, dtype):
+    """Coarse rows at stride ``level`` upsampled to stride 1: generated support or an explicit target."""
+    level, op_name, kw = UPSAMPLES[name]
+
+    def op(x, t, dev):
+        return getattr(lattice.ops, op_name)(x, t, **kw, device=dev)
+
+    coarse = _coords(21, n=500)
+    f = np.random.default_rng(22).normal(size=(len(coarse), 6)).astype(np.float32)
+    fine = _coords(23, n=1500, span=14)
+    x_gpu, x_cpu = (lattice.SparseTensor(coarse, mx.array(f).astype(dtype), stride=level) for _ in "ab")
+    t_gpu, t_cpu = (lattice.SparseTensor(fine, mx.zeros((len(fine), 1))) if target else None for _ in "ab")
+    assert lattice.explain(op_name, x_gpu, **kw, device="gpu").name == "cuda.map_pool"
+    y = op(x_gpu, t_gpu, "gpu")
+    ref = op(x_cpu, t_cpu, "cpu")
+    np.testing.assert_array_equal(np.array(y.coords), np.array(ref.coords))
+    tol = TOL[dtype]
+    np.testing.assert_allclose(
+        np.array(y.feats.astype(mx.float32)), np.array(ref.feats.astype(mx.float32)), rtol=tol, atol=tol
+    )
+    wt = mx.array(np.random.default_rng(24).normal(size=tuple(ref.feats.shape)).astype(np.float32))
+
+    def loss(v, x, t, dev):
+        return (op(x.replace(feats=v), t, dev).feats.astype(mx.float32) * wt).sum()
+
+    g = mx.grad(loss)(x_gpu.feats, x_gpu, t_gpu, "gpu")
+    r = mx.grad(loss)(x_cpu.feats, x_cpu, t_cpu, "cpu")
+    np.testing.assert_allclose(
+        np.array(g.astype(mx.float32)), np.array(r.astype(mx.float32)), rtol=tol, atol=tol
+    )
+
+
+def _global_inputs(seed, n, c, dtype, grouped):
+    rng = np.random.default_rng(seed)
+    b = rng.choice([0, 2, 3], n)  # member 1 empty
+    if grouped:
+        b = np.sort(b)
+    xyz = rng.permutation(np.arange(n * 3).reshape(n, 3))  # unique rows
+    coords = np.concatenate([b[:, None], xyz], axis=1).astype(np.int32)
+    f = rng.normal(size=(n, c)).astype(np.float32)
+    f[::9] = np.round(f[::9])  # ties
+    f[rng.integers(0, n, 3), 1] = f.max() + 1  # one channel tied at the maximum in several rows
+    return coords, f
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+@pytest.mark.parametrize("mode", ["sum", "max", "avg"])
+@pytest.mark.parametrize("grouped", [True, False])
+def test_cuda_global_pooling_and_its_gradient_match_the_cpu_route(mode, dtype, grouped):
+    coords, f = _global_inputs(30, 3000, 7, dtype, grouped)
+    x_gpu, x_cpu = (lattice.SparseTensor(coords, mx.array(f).astype(dtype)) for _ in "ab")
+    size = None if mode == "max" else 6  # trailing empty members for sum / avg
+    assert lattice.explain("global_pool", x_gpu, mode=mode, device="gpu").name == "cuda.batch_atomic_reduce"
+    y = lattice.ops.global_pool(x_gpu, mode=mode, batch_size=size, device="gpu")
+    ref = lattice.ops.global_pool(x_cpu, mode=mode, batch_size=size, device="cpu")
+    assert y.dtype == ref.dtype and y.shape == ref.shape
+    tol = 0 if mode == "max" else TOL[dtype]
+    np.testing.assert_allclose(
+        np.array(y.astype(mx.float32)), np.array(ref.astype(mx.float32)), rtol=tol, atol=tol
+    )
+    wt = mx.array(np.random.default_rng(31).normal(size=tuple(ref.shape)).astype(np.float32))
+
+    def loss(v, x, dev):
+        out = lattice.ops.global_pool(x.replace(feats=v), mode=mode, batch_size=size, device=dev)
+        return (out.astype(mx.float32) * wt).sum()
+
+    g = mx.grad(loss)(x_gpu.feats, x_gpu, "gpu")
+    r = mx.grad(loss)(x_cpu.feats, x_cpu, "cpu")
+    np.testing.assert_allclose(
+        np.array(g.astype(mx.float32)), np.array(r.astype(mx.float32)), rtol=TOL[dtype], atol=TOL[dtype]
+    )
+
+
+@needs_cuda
+def test_cuda_global_max_takes_nan_as_largest_and_the_smallest_tied_row():
+    coords = np.array([[0, i, 0, 0] for i in range(6)] + [[1, i, 1, 0] for i in range(4)], np.int32)
+    f = np.array(
+        [[1, -0.0], [3, 0.0], [3, np.nan], [2, np.nan], [-1, 5], [3, 1],
+         [-np.inf, -2], [-np.inf, -2], [-5, -np.inf], [-np.inf, -3]],
+        np.float32,
+    )
+    x = lattice.SparseTensor(coords, mx.array(f))
+    arg = np.array(cuda._global_argmax(x.feats, x.batch_indices, 2))
+    np.testing.assert_array_equal(arg, [[1, 2], [8, 6]])
+    y = np.array(lattice.ops.global_max_pool(x, device="gpu"))
+    ref = np.array(lattice.ops.global_max_pool(x, device="cpu"))
+    np.testing.assert_array_equal(y, ref)
+
+
+@needs_cuda
+def test_cuda_global_and_upsampling_on_empty_inputs():
+    e = lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 3)))
+    assert lattice.ops.global_sum_pool(e, batch_size=2, device="gpu").tolist() == [[0.0] * 3] * 2
+    assert lattice.ops.global_avg_pool(e, device="gpu").shape == (0, 3)
+    up = lattice.ops.pool_transpose3d(lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 3)), stride=2),
+                                      device="gpu")
+    assert up.feats.shape == (0, 3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import mlx.core as mx
 import numpy as np
@@ -248,3 +249,25 @@ def test_new_coordinate_sets_are_hashed_where_the_routing_layer_says():
     assert fallback.name == "cpu.hash_set" and fallback.rejected[0].backend == "gpu"
     # other coordinate functions stay on the CPU core
     assert route_coordinates(CoordinateRequest("union_coords", 10, "gpu"), cuda_cap).name == "cpu.hash_set"
+
+
+def test_upsampling_and_global_pooling_take_the_cuda_routes_under_the_cuda_tier():
+    from lattice.routing.pool import GlobalPoolRequest, UpsampleRequest, route_global_pool, route_upsample
+
+    cuda_cap = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
+    metal_cap = Capability((Tier.CPU, Tier.GPU_METAL), ("cpu",), "metal")
+    for method in ("transpose", "trilinear"):
+        req = UpsampleRequest("up", method, "float32", 8, 27, 10, 40, 100, False, device="gpu")
+        r = route_upsample(req, cuda_cap)
+        assert r.name == "cuda.map_pool" and r.facts["backward"] == "cuda.map_pool_grad"
+        assert route_upsample(replace(req, device="cpu"), cuda_cap).name == "cpu.segment_reduce"
+        m = route_upsample(req, metal_cap)
+        assert m.name == "cpu.segment_reduce" and m.rejected[0].backend == "gpu-metal"
+    for mode in ("sum", "max", "avg"):
+        g = GlobalPoolRequest("global_pool", mode, "float16", 4, 100, 3, device="gpu")
+        r = route_global_pool(g, cuda_cap)
+        assert r.name == "cuda.batch_atomic_reduce" and r.facts["backward"] == "cuda.batch_gather"
+        assert ("exact" in r.reason) == (mode == "max")
+        c = route_global_pool(replace(g, device="cpu"), cuda_cap)
+        assert c.name == "cpu.batch_segment_reduce" and c.facts["backward"] == "cpu.input_exclusive_gather"
+        assert route_global_pool(g, metal_cap).rejected[0].backend == "gpu-metal"

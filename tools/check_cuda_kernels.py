@@ -20,6 +20,8 @@ PRELUDE = (
     "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
 )
 FLOAT_NAMES = {"x", "w", "wt", "y", "feats"}
+# Arguments of a fixed type other than int32.
+FIXED_TYPES = {"kw": "float", "acc": "float", "key": "uint32_t", "winner": "uint32_t"}
 TEMPLATES = {
     "conv_implicit_gemm": [
         {"T": t, "TW": tw, "TN": tn}
@@ -30,12 +32,17 @@ TEMPLATES = {
     "conv_implicit_gemm_mma": [
         {"T": t, "TN": tn} for t in ("float", "__half", "__nv_bfloat16") for tn in (32, 64)
     ],
-    "pool_map": [{"T": t} for t in ("float", "__half", "__nv_bfloat16")],
+    **{
+        name: [{"T": t} for t in ("float", "__half", "__nv_bfloat16")]
+        for name in ("pool_map", "global_sum", "global_max_key", "global_argmax")
+    },
 }
 
 
 def wrap(entry, head: str, targs: dict) -> str:
     def ty(name):
+        if name in FIXED_TYPES:
+            return FIXED_TYPES[name]
         if name in FLOAT_NAMES:
             return "TW" if name == "w" else "T"
         return "int32_t"

@@ -9,7 +9,9 @@ bodies in ``kernels/*.inc``) run through ``mx.fast.cuda_kernel`` on MLX's GPU st
 - Convolution: an implicit GEMM over the map (``implicit_gemm``), float32 accumulation,
   no atomics; its VJP runs the same kernel over the inverse map with W transposed per
   offset (input gradient) and batched MLX matmuls over gathered rows (weight gradient).
-- Pooling: sum / max / avg over the map (``pool``; differentiable: ``map_pool``).
+- Pooling: sum / max / avg over the map, and the weighted contributor average of pool
+  transpose / trilinear upsampling (``pool``; differentiable: ``map_pool``); global
+  pooling per batch member (``global_pool``).
 
 Sizes travel as small int32 ``params`` arrays, never as template arguments (each
 template value is a new NVRTC compile); templates carry only dtypes and the tile width.
@@ -381,9 +383,15 @@ CONV = {
 _POOL_MODES = {"sum": 0, "max": 1, "avg": 2}
 
 
-def pool(feats: mx.array, nmap: mx.array, mode: str) -> tuple[mx.array, mx.array]:
+@functools.lru_cache(maxsize=64)
+def _offset_weights(weights: tuple[float, ...]) -> mx.array:
+    return mx.array(weights, dtype=mx.float32)
+
+
+def pool(feats: mx.array, nmap: mx.array, mode: str, weights: tuple[float, ...] | None = None):
     """(pooled (n_out, C), argmax input row per output value or -1) of ``feats`` over a dense
-    map (not differentiable: ``map_pool`` is)."""
+    map; ``weights`` (one per kernel offset, default 1) weight sum and avg, avg dividing by
+    the weights of the offsets present. Not differentiable: ``map_pool`` is."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     ch = int(feats.shape[1])
     with mx.stream(mx.gpu):
@@ -395,7 +403,7 @@ def pool(feats: mx.array, nmap: mx.array, mode: str) -> tuple[mx.array, mx.array
         y, arg = _launch(
             "pool",
             "pool_map",
-            [feats, nmap, _params(n_out, kv, ch, _POOL_MODES[mode])],
+            [feats, nmap, _offset_weights(weights or (1.0,) * kv), _params(n_out, kv, ch, _POOL_MODES[mode])],
             [(n_out, ch), (n_out, ch)],
             [feats.dtype, mx.int32],
             n_out * ch,
@@ -404,15 +412,16 @@ def pool(feats: mx.array, nmap: mx.array, mode: str) -> tuple[mx.array, mx.array
         return y, arg
 
 
-def _pool_fn(rel, mode: str):
-    """Differentiable local pooling over ``rel``'s map (one per relation and mode). VJP in
-    MLX ops: max scatter-adds into the argmax rows (ties went to the smallest row); sum and
-    avg gather the output gradients through the inverse map (a pure gather, no atomics)."""
+def _pool_fn(rel, mode: str, weights: tuple[float, ...] | None):
+    """Differentiable pooling over ``rel``'s map (one per relation, mode and weights). VJP
+    in MLX ops: max scatter-adds into the argmax rows (ties went to the smallest row); sum
+    and avg gather the output gradients through the inverse map, weighted per offset (a pure
+    gather, no atomics)."""
 
     def make():
         @mx.custom_function
         def pool_op(x):
-            return pool(x, rel.neighbor_map, mode)[0]
+            return pool(x, rel.neighbor_map, mode, weights)[0]
 
         @pool_op.vjp
         def pool_vjp(primals, cotangent, output):
@@ -427,20 +436,98 @@ def _pool_fn(rel, mode: str):
                 flat = mx.where(arg >= 0, arg * ch + mx.arange(ch, dtype=mx.int32), n_in * ch).reshape(-1)
                 dx = mx.zeros((n_in * ch + 1,), dtype=mx.float32).at[flat].add(dy.reshape(-1))
                 return dx[:-1].reshape(n_in, ch).astype(x.dtype)
+            w = None if weights is None else _offset_weights(weights)
             if mode == "avg":
-                counts = mx.sum(rel.neighbor_map >= 0, axis=1).astype(mx.float32)
-                dy = dy / mx.maximum(counts, 1)[:, None]
+                present = rel.neighbor_map >= 0
+                total = (
+                    mx.sum(present, axis=1).astype(mx.float32)
+                    if w is None
+                    else mx.sum(mx.where(present, w, 0.0), axis=1)
+                )
+                dy = dy / mx.where(total > 0, total, 1.0)[:, None]
             padded = mx.concatenate([dy, mx.zeros((1, ch), dtype=mx.float32)])
             inv = in_major_map(rel)
-            dx = mx.take(padded, mx.where(inv < 0, n_out, inv), axis=0).sum(axis=1)
-            return dx.astype(x.dtype)
+            parts = mx.take(padded, mx.where(inv < 0, n_out, inv), axis=0)  # (n_in, K, C)
+            if w is not None:
+                parts = parts * w[None, :, None]
+            return parts.sum(axis=1).astype(x.dtype)
 
         return pool_op
 
-    return rel.cached(f"cuda_pool_{mode}", make)
+    return rel.cached(f"cuda_pool_{mode}_{weights}", make)
 
 
-def map_pool(feats: mx.array, rel, mode: str) -> mx.array:
-    """Local sum / max / avg pooling over the relation's dense map (differentiable)."""
+def map_pool(feats: mx.array, rel, mode: str, weights: tuple[float, ...] | None = None) -> mx.array:
+    """Local sum / max / avg pooling over the relation's dense map, or (``weights`` per
+    offset, avg) the contributor average of upsampling (differentiable)."""
     with mx.stream(mx.gpu):
-        return _pool_fn(rel, mode)(feats)
+        return _pool_fn(rel, mode, weights)(feats)
+
+
+_GLOBAL_RUN = 64  # rows per thread of the global pooling kernels
+
+
+def _global_sum(feats: mx.array, batch: mx.array, batch_size: int) -> mx.array:
+    """float32 (batch_size, C) sums of the rows of each member (not differentiable)."""
+    n, ch = int(feats.shape[0]), int(feats.shape[1])
+    (acc,) = _launch(
+        "pool",
+        "global_sum",
+        [feats, batch, _params(n, ch, _GLOBAL_RUN)],
+        [(batch_size, ch)],
+        [mx.float32],
+        -(-n // _GLOBAL_RUN) * ch,
+        template=[("T", feats.dtype)],
+        init=0,
+    )
+    return acc
+
+
+def _global_argmax(feats: mx.array, batch: mx.array, batch_size: int) -> mx.array:
+    """(batch_size, C) row of each member's largest value per channel (NaN largest, ties to
+    the smallest row); 0 for a member without rows."""
+    n, ch = int(feats.shape[0]), int(feats.shape[1])
+    params, threads, template = _params(n, ch, _GLOBAL_RUN), -(-n // _GLOBAL_RUN) * ch, [("T", feats.dtype)]
+    (key,) = _launch(
+        "pool", "global_max_key", [feats, batch, params], [(batch_size, ch)], [mx.uint32], threads,
+        template=template, init=0,
+    )
+    (winner,) = _launch(
+        "pool", "global_argmax", [feats, batch, key, params], [(batch_size, ch)], [mx.uint32], threads,
+        template=template, init=0,
+    )
+    return mx.where(winner > 0, n - winner.astype(mx.int32), 0)
+
+
+def global_pool(feats: mx.array, batch: mx.array, batch_size: int, mode: str) -> mx.array:
+    """Dense (batch_size, C) sum / max / avg of the rows of each batch member (differentiable:
+    the backward is a gather of dY by batch member, max's a scatter into the argmax rows).
+    Sums go through float32 atomics (their order, and so the last bits, may vary run to run);
+    max is exact. Max needs every member to have rows (the op checks)."""
+    n, ch = int(feats.shape[0]), int(feats.shape[1])
+    with mx.stream(mx.gpu):
+        if batch_size == 0 or ch == 0 or n == 0:
+            return mx.zeros((batch_size, ch), dtype=feats.dtype)
+        check_index_range("global_pool", features=n * ch, output=batch_size * ch)
+        batch = _i32(batch)
+        if mode == "max":
+            arg = mx.stop_gradient(_global_argmax(feats, batch, batch_size))
+            return mx.take_along_axis(feats, arg, axis=0)  # MLX differentiates the gather
+        counts = None
+        if mode == "avg":
+            counts = mx.zeros((batch_size,), dtype=mx.float32).at[batch].add(1.0)
+            counts = mx.maximum(counts, 1.0)[:, None]
+
+        @mx.custom_function
+        def reduce(x):
+            acc = _global_sum(x, batch, batch_size)
+            return (acc if counts is None else acc / counts).astype(x.dtype)
+
+        @reduce.vjp
+        def reduce_vjp(primals, cotangent, output):
+            dy = cotangent.astype(mx.float32)
+            if counts is not None:
+                dy = dy / counts
+            return mx.take(dy, batch, axis=0).astype(primals.dtype)
+
+        return reduce(feats)

@@ -107,7 +107,7 @@ def _dtype_name(dtype: mx.Dtype) -> str:
 def _execute(plan: PoolPlan, x: SparseTensor) -> SparseTensor:
     if plan.route.backend == "cuda":
         plan.route.require("cuda.map_pool")
-        y = cuda.map_pool(_features(x, plan.op), plan.edges, plan.mode.value)
+        y = cuda.map_pool(_features(x, plan.op), plan.edges, plan.mode.value, plan.weights)
     else:
         impl = cpu_pool.POOL[plan.route.algorithm]
         y = impl(_features(x, plan.op), plan.edges, plan.mode.value, backward=plan.backward.algorithm,
@@ -212,10 +212,10 @@ def _target_key(op: str, x: SparseTensor, target, level: Triple) -> CoordinateMa
     return _target(x.coord_manager, target, level, op)
 
 
-def _upsample_plan(op, x, rel: KernelRelation, method, weights, explicit_target, device) -> PoolPlan:
+def _upsample_plan(op, x, rel: KernelRelation, method, weights, explicit_target, device: str) -> PoolPlan:
     req = UpsampleRequest(op=op, method=method, dtype=_dtype_name(x.dtype), channels=x.channels,
                           kernel_volume=rel.n_kernels, n_in=x.active_count, n_out=rel.out_count,
-                          edges=rel.edge_count, explicit_target=explicit_target, device=requested_device(device))
+                          edges=rel.edge_count, explicit_target=explicit_target, device=device)
     return PoolPlan(op, route_upsample(req), route_upsample_backward(req), rel, PoolMode.AVG, weights)
 
 
@@ -225,8 +225,9 @@ def _pool_transpose_plan(x, target=None, *, kernel_size=2, stride=2, padding=0, 
     _features(x, op)
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
     tkey = _target_key(op, x, target, _fine_level(op, x, spec.stride))
-    rel = x.coord_manager.relation(RelationKind.TRANSPOSED, x.coord_key, spec, tkey, op=op)
-    return _upsample_plan(op, x, rel, "transpose", None, tkey is not None, device)
+    dev = requested_device(device)
+    rel = x.coord_manager.relation(RelationKind.TRANSPOSED, x.coord_key, spec, tkey, op=op, device=dev)
+    return _upsample_plan(op, x, rel, "transpose", None, tkey is not None, dev)
 
 
 @explainable(_pool_transpose_plan, example=_kernel_example)
@@ -257,8 +258,9 @@ def _trilinear_plan(x, target=None, *, stride=2, device=None) -> PoolPlan:
     # odd offsets that is the generative relation t = c * s + k, |k| < s, without padding.
     spec = KernelSpec(tuple(2 * a - 1 for a in s), s, 0, 1, op=op)
     tkey = _target_key(op, x, target, _fine_level(op, x, s))
-    rel = x.coord_manager.relation(RelationKind.GENERATIVE, x.coord_key, spec, tkey, op=op)
-    return _upsample_plan(op, x, rel, "trilinear", trilinear_weights(s), tkey is not None, device)
+    dev = requested_device(device)
+    rel = x.coord_manager.relation(RelationKind.GENERATIVE, x.coord_key, spec, tkey, op=op, device=dev)
+    return _upsample_plan(op, x, rel, "trilinear", trilinear_weights(s), tkey is not None, dev)
 
 
 def _stride_example(x, req):
@@ -315,7 +317,11 @@ def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
 
 
 def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
-    impl = cpu_pool.GLOBAL_POOL[plan.route.algorithm]
+    if plan.route.backend == "cuda":
+        plan.route.require("cuda.batch_atomic_reduce")
+        impl = cuda.global_pool
+    else:
+        impl = cpu_pool.GLOBAL_POOL[plan.route.algorithm]
     return impl(_features(x, plan.op), x.batch_indices, plan.batch_size, plan.mode.value)
 
 

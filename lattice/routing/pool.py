@@ -117,8 +117,9 @@ def _pool_facts(req: PoolRequest) -> dict:
 
 
 def pool_on_gpu_map(device: str, cap: Capability | None = None) -> bool:
-    """Whether local pooling on ``device`` takes ``cuda.map_pool`` (which reads the forward
-    relation's GPU map: the plan then builds that relation, not the CPU window map)."""
+    """Whether pooling and upsampling on ``device`` take ``cuda.map_pool`` (which reads the
+    relation's GPU map: local pooling then builds the forward relation, not the CPU window
+    map)."""
     return device == "gpu" and (cap or capability()).has(Tier.GPU_CUDA)
 
 
@@ -221,6 +222,16 @@ def route_upsample(req: UpsampleRequest, cap: Capability | None = None) -> Route
     if req.method not in UPSAMPLE_METHODS:
         raise ValueError(f"[{req.op}] method must be one of {UPSAMPLE_METHODS}, got {req.method!r}")
     rb = RouteBuilder(req.op, _upsample_facts(req) | {"backward": route_upsample_backward(req, cap).name})
+    if pool_on_gpu_map(req.device, cap):
+        weights = "the trilinear weight of each offset" if req.method == "trilinear" else "unit weights"
+        return rb.take(
+            "cuda",
+            "map_pool",
+            f"weighted average over the dense neighbour map of the "
+            f"{'generative' if req.method == 'trilinear' else 'transposed'} relation (built on the GPU): one "
+            f"thread per (output row, channel) walks the kernel offsets with {weights}, divided by the "
+            "weights present; float32 accumulation",
+        )
     _reject_gpu(rb, req.device, "segment_reduce", cap)
     weights = (
         "separable linear weights 1 - |k| / stride per offset, normalised by their sum over present neighbours"
@@ -240,6 +251,13 @@ def route_upsample_backward(req: UpsampleRequest, cap: Capability | None = None)
     cap = cap or capability()
     _check(req.op, req.dtype)
     rb = RouteBuilder(req.op + ".backward", _upsample_facts(req))
+    if pool_on_gpu_map(req.device, cap):
+        return rb.take(
+            "cuda",
+            "map_pool_grad",
+            "MLX ops on the GPU: dY divided by each output row's weight total, gathered through the "
+            "inverse map and weighted per offset (no atomics)",
+        )
     _reject_gpu(rb, req.device, "scatter_general", cap)
     if req.kernel_volume == 1:
         rb.reject("cpu", "scatter_general", "a single kernel offset takes the pure gather")
@@ -264,6 +282,7 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
     """Global pooling: rows sorted by batch member, fixed runs of rows reduced in parallel."""
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
+    on_gpu = req.device == "gpu" and cap.has(Tier.GPU_CUDA)
     rb = RouteBuilder(
         req.op,
         {
@@ -273,9 +292,24 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
             "n_in": req.n_in,
             "batch_size": req.batch_size,
             "device": req.device,
-            "backward": "cpu.input_exclusive_gather",
+            "backward": "cuda.batch_gather" if on_gpu else "cpu.input_exclusive_gather",
         },
     )
+    if on_gpu:
+        how = (
+            "the largest order key per member and channel, then the smallest row holding it (NaN "
+            "largest, ties to the smallest row, as the CPU), its value gathered; exact"
+            if req.mode == "max"
+            else "float32 sums flushed with one atomic add per run and member (the last bits may vary "
+            "run to run)" + ("; divided by the member's row count" if req.mode == "avg" else "")
+        )
+        return rb.take(
+            "cuda",
+            "batch_atomic_reduce",
+            f"one thread per run of 64 rows and channel reduces while the batch member stays the same "
+            f"(rows need not be sorted): {how}; backward a gather of dY by member (max: into the argmax "
+            "rows)",
+        )
     _reject_gpu(rb, req.device, "batch_segment_reduce", cap)
     return rb.take(
         "cpu",
