@@ -1,7 +1,7 @@
 """Compile every CUDA kernel of lattice offline with nvcc (no GPU needed), the way MLX's
 ``mx.fast.cuda_kernel`` wraps it: a syntax and type check before a device run.
 
-    python tools/check_cuda_kernels.py [--arch sm_90]
+    python tools/check_cuda_kernels.py [--arch sm_90] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -67,12 +67,15 @@ def wrap(entry, head: str, targs: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--only", nargs="*", default=None, help="kernel names to compile (default: all)")
     args = ap.parse_args()
     failed = 0
     root = kernels.source_root()
     for path in sorted((root / "cuda").glob("*.cu")):
         family = path.stem
         for name, entry in kernels.entries("cuda", family).items():
+            if args.only is not None and name not in args.only:
+                continue
             head = kernels.header("cuda", entry.uses)
             for targs in TEMPLATES.get(name, [{}]):
                 with tempfile.TemporaryDirectory() as tmp:
