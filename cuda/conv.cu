@@ -11,15 +11,22 @@ LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
 LT_SHARED_ARRAY(int, any, 3);
 lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
 
+// Weight gradient (float32 atomics into dw). Template argument: T.
+//@kernel conv_weight_grad
+//@inputs x dy map params
+//@outputs dw
+//@uses conv
+LT_SHARED_ARRAY(float, xs, 32 * LT_WGRAD_S);
+LT_SHARED_ARRAY(float, ys, 32 * LT_WGRAD_S);
+lt_conv_wgrad_tile<T>(x, dy, map, params, dw, xs, ys, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+
 // Tensor-core form (CUDA only): float32 through TF32, half / bfloat16 directly; C_in a
-// multiple of 16 / sizeof(T). Template arguments: T, TN. wt is W transposed per offset,
-// (K, C_out, C_in), of type T.
+// multiple of 16 / sizeof(T). Template arguments: T, TN. wt is W as (C_out, K, C_in)
+// (MLX's dense conv layout), of type T.
 //@kernel conv_implicit_gemm_mma
 //@inputs x wt map params
 //@outputs y
 //@uses conv
 LT_SHARED_ARRAY(T, xs, LT_CONV_TM * (LT_CONV_TC + 16 / sizeof(T)));
 LT_SHARED_ARRAY(T, ws, TN * (LT_CONV_TC + 16 / sizeof(T)));
-LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
-LT_SHARED_ARRAY(int, any, 3);
-lt_conv_tile_mma<T, TN>(x, wt, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+lt_conv_tile_mma<T, TN>(x, wt, map, params, y, xs, ws, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);

@@ -19,9 +19,9 @@ from lattice.backends import kernels  # noqa: E402
 PRELUDE = (
     "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
 )
-FLOAT_NAMES = {"x", "w", "wt", "y", "feats"}
+FLOAT_NAMES = {"x", "w", "wt", "y", "dy", "feats"}
 # Arguments of a fixed type other than int32.
-FIXED_TYPES = {"kw": "float", "acc": "float", "key": "uint32_t", "winner": "uint32_t"}
+FIXED_TYPES = {"kw": "float", "acc": "float", "dw": "float", "key": "uint32_t", "winner": "uint32_t"}
 TEMPLATES = {
     "conv_implicit_gemm": [
         {"T": t, "TW": tw, "TN": tn}
@@ -34,7 +34,7 @@ TEMPLATES = {
     ],
     **{
         name: [{"T": t} for t in ("float", "__half", "__nv_bfloat16")]
-        for name in ("pool_map", "global_sum", "global_max_key", "global_argmax")
+        for name in ("pool_map", "global_sum", "global_max_key", "global_argmax", "conv_weight_grad")
     },
 }
 

@@ -8,7 +8,7 @@ bodies in ``kernels/*.inc``) run through ``mx.fast.cuda_kernel`` on MLX's GPU st
   their inverse (``invert_map``).
 - Convolution: an implicit GEMM over the map (``implicit_gemm``), float32 accumulation,
   no atomics; its VJP runs the same kernel over the inverse map with W transposed per
-  offset (input gradient) and batched MLX matmuls over gathered rows (weight gradient).
+  offset (input gradient) and a weight-gradient kernel over the map (float32 atomics).
 - Pooling: sum / max / avg over the map, and the weighted contributor average of pool
   transpose / trilinear upsampling (``pool``; differentiable: ``map_pool``); global
   pooling per batch member (``global_pool``).
@@ -268,7 +268,7 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
 
     Features whose rows are whole 16-byte chunks (C_in % 8 == 0 for 16-bit, % 4 for
     float32 while TF32 is allowed) take the tensor-core kernel (W cast to the feature
-    dtype, transposed per offset; float32 multiplies in TF32, as MLX's own float32
+    dtype, read as (C_out, K, C_in); float32 multiplies in TF32, as MLX's own float32
     matmul does on CUDA by default); everything else the float32-FMA kernel."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_in, c_out = int(w.shape[1]), int(w.shape[2])
@@ -285,7 +285,8 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array) -> mx.array:
     params = _params(n_out, kv, c_in, c_out)
     threads, tiles_n = -(-n_out // _TM) * THREADS, -(-c_out // tn)
     if uses_tensor_cores(x.dtype, c_in):
-        wt = w.astype(x.dtype).swapaxes(1, 2)
+        # (C_out, K, C_in): a view of MLX's dense conv weight (no copy for those)
+        wt = w.astype(x.dtype).transpose(2, 0, 1)
         name, inputs, template = "conv_implicit_gemm_mma", [x, wt, nmap, params], [("T", x.dtype), ("TN", tn)]
     else:
         name, inputs = "conv_implicit_gemm", [x, w, nmap, params]
@@ -310,31 +311,42 @@ def tf32_enabled() -> bool:
     return os.environ.get("MLX_ENABLE_TF32", "1") != "0"
 
 
-_WGRAD_ELEMENTS = 1 << 26  # gathered float32 values per chunk of the weight gradient
+_WGRAD_ROWS = 512  # output rows per threadgroup of the weight-gradient kernel
 
 
 def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
-    """dW[k] = gather(x, nmap[:, k])^T @ dy, float32, in row chunks (batched matmuls)."""
+    """dW[k] = gather(x, nmap[:, k])^T @ dy, float32 (K, C_in, C_out): one kernel, each
+    threadgroup a run of output rows x a 32 x 32 tile of one offset, float32 atomics."""
     n_in, c_in = int(x.shape[0]), int(x.shape[1])
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_out = int(dy.shape[1])
-    dw = mx.zeros((kv, c_in, c_out), dtype=mx.float32)
-    if n_out == 0 or n_in == 0:
-        return dw
-    xp = mx.concatenate([x.astype(mx.float32), mx.zeros((1, c_in), dtype=mx.float32)])
-    idx = mx.where(nmap < 0, n_in, nmap)
-    step = max(1, _WGRAD_ELEMENTS // max(1, kv * c_in))
-    for a in range(0, n_out, step):
-        g = mx.take(xp, idx[a : a + step].T, axis=0)  # (K, rows, C_in)
-        dw = dw + mx.matmul(g.swapaxes(1, 2), dy[a : a + step].astype(mx.float32))
+    if n_out == 0 or n_in == 0 or c_in == 0 or c_out == 0:
+        return mx.zeros((kv, c_in, c_out), dtype=mx.float32)
+    check_index_range(
+        "conv_weight_grad", features=n_in * c_in, output_grad=n_out * c_out, neighbor_map=n_out * kv,
+        weight=kv * c_in * c_out,
+    )
+    tiles = -(-c_in // 32) * -(-c_out // 32)
+    (dw,) = _launch(
+        "conv",
+        "conv_weight_grad",
+        [x, dy.astype(x.dtype), nmap, _params(n_out, kv, c_in, c_out, _WGRAD_ROWS)],
+        [(kv, c_in, c_out)],
+        [mx.float32],
+        -(-n_out // _WGRAD_ROWS) * THREADS,
+        template=[("T", x.dtype)],
+        init=0,
+        grid_y=kv * tiles,
+    )
     return dw
 
 
 def _conv_fn(rel, transposed: bool = False):
     """The differentiable convolution over ``rel``'s map (``transposed``: over its inverse
     map, W transposed per offset — the input gradient). One pair per relation, kept on
-    it. The VJP of each is the other plus a weight gradient of MLX ops, so second
-    derivatives work; the inverse map is built on the first backward pass only."""
+    it. The VJP of each is the other plus the weight-gradient kernel, whose own VJP is
+    the two convolutions again (it is bilinear in x and dY), so second derivatives work;
+    the inverse map is built on the first backward pass only."""
 
     def make():
         def maps():
@@ -346,13 +358,25 @@ def _conv_fn(rel, transposed: bool = False):
         def conv(x, w):
             return _conv_kernel(x, w, maps()[0])
 
+        @mx.custom_function
+        def weight_grad(x, dy):
+            return _weight_grad(x, dy, maps()[0])
+
+        @weight_grad.vjp
+        def weight_grad_vjp(primals, cotangent, output):
+            # dW[k] = sum_o x[map[o, k]]^T dy[o]: bilinear, so its VJP is the convolution of
+            # dY over the other map with G^T (for x) and of x with G (for dY)
+            x, dy = primals
+            dx = _conv_fn(rel, not transposed)(dy, cotangent.swapaxes(1, 2))
+            ddy = _conv_fn(rel, transposed)(x, cotangent)
+            return dx.astype(x.dtype), ddy.astype(dy.dtype)
+
         @conv.vjp
         def conv_vjp(primals, cotangent, output):
             x, w = primals
             dy = cotangent.astype(x.dtype)
             dx = _conv_fn(rel, not transposed)(dy, w.swapaxes(1, 2))
-            dw = _weight_grad(x, dy, maps()[0]).astype(w.dtype)
-            return dx, dw
+            return dx, weight_grad(x, dy).astype(w.dtype)
 
         return conv
 
