@@ -11,14 +11,14 @@ LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
 LT_SHARED_ARRAY(int, any, 3);
 lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
 
-// Weight gradient (float32 atomics into dw). Template argument: T.
+// Weight gradient (float32 atomics into dw). Template arguments: T, TT (32 or 64: the dW tile).
 //@kernel conv_weight_grad
 //@inputs x dy map params
 //@outputs dw
 //@uses conv
-LT_SHARED_ARRAY(float, xs, 32 * LT_WGRAD_S);
-LT_SHARED_ARRAY(float, ys, 32 * LT_WGRAD_S);
-lt_conv_wgrad_tile<T>(x, dy, map, params, dw, xs, ys, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+LT_SHARED_ARRAY(float, xs, 32 * (TT + 1));
+LT_SHARED_ARRAY(float, ys, 32 * (TT + 1));
+lt_conv_wgrad_tile<T, TT>(x, dy, map, params, dw, xs, ys, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
 
 // Tensor-core form (CUDA only): float32 through TF32, half / bfloat16 directly; C_in a
 // multiple of 16 / sizeof(T). Template arguments: T, TN. wt is W as (C_out, K, C_in)

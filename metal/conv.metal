@@ -12,12 +12,12 @@ LT_SHARED_ARRAY(int, any, 3);
 lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, (int)thread_position_in_threadgroup.x,
                         (int)threadgroup_position_in_grid.x, (int)threadgroup_position_in_grid.y);
 
-// Weight gradient (float32 atomics into dw). Template argument: T.
+// Weight gradient (float32 atomics into dw). Template arguments: T, TT (32 or 64: the dW tile).
 //@kernel conv_weight_grad
 //@inputs x dy map params
 //@outputs dw
 //@uses conv
-LT_SHARED_ARRAY(float, xs, 32 * LT_WGRAD_S);
-LT_SHARED_ARRAY(float, ys, 32 * LT_WGRAD_S);
-lt_conv_wgrad_tile<T>(x, dy, map, params, dw, xs, ys, (int)thread_position_in_threadgroup.x,
+LT_SHARED_ARRAY(float, xs, 32 * (TT + 1));
+LT_SHARED_ARRAY(float, ys, 32 * (TT + 1));
+lt_conv_wgrad_tile<T, TT>(x, dy, map, params, dw, xs, ys, (int)thread_position_in_threadgroup.x,
                       (int)threadgroup_position_in_grid.x, (int)threadgroup_position_in_grid.y);

@@ -29,12 +29,13 @@ TEMPLATES = {
         for tw in ("float", t)
         for tn in (32, 64)
     ],
+    "conv_weight_grad": [{"T": t, "TT": tt} for t in ("float", "__half", "__nv_bfloat16") for tt in (32, 64)],
     "conv_implicit_gemm_mma": [
         {"T": t, "TN": tn} for t in ("float", "__half", "__nv_bfloat16") for tn in (32, 64)
     ],
     **{
         name: [{"T": t} for t in ("float", "__half", "__nv_bfloat16")]
-        for name in ("pool_map", "global_sum", "global_max_key", "global_argmax", "conv_weight_grad")
+        for name in ("pool_map", "global_sum", "global_max_key", "global_argmax")
     },
 }
 

@@ -316,7 +316,8 @@ _WGRAD_ROWS = 512  # output rows per threadgroup of the weight-gradient kernel
 
 def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
     """dW[k] = gather(x, nmap[:, k])^T @ dy, float32 (K, C_in, C_out): one kernel, each
-    threadgroup a run of output rows x a 32 x 32 tile of one offset, float32 atomics."""
+    threadgroup a run of output rows x a 32 x 32 tile (64 x 64 when both channel counts
+    exceed 32) of one offset, float32 atomics."""
     n_in, c_in = int(x.shape[0]), int(x.shape[1])
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_out = int(dy.shape[1])
@@ -326,7 +327,8 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
         "conv_weight_grad", features=n_in * c_in, output_grad=n_out * c_out, neighbor_map=n_out * kv,
         weight=kv * c_in * c_out,
     )
-    tiles = -(-c_in // 32) * -(-c_out // 32)
+    tt = 64 if min(c_in, c_out) > 32 else 32
+    tiles = -(-c_in // tt) * -(-c_out // tt)
     (dw,) = _launch(
         "conv",
         "conv_weight_grad",
@@ -334,7 +336,7 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
         [(kv, c_in, c_out)],
         [mx.float32],
         -(-n_out // _WGRAD_ROWS) * THREADS,
-        template=[("T", x.dtype)],
+        template=[("T", x.dtype), ("TT", tt)],
         init=0,
         grid_y=kv * tiles,
     )
