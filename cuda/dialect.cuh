@@ -15,6 +15,11 @@
 
 typedef int lt_atomic_int;
 typedef unsigned int lt_uint;
+// The wide type point coordinates are quantised in (kernels/points.inc): double, as the CPU
+// core computes them (Metal has no double: float there). A double arrives as two int32
+// words of a params array, high word first.
+typedef double lt_wide;
+LT_FN lt_wide lt_wide_from_bits(int hi, int lo) { return __hiloint2double(hi, lo); }
 
 // Compare-and-swap returning the value found (== expected when it swapped).
 LT_FN int lt_atomic_cas(lt_atomic_int* p, int expected, int desired) {

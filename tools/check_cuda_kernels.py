@@ -19,7 +19,8 @@ from lattice.backends import kernels  # noqa: E402
 PRELUDE = (
     "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
 )
-FLOAT_NAMES = {"x", "w", "wt", "y", "feats"}
+FLOAT_NAMES = {"x", "w", "wt", "y", "feats"}  # the template dtype T (TW for w)
+FLOAT32_NAMES = {"points", "weights"}  # always float32
 TEMPLATES = {
     "conv_implicit_gemm": [
         {"T": t, "TW": tw, "TN": tn}
@@ -38,7 +39,7 @@ def wrap(entry, head: str, targs: dict) -> str:
     def ty(name):
         if name in FLOAT_NAMES:
             return "TW" if name == "w" else "T"
-        return "int32_t"
+        return "float" if name in FLOAT32_NAMES else "int32_t"
 
     params = [f"const {ty(n)}* {n}" for n in entry.inputs] + [f"{ty(n)}* {n}" for n in entry.outputs]
     # As MLX does: type arguments become aliases (here before the signature, which uses them),
