@@ -22,6 +22,7 @@ from lattice.core._checks import Triple, float_triple, int_triple
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import QuantizeInputs, SparseQuantization, native_quantize, quantize_inputs
 from lattice.core.tensor import SparseTensor
+from lattice.ops.features import _dtype_name
 from lattice.routing import Route, requested_device
 from lattice.routing.explain import explainable
 from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
@@ -29,7 +30,8 @@ from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
 
 @dataclass(frozen=True)
 class PointVoxelMap:
-    """For each point, up to 8 voxel rows (-1 where absent) and normalised weights (N, 8)."""
+    """For each point, its voxel rows (-1 where absent) and normalised weights: (N, 8) for
+    linear interpolation, (N, 1) for nearest."""
 
     rows: mx.array
     weights: mx.array
@@ -125,10 +127,6 @@ class DevoxelizePlan:
     """The route of devoxelize / build_point_voxel_map."""
 
     route: Route
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("mlx.core.")
 
 
 def _voxelize_plan(
