@@ -18,6 +18,11 @@ typedef unsigned int lt_atomic_uint;
 typedef float lt_atomic_float;
 typedef unsigned int lt_uint;
 #define LT_FLOAT_BITS(v) __float_as_uint(v)
+// The wide type point coordinates are quantised in (kernels/points.inc): double, as the CPU
+// core computes them (Metal has no double: float there). A double arrives as two int32
+// words of a params array, high word first.
+typedef double lt_wide;
+LT_FN lt_wide lt_wide_from_bits(int hi, int lo) { return __hiloint2double(hi, lo); }
 
 // Compare-and-swap returning the value found (== expected when it swapped).
 LT_FN int lt_atomic_cas(lt_atomic_int* p, int expected, int desired) {

@@ -19,6 +19,20 @@ typedef atomic_uint lt_atomic_uint;
 typedef atomic_float lt_atomic_float;
 typedef uint lt_uint;
 #define LT_FLOAT_BITS(v) as_type<uint>(v)
+// The wide type point coordinates are quantised in (kernels/points.inc). CUDA uses double,
+// as the CPU core does; Metal has no double, so it is float here: a point far from the
+// origin (relative to the voxel size) can land in a neighbouring voxel of the one the CPU
+// core picks. A double arrives as two int32 words (high word first) and is rounded to
+// float (zero for subnormals; voxel sizes and origins are finite).
+typedef float lt_wide;
+LT_FN float lt_wide_from_bits(int hi, int lo) {
+  uint h = as_type<uint>(hi);
+  int e = int((h >> 20) & 0x7FFu);
+  if (e == 0) return 0.0f;
+  float m = 1.0f + ldexp(float(h & 0xFFFFFu), -20) + ldexp(float(as_type<uint>(lo)), -52);
+  float v = ldexp(m, e - 1023);
+  return (h >> 31) != 0u ? -v : v;
+}
 
 // Compare-and-swap returning the value found (== expected when it swapped). Metal's
 // weak exchange may fail spuriously; retry while the slot still holds `expected`.

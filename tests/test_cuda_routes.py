@@ -47,14 +47,14 @@ def test_every_entry_file_parses_and_names_its_shared_bodies():
     root = kernels.source_root()
     for dialect, ext in (("cuda", ".cu"), ("metal", ".metal")):
         stems = sorted(p.stem for p in (root / dialect).glob(f"*{ext}") if p.stem != "dialect")
-        assert stems == ["conv", "coords", "pool", "relations"], (dialect, stems)
+        assert stems == ["conv", "coords", "points", "pool", "relations"], (dialect, stems)
         for stem in stems:
             for e in kernels.entries(dialect, stem).values():
                 assert e.inputs and e.outputs and e.source.strip()
                 for use in e.uses:
                     assert (root / "kernels" / f"{use}.inc").is_file()
     # both dialects declare the same kernels with the same arguments
-    for stem in ("conv", "coords", "pool", "relations"):
+    for stem in ("conv", "coords", "points", "pool", "relations"):
         a, b = kernels.entries("cuda", stem), kernels.entries("metal", stem)
         cuda_side = {k: (v.inputs, v.outputs) for k, v in a.items() if k not in kernels.CUDA_ONLY}
         assert cuda_side == {k: (v.inputs, v.outputs) for k, v in b.items()}

@@ -19,9 +19,12 @@ from lattice.backends import kernels  # noqa: E402
 PRELUDE = (
     "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstdint>\n#include <cooperative_groups.h>\n"
 )
-FLOAT_NAMES = {"x", "w", "wt", "y", "dy", "feats"}
+FLOAT_NAMES = {"x", "w", "wt", "y", "dy", "feats"}  # the template dtype T (TW for w)
 # Arguments of a fixed type other than int32.
-FIXED_TYPES = {"kw": "float", "acc": "float", "dw": "float", "key": "uint32_t", "winner": "uint32_t"}
+FIXED_TYPES = {
+    "kw": "float", "acc": "float", "dw": "float", "points": "float", "weights": "float",
+    "key": "uint32_t", "winner": "uint32_t",
+}
 TEMPLATES = {
     "conv_implicit_gemm": [
         {"T": t, "TW": tw, "TN": tn}

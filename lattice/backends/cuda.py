@@ -4,6 +4,9 @@ bodies in ``kernels/*.inc``) run through ``mx.fast.cuda_kernel`` on MLX's GPU st
 - Coordinate sets: a GPU hash table of row indices keyed by full (b, x, y, z) rows
   (``build_table``), first-occurrence deduplication (``unique_rows``, ``downsample``,
   ``generated_support``). Only set sizes are read back to the host.
+- Points <-> voxels: voxelize's quantisation (``quantize``: the CPU core's voxels, inverse
+  and counts, and the table of the voxels) and devoxelize's corner lookup
+  (``point_voxel_map``).
 - Relations: dense out-major neighbour maps (``submanifold_map``, ``probe_map``) and
   their inverse (``invert_map``).
 - Convolution: an implicit GEMM over the map (``implicit_gemm``), float32 accumulation,
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
+import struct
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -107,7 +111,8 @@ def build_table(coords: mx.array) -> GpuTable:
 
 
 class NotRepresentable(ValueError):
-    """The GPU builder cannot make this set the way the CPU core would (overflow)."""
+    """The GPU route cannot give what the CPU core would (an overflow, or an input the CPU
+    core rejects): the caller runs the CPU route, which gives it or raises the precise error."""
 
 
 def _owners(t: GpuTable) -> mx.array:
@@ -131,10 +136,40 @@ def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
         dups = mx.sum(_owners(t) != mx.arange(n, dtype=mx.int32))
         stats = mx.concatenate([dups[None], mx.min(t.coords, axis=0), mx.max(t.coords, axis=0)])
         s = [int(v) for v in stats.tolist()]
-        span = 1
-        for lo, hi in zip(s[1:5], s[5:9], strict=True):
-            span *= hi - lo + 1
-        return t, s[0] == 0 and s[1] >= 0 and span < 2**64
+        return t, s[0] == 0 and s[1] >= 0 and _packs(s[1:5], s[5:9])
+
+
+def _packs(lo, hi) -> bool:
+    """Whether the box lo..hi (batch, x, y, z) packs into the CPU core's 64-bit key (the
+    product of the four extents below the empty key 2^64 - 1, csrc/core/pack.h)."""
+    span = 1
+    for a, b in zip(lo, hi, strict=True):
+        span *= b - a + 1
+    return span < 2**64 - 1
+
+
+def _first_occurrences(coords: mx.array) -> tuple[GpuTable, mx.array, mx.array]:
+    """(the table over the rows, each row's owner, the inclusive count of first occurrences
+    up to each row); no host read. ``rank[-1]`` is the number of unique rows."""
+    t = build_table(coords)
+    owner = _owners(t)
+    rank = mx.cumsum((owner == mx.arange(t.size, dtype=mx.int32)).astype(mx.int32))
+    return t, owner, rank
+
+
+def _compact(coords: mx.array, owner: mx.array, rank: mx.array, count: int) -> tuple[mx.array, mx.array]:
+    n = int(coords.shape[0])
+    out, inverse = _launch(
+        "coords", "compact", [coords, owner, rank, _params(n)], [(count, 4), (n,)], [mx.int32, mx.int32], n
+    )
+    return out, inverse
+
+
+def _unique_table(t: GpuTable, rank: mx.array, unique: mx.array) -> GpuTable:
+    """The table of the unique rows, from the table over all rows (whose slots hold first
+    occurrences): each slot renumbered to its unique row, nothing hashed again."""
+    slots = mx.where(t.slots >= 0, mx.take(rank, mx.maximum(t.slots, 0)) - 1, -1)
+    return GpuTable(unique, slots)
 
 
 def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
@@ -144,18 +179,8 @@ def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
         n = int(coords.shape[0])
         if n == 0:
             return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
-        owner = _owners(build_table(coords))
-        rank = mx.cumsum((owner == mx.arange(n, dtype=mx.int32)).astype(mx.int32))
-        count = int(rank[-1].item())
-        out, inverse = _launch(
-            "coords",
-            "compact",
-            [coords, owner, rank, _params(n)],
-            [(count, 4), (n,)],
-            [mx.int32, mx.int32],
-            n,
-        )
-        return out, inverse
+        _, owner, rank = _first_occurrences(coords)
+        return _compact(coords, owner, rank, int(rank[-1].item()))
 
 
 def downsample(coords: mx.array, stride) -> tuple[mx.array, mx.array]:
@@ -191,6 +216,92 @@ def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> m
         b = mx.broadcast_to(coords[:, None, :1], (n, kv, 1))
         cand = mx.concatenate([b, xyz], axis=2).reshape(n * kv, 4)
         return unique_rows(cand)[0]
+
+
+# ---- points <-> voxels ---------------------------------------------------------------------
+
+
+def _wide_params(*head: int, doubles) -> mx.array:
+    """``_params`` with doubles appended as two int32 words each, high word first
+    (kernels/points.inc decodes them with ``lt_wide_from_bits``)."""
+    words = []
+    for v in doubles:
+        lo, hi = struct.unpack("<ii", struct.pack("<d", float(v)))
+        words += [hi, lo]
+    return _params(*head, *words)
+
+
+def _point_inputs(points: mx.array, batch: mx.array | None) -> tuple[mx.array, mx.array]:
+    """float32 points (float16 / bfloat16 widen exactly) and int32 batch indices (0 when None)."""
+    n = int(points.shape[0])
+    pts = points if points.dtype == mx.float32 else points.astype(mx.float32)
+    return pts, mx.zeros((n,), dtype=mx.int32) if batch is None else _i32(batch.reshape(-1))
+
+
+def quantize(
+    points: mx.array, voxel_size, origin, batch: mx.array | None = None
+) -> tuple[mx.array, mx.array, mx.array, GpuTable]:
+    """The CPU core's quantisation on the GPU: (voxels (M, 4) int32 ``(batch, floor((p - origin)
+    / voxel_size))`` in first-occurrence order, each point's voxel row (N,), points per voxel
+    (M,), the GPU table of the voxels). Indices are computed in float64 from the float32
+    points, as the CPU core computes them.
+
+    Raises ``NotRepresentable`` where the CPU core raises (a non-finite point, an index past
+    int32, a negative batch index, a box that does not pack into its 64-bit key): the caller
+    runs the CPU route for the error. One host read: error flag, box and voxel count.
+    """
+    with mx.stream(mx.gpu):
+        n = int(points.shape[0])
+        check_index_range("quantize", points=3 * n, coordinates=4 * n)
+        if n == 0:
+            coords = mx.zeros((0, 4), dtype=mx.int32)
+            return coords, mx.zeros((0,), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32), build_table(coords)
+        pts, b = _point_inputs(points, batch)
+        params = _wide_params(n, doubles=(*voxel_size, *origin))
+        rows, bad = _launch(
+            "points", "quantize_points", [pts, b, params], [(n, 4), (n,)], [mx.int32, mx.int32], n
+        )
+        table, owner, rank = _first_occurrences(rows)
+        parts = [mx.max(bad)[None], mx.min(rows, axis=0), mx.max(rows, axis=0), rank[-1:]]
+        s = [int(v) for v in mx.concatenate(parts).tolist()]
+        if s[0] or not _packs(s[1:5], s[5:9]):
+            raise NotRepresentable("a point is not finite, its voxel index or batch index is out of range")
+        coords, inverse = _compact(rows, owner, rank, s[9])
+        counts = mx.zeros((s[9],), dtype=mx.int32).at[inverse].add(1)
+        return coords, inverse, counts, _unique_table(table, rank, coords)
+
+
+def point_voxel_map(
+    points: mx.array, table: GpuTable, voxel_size, origin, batch: mx.array | None, *, linear: bool
+) -> tuple[mx.array, mx.array]:
+    """(rows, weights) of the voxels of ``table`` that sample each point, as the CPU route
+    builds them: ``linear`` (N, 8) — the 8 voxels whose centres surround the point, trilinear
+    float32 weights renormalised over the present ones; else (N, 1) — the voxel holding the
+    point, weight 1 (-1 and 0 where absent). ``voxel_size`` already times the tensor stride.
+
+    Raises ``NotRepresentable`` where a voxel index leaves int32 or a point is not finite (the
+    CPU route decides those). One host read: the error flag.
+    """
+    with mx.stream(mx.gpu):
+        n, k = int(points.shape[0]), 8 if linear else 1
+        check_index_range("point_voxel_map", points=3 * n, rows=k * n)
+        if n == 0:
+            return mx.zeros((0, k), dtype=mx.int32), mx.zeros((0, k), dtype=mx.float32)
+        pts, b = _point_inputs(points, batch)
+        # no empty kernel inputs: an empty set's slots are all -1, its coords never read
+        coords = table.coords if table.size else mx.zeros((1, 4), dtype=mx.int32)
+        params = _wide_params(n, table.mask, int(linear), doubles=(*voxel_size, *origin))
+        rows, weights, bad = _launch(
+            "points",
+            "point_corners",
+            [pts, b, coords, table.slots, params],
+            [(n, k), (n, k), (n,)],
+            [mx.int32, mx.float32, mx.int32],
+            n,
+        )
+        if mx.max(bad).item():
+            raise NotRepresentable("a point is not finite or a voxel index overflows int32")
+        return rows, weights
 
 
 # ---- relations -----------------------------------------------------------------------------

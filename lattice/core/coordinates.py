@@ -95,15 +95,20 @@ class CoordinateManager:
 
             gpu_table, valid = cuda.build_checked_table(coords)
             if valid:
-                key = self._register(_Pending(coords), stride)
-                self._gpu_tables[key.id] = gpu_table
-                return key
+                return self.adopt(gpu_table, stride)
         return self._register(_ext.build_table(coords, op), stride)
 
     def adopt(self, table, stride=1) -> CoordinateMapKey:
-        """Registers a native table made by lattice's own coordinate functions (quantize,
-        union, dedup: unique rows by construction) without hashing its rows again."""
-        return self._register(table, int_triple(stride, "stride", "CoordinateManager.adopt", minimum=1))
+        """Registers a table made by lattice's own coordinate functions (quantize, union,
+        dedup: unique rows by construction) without hashing its rows again: a native table,
+        or a GPU table (``lattice.backends.cuda.GpuTable``) of a set known to be valid, whose
+        CPU table is built only if a CPU route asks."""
+        stride = int_triple(stride, "stride", "CoordinateManager.adopt", minimum=1)
+        if isinstance(table, _ext.CoordTable):
+            return self._register(table, stride)
+        key = self._register(_Pending(table.coords), stride)
+        self._gpu_tables[key.id] = table
+        return key
 
     def intern(self, coords, stride=1, *, op: str = "CoordinateManager.intern") -> CoordinateMapKey:
         """Like ``insert``, but the same coordinates at the same stride give the same key.

@@ -17,8 +17,9 @@ class SparseQuantization:
 
     ``coords`` (M, 4) int32 unique voxels in first-occurrence order;
     ``inverse_rows`` (N,) the voxel row of every point; ``counts`` (M,) points per voxel.
-    ``table``: the native hash table of ``coords`` (an ``_ext.CoordTable``), so a caller
-    can register it with a ``CoordinateManager`` instead of hashing the coords again.
+    ``table``: the hash table of ``coords`` — native (an ``_ext.CoordTable``), or a GPU
+    table (``lattice.backends.cuda.GpuTable``) where voxelize quantised on the GPU — so a
+    caller can register it with ``CoordinateManager.adopt`` instead of hashing the coords again.
     """
 
     coords: mx.array
@@ -26,6 +27,17 @@ class SparseQuantization:
     inverse_rows: mx.array
     counts: mx.array
     table: object = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class QuantizeInputs:
+    """Checked arguments of a quantisation: points (N, 3) floating (the active rows only),
+    voxel size and origin per axis, batch indices (N,) integers or None."""
+
+    points: mx.array
+    voxel_size: tuple[float, float, float]
+    origin: tuple[float, float, float]
+    batch: mx.array | None
 
 
 def _points(points, op: str) -> mx.array:
@@ -43,14 +55,10 @@ def _points(points, op: str) -> mx.array:
     return points
 
 
-def sparse_quantize(
+def quantize_inputs(
     points, voxel_size=1.0, *, batch_indices=None, origin=0.0, active_rows=None
-) -> SparseQuantization:
-    """Voxel indices ``floor((p - origin) / voxel_size)`` of points, deduplicated per batch.
-
-    ``voxel_size`` and ``origin`` take a number or one per axis. Non-finite points
-    or indices past int32 raise ValueError naming the point.
-    """
+) -> QuantizeInputs:
+    """The arguments of ``sparse_quantize``, checked and normalised (errors name sparse_quantize)."""
     op = "sparse_quantize"
     points = _points(points, op)
     vs = float_triple(voxel_size, "voxel_size", op, positive=True)
@@ -71,5 +79,27 @@ def sparse_quantize(
         if not mx.issubdtype(batch.dtype, mx.integer):
             raise TypeError(f"[{op}] batch_indices must be integers, got {batch.dtype}")
         batch = batch[:n]
-    table, inverse, counts = _ext.sparse_quantize(points, vs, org, batch)
+    return QuantizeInputs(points, vs, org, batch)
+
+
+def native_quantize(inputs: QuantizeInputs) -> SparseQuantization:
+    """``sparse_quantize`` of checked inputs by the native (CPU) quantizer."""
+    table, inverse, counts = _ext.sparse_quantize(
+        inputs.points, inputs.voxel_size, inputs.origin, inputs.batch
+    )
     return SparseQuantization(table.coords, table.size, inverse, counts, table)
+
+
+def sparse_quantize(
+    points, voxel_size=1.0, *, batch_indices=None, origin=0.0, active_rows=None
+) -> SparseQuantization:
+    """Voxel indices ``floor((p - origin) / voxel_size)`` of points, deduplicated per batch.
+
+    ``voxel_size`` and ``origin`` take a number or one per axis. Non-finite points
+    or indices past int32 raise ValueError naming the point.
+    """
+    return native_quantize(
+        quantize_inputs(
+            points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
+        )
+    )

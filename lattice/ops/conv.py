@@ -165,7 +165,7 @@ def _example(kind: str):
         kwargs = {"kernel_size": k, "device": req.device}
         if kind != "subm":
             kwargs["stride"] = req.stride
-        return (w,), kwargs
+        return (x, w), kwargs
 
     return build
 

@@ -1,9 +1,12 @@
 """Points <-> voxels: voxelize (with the point->voxel index), devoxelize, point-voxel maps.
 
-Voxel index of a point: ``floor((p - origin) / voxel_size)`` (computed in float64 for
-float64 points). Voxel ``i`` of a tensor at stride ``s`` covers
+Voxel index of a point: ``floor((p - origin) / voxel_size)``, computed in float64 (float32
+points widen exactly). Voxel ``i`` of a tensor at stride ``s`` covers
 ``[origin + i*s*voxel_size, origin + (i+1)*s*voxel_size)``; its centre is the
 sampling position for devoxelize.
+
+Routes (``lattice.routing.points``): the native CPU core, or under the CUDA tier lattice's
+kernels (``cuda/points.cu``), which give the same voxels, rows and order.
 """
 
 from __future__ import annotations
@@ -14,17 +17,21 @@ import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
-from lattice.core._checks import float_triple, int_triple
+from lattice.backends import cuda
+from lattice.core._checks import Triple, float_triple, int_triple
 from lattice.core.coordinates import CoordinateManager
-from lattice.core.points import SparseQuantization, sparse_quantize
+from lattice.core.points import QuantizeInputs, SparseQuantization, native_quantize, quantize_inputs
 from lattice.core.tensor import SparseTensor
-from lattice.routing import requested_device
+from lattice.ops.features import _dtype_name
+from lattice.routing import Route, requested_device
+from lattice.routing.explain import explainable
 from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
 
 
 @dataclass(frozen=True)
 class PointVoxelMap:
-    """For each point, up to 8 voxel rows (-1 where absent) and normalised weights (N, 8)."""
+    """For each point, its voxel rows (-1 where absent) and normalised weights: (N, 8) for
+    linear interpolation, (N, 1) for nearest."""
 
     rows: mx.array
     weights: mx.array
@@ -104,6 +111,83 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction: str, 
     return mx.take_along_axis(feats, arg, axis=0)
 
 
+@dataclass(frozen=True)
+class VoxelizePlan:
+    """What voxelize runs: its route, the checked quantisation inputs and the features."""
+
+    route: Route
+    inputs: QuantizeInputs
+    feats: mx.array | None
+    reduction: str
+    level: Triple
+
+
+@dataclass(frozen=True)
+class DevoxelizePlan:
+    """The route of devoxelize / build_point_voxel_map."""
+
+    route: Route
+
+
+def _voxelize_plan(
+    points,
+    feats=None,
+    voxel_size=1.0,
+    *,
+    batch_indices=None,
+    origin=0.0,
+    active_rows=None,
+    reduction="mean",
+    stride=1,
+    return_index=False,
+    device=None,
+) -> VoxelizePlan:
+    op = "voxelize"
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"[{op}] reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    level = int_triple(stride, "stride", op, minimum=1)
+    if feats is None and reduction != "count":
+        raise ValueError(f"[{op}] feats are required for reduction {reduction!r}")
+    if feats is not None and not isinstance(feats, mx.array):
+        feats = mx.array(np.asarray(feats))
+    inputs = quantize_inputs(
+        points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
+    )
+    channels = 1 if feats is None else (feats.shape[1] if feats.ndim == 2 else -1)
+    req = PointsRequest(
+        op,
+        int(inputs.points.shape[0]),
+        channels,
+        reduction,
+        device=requested_device(device),
+        points_dtype=_dtype_name(inputs.points.dtype),
+        dtype="float32" if feats is None else _dtype_name(feats.dtype),
+    )
+    route = route_points(req).require("cpu.hash_quantize_segment_reduce", "cuda.hash_quantize")
+    return VoxelizePlan(route, inputs, feats, reduction, level)
+
+
+def _quantize(plan: VoxelizePlan) -> SparseQuantization:
+    """The voxels of the points on the plan's route; the native quantizer words the errors."""
+    if plan.route.backend == "cuda":
+        a = plan.inputs
+        try:
+            coords, inverse, counts, table = cuda.quantize(a.points, a.voxel_size, a.origin, a.batch)
+            return SparseQuantization(coords, int(coords.shape[0]), inverse, counts, table)
+        except cuda.NotRepresentable:
+            pass  # the native quantizer raises the precise error
+    return native_quantize(plan.inputs)
+
+
+def _voxelize_example(x, req):
+    """``lattice explain voxelize``: the centres of ``x``'s voxels as the points (lazy arrays)."""
+    coords = x.coords[: x.active_count]
+    points = coords[:, 1:].astype(mx.float32) + 0.5
+    feats = mx.zeros((coords.shape[0], req.channels[0]), dtype=getattr(mx, req.dtype))
+    return (points, feats), {"batch_indices": coords[:, 0], "device": req.device}
+
+
+@explainable(_voxelize_plan, example=_voxelize_example)
 def voxelize(
     points,
     feats=None,
@@ -121,37 +205,67 @@ def voxelize(
 
     ``reduction``: mean | sum | max | first | count (count needs no features: one channel
     of point counts). With ``return_index=True`` also returns the voxel row of every
-    point (int32 (N,)), to map voxel results back to the original points.
+    point (int32 (N,)), to map voxel results back to the original points. On the CUDA
+    route (``device`` or MLX's default a CUDA GPU) everything stays on the GPU.
     """
-    op = "voxelize"
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"[{op}] reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    level = int_triple(stride, "stride", op, minimum=1)
-    if feats is None and reduction != "count":
-        raise ValueError(f"[{op}] feats are required for reduction {reduction!r}")
-    if feats is not None and not isinstance(feats, mx.array):
-        feats = mx.array(np.asarray(feats))
-    channels = 1 if feats is None else (feats.shape[1] if feats.ndim == 2 else -1)
-    route = route_points(
-        PointsRequest(op, int(np.shape(points)[0]), channels, reduction, device=requested_device(device))
+    plan = _voxelize_plan(
+        points,
+        feats,
+        voxel_size,
+        batch_indices=batch_indices,
+        origin=origin,
+        active_rows=active_rows,
+        reduction=reduction,
+        stride=stride,
+        device=device,
     )
-    route.require("cpu.hash_quantize_segment_reduce")
-    q = sparse_quantize(
-        points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
-    )
+    q = _quantize(plan)
+    feats = plan.feats
     if feats is not None and active_rows is not None:
         feats = feats[: q.inverse_rows.shape[0]]
-    vfeats = _voxelize_features(feats, q, reduction, host_sums=True)
-    # The quantizer's hash table already holds these unique coords: register it rather than
-    # letting SparseTensor hash them again (about 15 % of the call on a 200k-point scan).
+    on_gpu = plan.route.backend == "cuda"
+    with mx.stream(mx.gpu if on_gpu else mx.default_device()):
+        vfeats = _voxelize_features(feats, q, plan.reduction, host_sums=not on_gpu)
+    # The quantizer's hash table (native, or the GPU table) already holds these unique coords:
+    # register it rather than letting SparseTensor hash them again (about 15 % of the call on
+    # a 200k-point scan on the CPU).
     manager = CoordinateManager()
-    key = manager.adopt(q.table, level)
-    tensor = SparseTensor(q.coords, vfeats, level, coord_key=key, coord_manager=manager)
+    key = manager.adopt(q.table, plan.level)
+    tensor = SparseTensor(q.coords, vfeats, plan.level, coord_key=key, coord_manager=manager)
     return (tensor, q.inverse_rows) if return_index else tensor
 
 
+def _points_dtype(points) -> str:
+    return _dtype_name(points.dtype) if isinstance(points, mx.array) else np.asarray(points).dtype.name
+
+
+def _corner_route(points, voxels, interpolation, device) -> Route:
+    op = "devoxelize"
+    if not isinstance(voxels, SparseTensor):
+        raise TypeError(f"[{op}] voxels must be a SparseTensor, got {type(voxels).__name__}")
+    if interpolation not in ("linear", "nearest"):
+        raise ValueError(f"[{op}] interpolation must be 'linear' or 'nearest', got {interpolation!r}")
+    req = PointsRequest(
+        op,
+        int(np.shape(points)[0]),
+        voxels.channels,
+        interpolation=interpolation,
+        device=requested_device(device),
+        points_dtype=_points_dtype(points),
+        dtype=_dtype_name(voxels.dtype),
+    )
+    return route_points(req).require("cpu.hash_corner_lookup", "cuda.corner_lookup")
+
+
 def build_point_voxel_map(
-    points, voxels: SparseTensor, voxel_size=1.0, *, batch_indices=None, origin=0.0, interpolation="linear"
+    points,
+    voxels: SparseTensor,
+    voxel_size=1.0,
+    *,
+    batch_indices=None,
+    origin=0.0,
+    interpolation="linear",
+    device=None,
 ) -> PointVoxelMap:
     """Voxel rows and weights that sample ``voxels`` at ``points``.
 
@@ -159,25 +273,57 @@ def build_point_voxel_map(
     voxels weight 0, the rest renormalised to sum 1 (a point with no voxel around gets
     all-zero weights). ``nearest``: the voxel containing the point, weight 1 (or -1 / 0).
     """
+    route = _corner_route(points, voxels, interpolation, device)
+    return _point_voxel_map(points, voxels, voxel_size, batch_indices, origin, interpolation, route)
+
+
+def _point_voxel_map(
+    points, voxels, voxel_size, batch_indices, origin, interpolation, route
+) -> PointVoxelMap:
     op = "devoxelize"
-    if interpolation not in ("linear", "nearest"):
-        raise ValueError(f"[{op}] interpolation must be 'linear' or 'nearest', got {interpolation!r}")
+    shape = tuple(np.shape(points))
+    if len(shape) != 2 or shape[1] != 3:
+        raise ValueError(f"[{op}] points must have shape (N, 3), got {shape}")
+    vs = tuple(
+        v * s
+        for v, s in zip(float_triple(voxel_size, "voxel_size", op, positive=True), voxels.stride, strict=True)
+    )
+    org = float_triple(origin, "origin", op)
+    n = shape[0]
+    batch = None
+    if batch_indices is not None:
+        batch = (
+            batch_indices.reshape(-1)
+            if isinstance(batch_indices, mx.array)
+            else np.asarray(batch_indices, np.int64).reshape(-1)
+        )
+        if tuple(batch.shape) != (n,):
+            raise ValueError(f"[{op}] batch_indices must have shape ({n},), got {tuple(batch.shape)}")
+    if route.backend == "cuda":
+        pts = points if isinstance(points, mx.array) else mx.array(np.asarray(points))
+        b = batch if batch is None or isinstance(batch, mx.array) else mx.array(batch)
+        table = voxels.coord_manager.gpu_table(voxels.coord_key)
+        try:
+            return PointVoxelMap(
+                *cuda.point_voxel_map(pts, table, vs, org, b, linear=interpolation == "linear")
+            )
+        except cuda.NotRepresentable:
+            pass  # the CPU route decides (and words the error)
+    table = voxels.coord_manager.table(voxels.coord_key)
+    return _host_point_voxel_map(points, table, vs, org, batch, interpolation == "linear", op)
+
+
+def _host_point_voxel_map(points, table, vs, org, batch, linear: bool, op: str) -> PointVoxelMap:
+    """The CPU route: indices and weights in NumPy (float64), rows from the native table."""
+    if isinstance(points, mx.array) and points.dtype == mx.bfloat16:
+        points = points.astype(mx.float32)  # exact; NumPy has no bfloat16
     pts = np.asarray(points, dtype=np.float64)
-    if pts.ndim != 2 or pts.shape[1] != 3:
-        raise ValueError(f"[{op}] points must have shape (N, 3), got {pts.shape}")
     if not np.all(np.isfinite(pts)):
         raise ValueError(f"[{op}] points must be finite")
-    vs = np.asarray(float_triple(voxel_size, "voxel_size", op, positive=True)) * np.asarray(voxels.stride)
-    org = np.asarray(float_triple(origin, "origin", op))
     n = len(pts)
-    batch = (
-        np.zeros(n, np.int64) if batch_indices is None else np.asarray(batch_indices, np.int64).reshape(-1)
-    )
-    if batch.shape != (n,):
-        raise ValueError(f"[{op}] batch_indices must have shape ({n},), got {batch.shape}")
-    u = (pts - org) / vs
-    table = voxels.coord_manager.table(voxels.coord_key)
-    if interpolation == "nearest":
+    batch = np.zeros(n, np.int64) if batch is None else np.asarray(batch, np.int64)
+    u = (pts - np.asarray(org)) / np.asarray(vs)
+    if not linear:
         q = np.concatenate([batch[:, None], np.floor(u)], axis=1).astype(np.int32)
         rows = np.asarray(_ext.lookup(table, mx.array(q)))[:, None]
         return PointVoxelMap(mx.array(rows), mx.array((rows >= 0).astype(np.float32)))
@@ -197,13 +343,39 @@ def build_point_voxel_map(
 
 
 def interpolate_point_features(voxel_feats: mx.array, point_voxel_map: PointVoxelMap) -> mx.array:
-    """``sum_j weights[:, j] * voxel_feats[rows[:, j]]`` (N, C); differentiable in the features."""
+    """``sum_j weights[:, j] * voxel_feats[rows[:, j]]`` (N, C); differentiable in the features.
+    No voxels (or no points) give zeros."""
     rows = mx.maximum(point_voxel_map.rows, 0)
-    gathered = voxel_feats[rows.reshape(-1)].reshape(*rows.shape, voxel_feats.shape[-1])
+    c = voxel_feats.shape[-1]
+    if rows.size == 0 or voxel_feats.shape[0] == 0:
+        return mx.zeros((rows.shape[0], c), dtype=voxel_feats.dtype)
+    gathered = voxel_feats[rows.reshape(-1)].reshape(*rows.shape, c)
     w = point_voxel_map.weights.astype(mx.float32)[..., None]
     return mx.sum(gathered.astype(mx.float32) * w, axis=1).astype(voxel_feats.dtype)
 
 
+def _devoxelize_plan(
+    points,
+    voxels: SparseTensor,
+    voxel_size=1.0,
+    *,
+    batch_indices=None,
+    origin=0.0,
+    interpolation="linear",
+    point_voxel_map=None,
+    device=None,
+) -> DevoxelizePlan:
+    return DevoxelizePlan(_corner_route(points, voxels, interpolation, device))
+
+
+def _devoxelize_example(x, req):
+    """``lattice explain devoxelize``: ``x`` sampled at the centres of its voxels (lazy arrays)."""
+    coords = x.coords[: x.active_count]
+    points = coords[:, 1:].astype(mx.float32) + 0.5
+    return (points, x), {"batch_indices": coords[:, 0], "device": req.device}
+
+
+@explainable(_devoxelize_plan, example=_devoxelize_example)
 def devoxelize(
     points,
     voxels: SparseTensor,
@@ -216,21 +388,10 @@ def devoxelize(
     device=None,
 ) -> mx.array:
     """Sample voxel features at points (trilinear over the 8 surrounding voxel centres, or nearest)."""
-    op = "devoxelize"
-    if not isinstance(voxels, SparseTensor):
-        raise TypeError(f"[{op}] voxels must be a SparseTensor, got {type(voxels).__name__}")
-    route = route_points(
-        PointsRequest(
-            op,
-            int(np.shape(points)[0]),
-            voxels.channels,
-            interpolation=interpolation,
-            device=requested_device(device),
-        )
-    )
-    route.require("cpu.hash_corner_lookup")
-    pvm = point_voxel_map or build_point_voxel_map(
-        points, voxels, voxel_size, batch_indices=batch_indices, origin=origin, interpolation=interpolation
+    route = _devoxelize_plan(points, voxels, interpolation=interpolation, device=device).route
+    pvm = point_voxel_map or _point_voxel_map(
+        points, voxels, voxel_size, batch_indices, origin, interpolation, route
     )
     feats = voxels.feats[: voxels.active_count]
-    return interpolate_point_features(feats, pvm)
+    with mx.stream(mx.gpu if route.backend == "cuda" else mx.default_device()):
+        return interpolate_point_features(feats, pvm)

@@ -150,7 +150,7 @@ def _local(op: str, fixed_mode: PoolMode | None):
 
 
 def _kernel_example(x, req):
-    return (), {"kernel_size": req.kernel_size, "stride": req.stride, "device": req.device}
+    return (x,), {"kernel_size": req.kernel_size, "stride": req.stride, "device": req.device}
 
 
 _POOL3D_PLAN = _local("pool3d", None)
@@ -264,7 +264,7 @@ def _trilinear_plan(x, target=None, *, stride=2, device=None) -> PoolPlan:
 
 
 def _stride_example(x, req):
-    return (), {"stride": req.stride, "device": req.device}
+    return (x,), {"stride": req.stride, "device": req.device}
 
 
 @explainable(_trilinear_plan, example=_stride_example)
@@ -326,7 +326,7 @@ def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
 
 
 def _device_example(x, req):
-    return (), {"device": req.device}
+    return (x,), {"device": req.device}
 
 
 _GLOBAL_PLAN = _global_plan_for("global_pool", None)

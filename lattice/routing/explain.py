@@ -19,8 +19,9 @@ _EXAMPLES: dict[str, Callable] = {}
 def explainable(plan: Callable, *, example: Callable | None = None) -> Callable[[Callable], Callable]:
     """Marks ``op`` as planned by ``plan`` (same arguments; returns an object with ``.route``).
 
-    ``example(x, request)`` builds the op's other arguments for ``lattice explain``
-    from a tensor and an ``ExplainRequest`` (channels, kernel, dtype...).
+    ``example(x, request)`` builds the op's call ``(args, kwargs)`` for ``lattice explain``
+    from a tensor and an ``ExplainRequest`` (channels, kernel, dtype...): tensor ops pass
+    ``x`` first, point ops (voxelize, devoxelize) sample points from it.
     """
 
     def wrap(op: Callable) -> Callable:
@@ -73,7 +74,7 @@ def explain_on(op: str, x, request: ExplainRequest) -> Route:
     if op not in _EXAMPLES:
         raise ValueError(f"[explain] {op} cannot be explained from the command line yet")
     args, kwargs = _EXAMPLES[op](x, request)
-    return explain(op, x, *args, **kwargs)
+    return explain(op, *args, **kwargs)
 
 
 TRANSPOSED_OPS = (

@@ -1,4 +1,12 @@
-"""Route selection for point/voxel operations."""
+"""Route selection for point/voxel operations: voxelize (quantise, then reduce the point
+features per voxel) and devoxelize (look up each point's voxels, then a weighted gather).
+
+Under the CUDA tier a GPU request takes lattice's kernels (``cuda/points.cu``): they read
+float32 points (float16 / bfloat16 widen exactly) and compute voxel indices in float64 as
+the CPU core does, so both routes give the same voxels, rows and order. float64 points
+(and integer points of devoxelize, which the CPU route reads as float64) keep their
+precision on the CPU route: MLX has no float64 on the GPU.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ from lattice.routing.device import Capability, capability
 from lattice.routing.types import Route, RouteBuilder, Tier
 
 REDUCTIONS = ("mean", "sum", "max", "first", "count")
+GPU_POINT_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -18,24 +27,61 @@ class PointsRequest:
     reduction: str = "mean"
     interpolation: str = "linear"
     device: str = "cpu"
+    points_dtype: str = "float32"  # as the op reads them
+    dtype: str = "float32"  # features: voxelize's point features, devoxelize's voxel features
+
+
+def _cuda_blocker(req: PointsRequest) -> str | None:
+    """Why the CUDA route cannot take this request, or None."""
+    if req.points_dtype not in GPU_POINT_DTYPES:
+        return (
+            f"points are {req.points_dtype}: the kernels read {' / '.join(GPU_POINT_DTYPES)} points and "
+            "MLX has no float64 on the GPU; the CPU route computes from float64 points"
+        )
+    if req.dtype == "float64":
+        return "features are float64: MLX has no float64 on the GPU"
+    return None
+
+
+def _cuda_reason(req: PointsRequest, voxelize: bool) -> str:
+    if voxelize:
+        return (
+            "one thread per point: voxel index floor((p - origin) / voxel_size) in float64 (as the CPU "
+            "core), hashed into a GPU table that keeps the first occurrence; voxels compacted in point "
+            f"order, then a {req.reduction} segment reduction in MLX ops on the GPU stream; one host read "
+            "(voxel count, error flag, box)"
+        )
+    what = (
+        "the 8 voxels whose centres surround it (float32 trilinear weights renormalised over the present "
+        "ones)"
+        if req.interpolation == "linear"
+        else "the voxel holding it"
+    )
+    return (
+        f"one thread per point looks up {what} in the voxels' GPU hash table (indices in float64); "
+        "features gathered in MLX ops on the GPU stream; one host read (error flag)"
+    )
 
 
 def route_points(req: PointsRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
-    rb = RouteBuilder(
-        req.op,
-        {
-            "n_points": req.n_points,
-            "channels": req.channels,
-            "reduction": req.reduction,
-            "interpolation": req.interpolation,
-            "device": req.device,
-        },
-    )
+    voxelize = req.op in ("voxelize", "voxelize_features")
+    gpu_algorithm = "hash_quantize" if voxelize else "corner_lookup"
+    facts = {"n_points": req.n_points, "channels": req.channels}
+    facts |= {"reduction": req.reduction} if voxelize else {"interpolation": req.interpolation}
+    facts |= {"points_dtype": req.points_dtype, "dtype": req.dtype, "device": req.device}
+    rb = RouteBuilder(req.op, facts)
     if req.device == "gpu":
-        tier = "gpu-cuda" if cap.has(Tier.GPU_CUDA) else "gpu-metal" if cap.has(Tier.GPU_METAL) else "gpu"
-        rb.reject(tier, "hash_quantize", "no GPU point/voxel kernels in this build")
-    if req.op in ("voxelize", "voxelize_features"):
+        if cap.has(Tier.GPU_CUDA):
+            blocker = _cuda_blocker(req)
+            if blocker is None:
+                return rb.take("cuda", gpu_algorithm, _cuda_reason(req, voxelize))
+            rb.reject("cuda", gpu_algorithm, blocker)
+        elif cap.has(Tier.GPU_METAL):
+            rb.reject("metal", gpu_algorithm, "Metal kernels are not wired (never run on Apple hardware)")
+        else:
+            rb.reject("gpu", gpu_algorithm, "no GPU device in this process")
+    if voxelize:
         return rb.take(
             "cpu",
             "hash_quantize_segment_reduce",
