@@ -224,6 +224,7 @@ def test_error_mode_and_inputs():
 _THREADS_SCRIPT = """
 import hashlib, sys
 import mlx.core as mx, numpy as np
+mx.set_default_device(mx.cpu)  # the CPU routes' thread count is the subject (GPU sums use atomics)
 sys.path.insert(0, {tests!r})
 from test_pool import cloud_coords, features
 from lattice import ops

@@ -35,7 +35,10 @@ def test_global_matches_oracle(name, mode):
     ref = rp.global_pool(coords, f, mode)
     assert y.shape == ref.shape and y.dtype == mx.float32
     np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(np.asarray(FNS[mode](x)), np.asarray(y))
+    if mx.default_device() == mx.cpu:  # one route, one order: bit-equal
+        np.testing.assert_array_equal(np.asarray(FNS[mode](x)), np.asarray(y))
+    else:  # the GPU route's float32 atomics add in any order (sum / avg)
+        np.testing.assert_allclose(np.asarray(FNS[mode](x)), np.asarray(y), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("mode", ["sum", "avg"])
