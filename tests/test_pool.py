@@ -224,9 +224,11 @@ def test_error_mode_and_inputs():
 _THREADS_SCRIPT = """
 import hashlib, sys
 import mlx.core as mx, numpy as np
-mx.set_default_device(mx.cpu)  # the CPU routes' thread count is the subject (GPU sums use atomics)
 sys.path.insert(0, {tests!r})
 from test_pool import cloud_coords, features
+# after the test imports (conftest sets LATTICE_TEST_DEVICE's device): the CPU routes' thread
+# count is the subject (the GPU's global sums use atomics)
+mx.set_default_device(mx.cpu)
 from lattice import ops
 from lattice.core import SparseTensor
 c = np.concatenate([cloud_coords("dense_block"), cloud_coords("batched")[:, :] + [[3, 0, 0, 0]]])
