@@ -27,6 +27,32 @@ import pytest  # noqa: E402
 if os.environ.get("LATTICE_TEST_DEVICE") in ("cpu", "gpu"):
     mx.set_default_device(getattr(mx, os.environ["LATTICE_TEST_DEVICE"]))
 
+def point_cloud(kind: str, seed: int = 0) -> np.ndarray:
+    """(N, 3) float32 points of one distribution (test_quantize, test_cuda_points)."""
+    rng = np.random.default_rng(seed + sum(map(ord, kind)))
+    if kind == "empty":
+        return np.zeros((0, 3), np.float32)
+    if kind == "single":
+        return np.array([[-0.3, 1.7, -2.2]], np.float32)
+    if kind == "random":  # many points per voxel, negative coordinates
+        return rng.uniform(-3.0, 3.0, size=(2000, 3)).astype(np.float32)
+    if kind == "isolated":
+        return (rng.integers(-50, 50, size=(200, 3)) * 7.3).astype(np.float32)
+    if kind == "line":
+        t = np.linspace(-5, 5, 301)
+        return np.stack([t, 0.5 * t - 1, np.full_like(t, 0.25)], axis=1).astype(np.float32)
+    if kind == "plane":
+        u, v = rng.uniform(-4, 4, size=(2, 1500))
+        return np.stack([u, v, 0.1 * u + 0.05], axis=1).astype(np.float32)
+    if kind == "on_boundaries":  # exact multiples of the voxel sizes used, positive and negative
+        g = np.arange(-4, 5) * 0.5
+        x, y, z = np.meshgrid(g, g, g, indexing="ij")
+        return np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1).astype(np.float32)
+    if kind == "far":  # far from the origin relative to the voxel size: float64 indices matter
+        return (rng.uniform(-1, 1, size=(500, 3)) * 1e4 + 3e5).astype(np.float32)
+    raise KeyError(kind)
+
+
 # (kernel_size, stride, padding, dilation) of the forward relations and convolutions the
 # oracle tests sweep (test_relations.py, test_conv.py).
 FORWARD_GEOMETRIES = [

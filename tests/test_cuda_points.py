@@ -18,6 +18,7 @@ import json
 import mlx.core as mx
 import numpy as np
 import pytest
+from conftest import point_cloud
 from typer.testing import CliRunner
 
 import lattice
@@ -33,26 +34,6 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device in this pro
 
 REDUCTIONS = ("mean", "sum", "max", "first", "count")
 TOL = {mx.float32: 1e-5, mx.float16: 3e-3}
-
-
-def _points(kind: str, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed + sum(map(ord, kind)))
-    if kind == "empty":
-        return np.zeros((0, 3), np.float32)
-    if kind == "single":
-        return np.array([[-0.3, 1.7, -2.2]], np.float32)
-    if kind == "random":  # many points per voxel, negative coordinates
-        return rng.uniform(-3.0, 3.0, size=(3000, 3)).astype(np.float32)
-    if kind == "line":
-        t = np.linspace(-5, 5, 301)
-        return np.stack([t, 0.5 * t - 1, np.full_like(t, 0.25)], axis=1).astype(np.float32)
-    if kind == "on_boundaries":  # exact multiples of the voxel sizes below, positive and negative
-        g = np.arange(-4, 5) * 0.5
-        x, y, z = np.meshgrid(g, g, g, indexing="ij")
-        return np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1).astype(np.float32)
-    if kind == "far":  # far from the origin relative to the voxel size: float64 indices matter
-        return (rng.uniform(-1, 1, size=(500, 3)) * 1e4 + 3e5).astype(np.float32)
-    raise KeyError(kind)
 
 
 KINDS = ["empty", "single", "random", "line", "on_boundaries", "far"]
@@ -108,7 +89,7 @@ def _assert_feats(got: mx.array, ref: mx.array, reduction: str, dtype) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("batched", [False, True])
 def test_gpu_voxelize_equals_the_cpu_route(kind, settings, batched):
-    pts = _points(kind)
+    pts = point_cloud(kind)
     batch = _batches(len(pts)) if batched else None
     for dtype in (mx.float32, mx.float16):
         f = _feats(len(pts), dtype=dtype)
@@ -133,7 +114,7 @@ def test_gpu_voxelize_equals_the_cpu_route(kind, settings, batched):
 
 @needs_cuda
 def test_gpu_voxelize_keeps_the_counts_inverse_and_table_of_the_cpu_quantizer():
-    pts = _points("random")
+    pts = point_cloud("random")
     batch = _batches(len(pts))
     (g, gi), (c, ci) = _both(
         lambda d: voxelize(
@@ -158,7 +139,7 @@ def test_gpu_voxelize_keeps_the_counts_inverse_and_table_of_the_cpu_quantizer():
 @needs_cuda
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_gpu_voxelize_with_active_rows_stride_and_origin(reduction):
-    pts = _points("random")
+    pts = point_cloud("random")
     pts[-5:] = np.nan  # past active_rows: never read
     batch = _batches(len(pts))
     feats = None if reduction == "count" else _feats(len(pts))
@@ -184,7 +165,7 @@ def test_gpu_voxelize_with_active_rows_stride_and_origin(reduction):
 
 @needs_cuda
 def test_gpu_voxelize_takes_points_in_half_precision_and_mlx_arrays():
-    pts = mx.array(_points("random"))
+    pts = mx.array(point_cloud("random"))
     for dtype in (mx.float16, mx.bfloat16):
         p = pts.astype(dtype)
         g, c = _both(lambda d, p=p: voxelize(p, None, 0.25, reduction="count", device=d))
@@ -198,7 +179,7 @@ def test_gpu_voxelize_takes_points_in_half_precision_and_mlx_arrays():
 
 @needs_cuda
 def test_gpu_voxelize_errors_are_the_cpu_errors():
-    pts = _points("random")[:50].copy()
+    pts = point_cloud("random")[:50].copy()
     feats = _feats(50)
     nan = pts.copy()
     nan[7, 1] = np.nan
@@ -218,7 +199,7 @@ def test_gpu_voxelize_errors_are_the_cpu_errors():
 @needs_cuda
 @pytest.mark.parametrize("reduction", ["mean", "sum", "max", "first"])
 def test_gpu_voxelize_gradients_equal_the_cpu_route(reduction):
-    pts = _points("random")[:800]
+    pts = point_cloud("random")[:800]
     batch = _batches(len(pts))
     feats = _feats(len(pts), c=4)
     x_cpu = voxelize(pts, feats, 0.5, batch_indices=batch, reduction=reduction, device="cpu")
@@ -237,7 +218,7 @@ def test_gpu_voxelize_gradients_equal_the_cpu_route(reduction):
 def _scene(seed=0, stride=1, voxel=0.5, c=3, dtype=mx.float32):
     """Query points with their batches, and on each device the voxels of two thirds of
     them: the others fall in partial corner sets or in no voxel (the last 10, far away)."""
-    pts = np.concatenate([_points("random", seed), np.full((10, 3), 50.0, np.float32)])
+    pts = np.concatenate([point_cloud("random", seed), np.full((10, 3), 50.0, np.float32)])
     batch = _batches(len(pts))
     n = len(pts) - 10
     f = _feats(n, c=c, dtype=dtype)
@@ -280,7 +261,7 @@ def test_gpu_devoxelize_equals_the_cpu_route(interpolation, stride, dtype):
 
 @needs_cuda
 def test_gpu_devoxelize_with_per_axis_voxels_origin_and_half_points():
-    pts = _points("random")
+    pts = point_cloud("random")
     vs, org = (0.4, 0.3, 0.5), (-1.0, 0.25, 2.0)
     xg, xc = _both(lambda d: voxelize(pts[::2], _feats(len(pts))[::2], vs, origin=org, device=d))
     for p in (pts, mx.array(pts).astype(mx.float16), mx.array(pts).astype(mx.bfloat16)):
@@ -293,7 +274,7 @@ def test_gpu_devoxelize_with_per_axis_voxels_origin_and_half_points():
 
 @needs_cuda
 def test_gpu_devoxelize_on_empty_and_single_inputs_and_far_points():
-    pts = _points("random")[:20]
+    pts = point_cloud("random")[:20]
     xg, xc = _both(lambda d: voxelize(pts, _feats(20), 0.5, device=d))
     empty = np.zeros((0, 3), np.float32)
     assert devoxelize(empty, xg, 0.5, device="gpu").shape == (0, 3)
@@ -312,7 +293,7 @@ def test_gpu_devoxelize_on_empty_and_single_inputs_and_far_points():
 
 @needs_cuda
 def test_gpu_devoxelize_errors_are_the_cpu_errors():
-    pts = _points("random")[:30].copy()
+    pts = point_cloud("random")[:30].copy()
     x = voxelize(pts, _feats(30), 0.5, device="cpu")
     nan = pts.copy()
     nan[4, 0] = np.nan
@@ -388,7 +369,7 @@ def fake_cuda(monkeypatch):
 
 
 def test_explain_names_the_cuda_routes_without_running_them(fake_cuda):
-    pts = _points("random")[:100]
+    pts = point_cloud("random")[:100]
     feats = _feats(100)
     route = lattice.explain(voxelize, pts, feats, 0.5, reduction="max", device="gpu")
     assert route.name == "cuda.hash_quantize" and "max segment reduction" in route.reason
@@ -419,7 +400,7 @@ def test_voxelize_runs_the_route_explain_reports_on_the_cpu(monkeypatch):
     seen = []
     real = points_ops.native_quantize
     monkeypatch.setattr(points_ops, "native_quantize", lambda inputs: seen.append("cpu") or real(inputs))
-    pts, feats = _points("line"), _feats(301)
+    pts, feats = point_cloud("line"), _feats(301)
     route = lattice.explain(voxelize, pts, feats, 0.5, device="cpu")
     voxelize(pts, feats, 0.5, device="cpu")
     assert route.name == "cpu.hash_quantize_segment_reduce" and seen == ["cpu"]
@@ -427,5 +408,5 @@ def test_voxelize_runs_the_route_explain_reports_on_the_cpu(monkeypatch):
 
 def test_devoxelize_onto_no_voxels_gives_zeros_on_the_cpu_route():
     empty = voxelize(np.zeros((0, 3), np.float32), np.zeros((0, 2), np.float32), 0.5, device="cpu")
-    out = devoxelize(_points("line")[:5], empty, 0.5, device="cpu")
+    out = devoxelize(point_cloud("line")[:5], empty, 0.5, device="cpu")
     assert out.shape == (5, 2) and not np.array(out).any()

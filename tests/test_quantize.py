@@ -5,34 +5,11 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from conftest import point_cloud
 from reference import coords as rc
 
 import lattice
 from lattice.core import SparseQuantization, sparse_quantize
-
-
-def _points(kind: str) -> np.ndarray:
-    rng = np.random.default_rng(sum(map(ord, kind)))
-    if kind == "empty":
-        return np.zeros((0, 3), np.float32)
-    if kind == "single":
-        return np.array([[-0.3, 1.7, -2.2]], np.float32)
-    if kind == "random":  # many points per voxel, negative coordinates
-        return rng.uniform(-3.0, 3.0, size=(2000, 3)).astype(np.float32)
-    if kind == "isolated":
-        return (rng.integers(-50, 50, size=(200, 3)) * 7.3).astype(np.float32)
-    if kind == "line":
-        t = np.linspace(-5, 5, 301)
-        return np.stack([t, 0.5 * t - 1, np.full_like(t, 0.25)], axis=1).astype(np.float32)
-    if kind == "plane":
-        u, v = rng.uniform(-4, 4, size=(2, 1500))
-        return np.stack([u, v, 0.1 * u + 0.05], axis=1).astype(np.float32)
-    if kind == "on_boundaries":  # exact multiples of the voxel size, positive and negative
-        g = np.arange(-4, 5) * 0.5
-        x, y, z = np.meshgrid(g, g, g, indexing="ij")
-        return np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1).astype(np.float32)
-    raise KeyError(kind)
-
 
 KINDS = ["empty", "single", "random", "isolated", "line", "plane", "on_boundaries"]
 SETTINGS = [
@@ -56,13 +33,13 @@ def _check(q: SparseQuantization, ref) -> None:
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
 @pytest.mark.parametrize("kind", KINDS)
 def test_sparse_quantize_matches_reference(kind, settings):
-    pts = _points(kind)
+    pts = point_cloud(kind)
     _check(sparse_quantize(pts, **settings), rc.sparse_quantize(pts, **settings))
 
 
 @pytest.mark.parametrize("kind", ["random", "plane", "single", "empty"])
 def test_sparse_quantize_with_batches(kind):
-    pts = _points(kind)
+    pts = point_cloud(kind)
     # batch ids 0 and 2 (member 1 empty), interleaved; the same xyz in two members stays distinct
     batch = (np.arange(len(pts)) % 3 == 0).astype(np.int32) * 2
     q = sparse_quantize(pts, 0.5, batch_indices=batch)
@@ -76,7 +53,7 @@ def test_sparse_quantize_with_batches(kind):
 
 
 def test_sparse_quantize_active_rows():
-    pts = _points("random")
+    pts = point_cloud("random")
     batch = np.arange(len(pts)) % 2
     for n in (0, 1, 777):
         q = sparse_quantize(pts, 0.5, batch_indices=batch, active_rows=n)
@@ -101,12 +78,12 @@ def test_sparse_quantize_is_exported_at_top_level():
 
 
 def test_sparse_quantize_float64_points():
-    pts = _points("random").astype(np.float64)
+    pts = point_cloud("random").astype(np.float64)
     _check(sparse_quantize(pts, 0.3), rc.sparse_quantize(pts, 0.3))
 
 
 def test_vectorized_quantize_oracle_agrees_with_loop_oracle():
-    pts = _points("random")
+    pts = point_cloud("random")
     batch = np.arange(len(pts)) % 3
     for a, b in zip(
         rc.sparse_quantize(pts, 0.4, batch, (0.1, 0.0, -0.1)),
