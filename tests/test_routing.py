@@ -262,7 +262,7 @@ def test_upsampling_and_global_pooling_take_the_cuda_routes_under_the_cuda_tier(
         assert r.name == "cuda.map_pool" and r.facts["backward"] == "cuda.map_pool_grad"
         assert route_upsample(replace(req, device="cpu"), cuda_cap).name == "cpu.segment_reduce"
         m = route_upsample(req, metal_cap)
-        assert m.name == "cpu.segment_reduce" and m.rejected[0].backend == "gpu-metal"
+        assert m.name == "cpu.segment_reduce" and m.rejected[0].backend == "metal"
     for mode in ("sum", "max", "avg"):
         g = GlobalPoolRequest("global_pool", mode, "float16", 4, 100, 3, device="gpu")
         r = route_global_pool(g, cuda_cap)
@@ -270,4 +270,47 @@ def test_upsampling_and_global_pooling_take_the_cuda_routes_under_the_cuda_tier(
         assert ("exact" in r.reason) == (mode == "max")
         c = route_global_pool(replace(g, device="cpu"), cuda_cap)
         assert c.name == "cpu.batch_segment_reduce" and c.facts["backward"] == "cpu.input_exclusive_gather"
-        assert route_global_pool(g, metal_cap).rejected[0].backend == "gpu-metal"
+        assert route_global_pool(g, metal_cap).rejected[0].backend == "metal"
+
+
+def test_metal_kernels_are_routed_only_when_opted_in(monkeypatch):
+    """Under the Metal tier lattice's kernels (never run on Apple hardware) take every GPU route
+    the CUDA tier takes, by the same names on the metal backend, only with LATTICE_METAL_KERNELS=1."""
+    from lattice.routing.points import PointsRequest, route_points
+    from lattice.routing.pool import GlobalPoolRequest, PoolRequest, route_global_pool, route_pool
+    from lattice.routing.relations import (
+        CoordinateRequest,
+        RelationRequest,
+        route_coordinates,
+        route_relation,
+    )
+
+    off = Capability((Tier.CPU, Tier.GPU_METAL), ("cpu",), "metal")
+    on = replace(off, metal_kernels=True)
+    cuda_cap = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda", metal_kernels=True)
+    assert (off.kernel_backend, on.kernel_backend, cuda_cap.kernel_backend) == (None, "metal", "cuda")
+    conv = ConvRequest(op="subm_conv3d", kind="submanifold", dtype="float16", c_in=16, c_out=16, kernel_volume=27,
+                       n_in=100, n_out=100, edges=900, identity_relation=True, device="gpu")
+    requests = [
+        (lambda c: route_conv(conv, c), "implicit_gemm"),
+        (lambda c: route_relation(RelationRequest("subm_conv3d", "submanifold", 100, 27, device="gpu"), c),
+         "hash_map_submanifold"),
+        (lambda c: route_coordinates(CoordinateRequest("insert", 100, "gpu"), c), "hash_set_checked"),
+        (lambda c: route_pool(PoolRequest("max_pool3d", "max", "float32", 4, (2, 2, 2), (2, 2, 2), (1, 1, 1),
+                                          100, 20, 100, device="gpu"), c), "map_pool"),
+        (lambda c: route_global_pool(GlobalPoolRequest("global_pool", "sum", "float32", 4, 100, 2, "gpu"), c),
+         "batch_atomic_reduce"),
+        (lambda c: route_points(PointsRequest("voxelize", 100, 4, device="gpu"), c), "hash_quantize"),
+    ]
+    for route, algorithm in requests:
+        assert route(on).name == f"metal.{algorithm}"
+        assert route(cuda_cap).name == f"cuda.{algorithm}"
+        fallback = route(off)
+        assert fallback.backend in ("cpu", "gpu")  # the CPU core, or MLX's own kernels for conv
+        rejected = [r for r in fallback.rejected if r.backend == "metal"]
+        assert rejected and "LATTICE_METAL_KERNELS=1" in rejected[0].predicate
+    # the kernels are then built in the Metal dialect, without the CUDA-only tensor cores
+    monkeypatch.setattr(cuda, "capability", lambda: on)
+    assert cuda.dialect() == "metal" and not cuda.uses_tensor_cores(mx.float16, 16)
+    monkeypatch.setattr(cuda, "capability", lambda: cuda_cap)
+    assert cuda.dialect() == "cuda" and cuda.uses_tensor_cores(mx.float16, 16)

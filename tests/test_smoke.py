@@ -62,3 +62,6 @@ def test_backend_info():
     assert info.mlx_version == mx.__version__
     assert "cpu" in info.compiled_backends
     assert info.cpu_threads >= 1
+    # lattice's GPU kernels are routed under CUDA, or Metal when opted in; never without a GPU
+    assert info.gpu_kernels == lattice.routing.capability().kernel_backend
+    assert info.gpu_kernels in (("cuda", "metal") if info.gpu else (None,))

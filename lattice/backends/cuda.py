@@ -1,5 +1,8 @@
-"""CUDA routes: lattice's own GPU kernels (``cuda/*.cu`` entry points over the shared
-bodies in ``kernels/*.inc``) run through ``mx.fast.cuda_kernel`` on MLX's GPU stream.
+"""lattice's own GPU kernels (``cuda/*.cu`` entry points over the shared bodies in
+``kernels/*.inc``) run through ``mx.fast.cuda_kernel`` on MLX's GPU stream: the ``cuda.*``
+routes. The same functions serve the ``metal.*`` routes with the Metal entry points
+(``metal/*.metal``, ``mx.fast.metal_kernel``) where the routing layer opts into them
+(``LATTICE_METAL_KERNELS=1``; never run on Apple hardware): see ``dialect``.
 
 - Coordinate sets: a GPU hash table of row indices keyed by full (b, x, y, z) rows
   (``build_table``), first-occurrence deduplication (``unique_rows``, ``downsample``,
@@ -31,12 +34,20 @@ import mlx.core as mx
 
 from lattice.backends import kernels
 from lattice.core.quantized import QuantizedWeight, dequantize_mapped
+from lattice.routing.device import capability
 
 THREADS = 256
 
 
+def dialect() -> str:
+    """The dialect the kernels are built in: 'metal' where the routing layer sends this
+    process's GPU routes to lattice's Metal kernels (LATTICE_METAL_KERNELS=1 on Apple
+    silicon), else 'cuda'."""
+    return "metal" if capability().kernel_backend == "metal" else "cuda"
+
+
 def _launch(family, name, inputs, shapes, dtypes, threads, *, template=None, init=None, grid_y=1):
-    fn = kernels.kernel("cuda", family, name)
+    fn = kernels.kernel(dialect(), family, name)
     return fn(
         inputs=inputs,
         output_shapes=shapes,
@@ -413,6 +424,8 @@ def uses_tensor_cores(dtype, c_in: int) -> bool:
     while TF32 is allowed — MLX's own switch, ``MLX_ENABLE_TF32`` (default on; ``0``
     keeps float32 convolutions in full float32 on the FMA kernel, as it does MLX's
     matmuls)."""
+    if dialect() != "cuda":  # mma.sync: CUDA only
+        return False
     if dtype in (mx.float16, mx.bfloat16):
         return c_in % 8 == 0
     return dtype == mx.float32 and c_in % 4 == 0 and tf32_enabled()

@@ -21,6 +21,7 @@ class BackendInfo:
     cpu_threads: int
     blas: str
     gpu: str | None
+    gpu_kernels: str | None  # the dialect of lattice's GPU kernels the routes take ('cuda', 'metal') or None
     platform: str
 
 
@@ -35,5 +36,6 @@ def backend_info() -> BackendInfo:
         cpu_threads=_ext.num_threads(),
         blas=_ext.blas_vendor(),
         gpu=cap.gpu_name,
+        gpu_kernels=cap.kernel_backend,
         platform=f"{platform.system()} {platform.machine()}",
     )

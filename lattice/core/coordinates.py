@@ -90,7 +90,7 @@ class CoordinateManager:
         coords = coords_array(coords, op)
         stride = int_triple(stride, "stride", op, minimum=1)
         route = route_coordinates(CoordinateRequest("insert", int(coords.shape[0]), requested_device(None)))
-        if route.require("cpu.hash_set", "cuda.hash_set_checked").backend == "cuda":
+        if route.require("cpu.hash_set", "cuda.hash_set_checked", "metal.hash_set_checked").backend != "cpu":
             from lattice.backends import cuda
 
             gpu_table, valid = cuda.build_checked_table(coords)
@@ -274,9 +274,11 @@ class CoordinateManager:
             "cpu.hash_relation_exclusive",
             "cuda.hash_map_submanifold",
             "cuda.hash_map_probe",
+            "metal.hash_map_submanifold",
+            "metal.hash_map_probe",
         )
         self._check_relation(kind, in_key, spec, target_key, op)
-        if route.backend == "cuda":
+        if route.backend != "cpu":
             from lattice.backends.cuda import NotRepresentable
 
             try:

@@ -119,7 +119,8 @@ def _plan(
     return ConvPlan(op, route, rel, w, normalized)
 
 
-_CONV_ROUTES = {"cpu": cpu.CONV, "gpu": gpu.CONV, "cuda": cuda.CONV}  # backend -> algorithm -> impl
+# backend -> algorithm -> impl (lattice's GPU kernels: one implementation, CUDA or Metal dialect)
+_CONV_ROUTES = {"cpu": cpu.CONV, "gpu": gpu.CONV, "cuda": cuda.CONV, "metal": cuda.CONV}
 
 
 def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:

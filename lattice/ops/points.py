@@ -24,6 +24,7 @@ from lattice.core.points import QuantizeInputs, SparseQuantization, native_quant
 from lattice.core.tensor import SparseTensor
 from lattice.ops.features import _dtype_name
 from lattice.routing import Route, requested_device
+from lattice.routing.device import KERNEL_BACKENDS
 from lattice.routing.explain import explainable
 from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
 
@@ -163,13 +164,15 @@ def _voxelize_plan(
         points_dtype=_dtype_name(inputs.points.dtype),
         dtype="float32" if feats is None else _dtype_name(feats.dtype),
     )
-    route = route_points(req).require("cpu.hash_quantize_segment_reduce", "cuda.hash_quantize")
+    route = route_points(req).require(
+        "cpu.hash_quantize_segment_reduce", "cuda.hash_quantize", "metal.hash_quantize"
+    )
     return VoxelizePlan(route, inputs, feats, reduction, level)
 
 
 def _quantize(plan: VoxelizePlan) -> SparseQuantization:
     """The voxels of the points on the plan's route; the native quantizer words the errors."""
-    if plan.route.backend == "cuda":
+    if plan.route.backend in KERNEL_BACKENDS:
         a = plan.inputs
         try:
             coords, inverse, counts, table = cuda.quantize(a.points, a.voxel_size, a.origin, a.batch)
@@ -223,7 +226,7 @@ def voxelize(
     feats = plan.feats
     if feats is not None and active_rows is not None:
         feats = feats[: q.inverse_rows.shape[0]]
-    on_gpu = plan.route.backend == "cuda"
+    on_gpu = plan.route.backend in KERNEL_BACKENDS
     with mx.stream(mx.gpu if on_gpu else mx.default_device()):
         vfeats = _voxelize_features(feats, q, plan.reduction, host_sums=not on_gpu)
     # The quantizer's hash table (native, or the GPU table) already holds these unique coords:
@@ -254,7 +257,7 @@ def _corner_route(points, voxels, interpolation, device) -> Route:
         points_dtype=_points_dtype(points),
         dtype=_dtype_name(voxels.dtype),
     )
-    return route_points(req).require("cpu.hash_corner_lookup", "cuda.corner_lookup")
+    return route_points(req).require("cpu.hash_corner_lookup", "cuda.corner_lookup", "metal.corner_lookup")
 
 
 def build_point_voxel_map(
@@ -299,7 +302,7 @@ def _point_voxel_map(
         )
         if tuple(batch.shape) != (n,):
             raise ValueError(f"[{op}] batch_indices must have shape ({n},), got {tuple(batch.shape)}")
-    if route.backend == "cuda":
+    if route.backend in KERNEL_BACKENDS:
         pts = points if isinstance(points, mx.array) else mx.array(np.asarray(points))
         b = batch if batch is None or isinstance(batch, mx.array) else mx.array(batch)
         table = voxels.coord_manager.gpu_table(voxels.coord_key)
@@ -393,5 +396,5 @@ def devoxelize(
         points, voxels, voxel_size, batch_indices, origin, interpolation, route
     )
     feats = voxels.feats[: voxels.active_count]
-    with mx.stream(mx.gpu if route.backend == "cuda" else mx.default_device()):
+    with mx.stream(mx.gpu if route.backend in KERNEL_BACKENDS else mx.default_device()):
         return interpolate_point_features(feats, pvm)

@@ -37,6 +37,7 @@ from lattice.core.relation import KernelRelation, RelationKind, WindowMap
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
 from lattice.routing import Route, requested_device
+from lattice.routing.device import KERNEL_BACKENDS
 from lattice.routing.explain import explainable
 from lattice.routing.pool import (
     GlobalPoolRequest,
@@ -105,8 +106,8 @@ def _dtype_name(dtype: mx.Dtype) -> str:
 
 
 def _execute(plan: PoolPlan, x: SparseTensor) -> SparseTensor:
-    if plan.route.backend == "cuda":
-        plan.route.require("cuda.map_pool")
+    if plan.route.backend in KERNEL_BACKENDS:
+        plan.route.require("cuda.map_pool", "metal.map_pool")
         y = cuda.map_pool(_features(x, plan.op), plan.edges, plan.mode.value, plan.weights)
     else:
         impl = cpu_pool.POOL[plan.route.algorithm]
@@ -317,8 +318,8 @@ def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
 
 
 def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
-    if plan.route.backend == "cuda":
-        plan.route.require("cuda.batch_atomic_reduce")
+    if plan.route.backend in KERNEL_BACKENDS:
+        plan.route.require("cuda.batch_atomic_reduce", "metal.batch_atomic_reduce")
         impl = cuda.global_pool
     else:
         impl = cpu_pool.GLOBAL_POOL[plan.route.algorithm]

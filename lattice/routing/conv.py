@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lattice.routing.device import Capability, capability
+from lattice.routing.device import Capability, capability, gpu_kernels
 from lattice.routing.types import Route, RouteBuilder, Tier
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -62,7 +62,7 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             rb.reject("gpu", "gather_matmul_scatter", "no GPU device in this process")
         else:
             facts["tier"] = tier.value
-            return _route_gpu(rb, req, packed, tier)
+            return _route_gpu(rb, req, packed, cap)
     # 2-5. CPU routes by relation, weight layout and shape
     if packed:
         return _route_packed(rb, req)
@@ -80,8 +80,9 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     )
 
 
-def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool, tier: Tier) -> Route:
-    """GPU routes: lattice's CUDA kernels under the CUDA tier, MLX's own kernels otherwise."""
+def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool, cap: Capability) -> Route:
+    """GPU routes: lattice's kernels where this process runs them (gpu_kernels), MLX's own
+    kernels otherwise."""
     prefix = "dequant_" if packed else ""
     how = "dequantize the weight, then " if packed else ""
     if req.identity_relation and req.kernel_volume == 1:
@@ -91,14 +92,15 @@ def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool, tier: Tier) -> 
             f"1x1x1 kernel on the input support: {how}one GPU matmul, coordinates kept",
         )
     rb.reject("gpu", f"{prefix}pointwise_matmul", "kernel_volume == 1 and output support == input support")
-    if tier is Tier.GPU_CUDA:
+    backend = gpu_kernels(rb, req.device, f"{prefix}implicit_gemm", cap)
+    if backend is not None:
+        cores = "tensor cores where rows are whole 16-byte chunks" if backend == "cuda" else "float32 FMAs"
         return rb.take(
-            "cuda",
+            backend,
             f"{prefix}implicit_gemm",
             f"{how}implicit GEMM over the dense neighbour map: per 64 output rows, gather each offset's "
-            "input rows and W[k] into shared memory, float32 accumulate in registers, no atomics",
+            f"input rows and W[k] into shared memory, {cores}, float32 accumulate in registers, no atomics",
         )
-    rb.reject("metal", f"{prefix}implicit_gemm", "Metal kernels are not wired (never run on Apple hardware)")
     return rb.take(
         "gpu",
         f"{prefix}gather_matmul_scatter",

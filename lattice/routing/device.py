@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.routing.types import Tier
+from lattice.routing.types import RouteBuilder, Tier
+
+# lattice's own GPU kernels are one set of sources in two dialects (docs/backend.md): CUDA,
+# run and tested on an H200, and Metal, never compiled or run on Apple hardware — routed
+# under the Metal tier only when this variable is 1 (experimental).
+METAL_KERNELS_ENV = "LATTICE_METAL_KERNELS"
+KERNEL_BACKENDS = ("cuda", "metal")
 
 
 @dataclass(frozen=True)
@@ -17,9 +24,39 @@ class Capability:
     tiers: tuple[Tier, ...]
     compiled: tuple[str, ...]
     gpu_name: str | None = None
+    metal_kernels: bool = False  # LATTICE_METAL_KERNELS=1
 
     def has(self, tier: Tier) -> bool:
         return tier in self.tiers
+
+    @property
+    def kernel_backend(self) -> str | None:
+        """The dialect of lattice's GPU kernels the routes take on the GPU: 'cuda' under the
+        CUDA tier, 'metal' under the Metal tier when opted in, else None."""
+        if self.has(Tier.GPU_CUDA):
+            return "cuda"
+        if self.has(Tier.GPU_METAL) and self.metal_kernels:
+            return "metal"
+        return None
+
+
+def gpu_kernels(rb: RouteBuilder, device: str, algorithm: str, cap: Capability) -> str | None:
+    """The backend of lattice's GPU kernels for a request on ``device`` ('cuda' or 'metal'),
+    or None — after recording on ``rb`` why ``algorithm`` cannot run there."""
+    if device != "gpu":
+        return None
+    if cap.kernel_backend is not None:
+        return cap.kernel_backend
+    if cap.has(Tier.GPU_METAL):
+        rb.reject(
+            "metal",
+            algorithm,
+            f"lattice's Metal kernels are off: never run on Apple hardware ({METAL_KERNELS_ENV}=1 routes "
+            "them, experimental)",
+        )
+    else:
+        rb.reject("gpu", algorithm, "no GPU device in this process")
+    return None
 
 
 @functools.cache
@@ -36,8 +73,9 @@ def capability() -> Capability:
             name = "metal:" + str(mx.metal.device_info().get("architecture", "unknown"))
         except Exception:  # noqa: BLE001  (device_info differs across MLX builds)
             name = "metal"
-    # Native kernels compiled into lattice._ext: the CPU backend only, for now.
-    return Capability(tuple(tiers), ("cpu",), name)
+    # Native kernels compiled into lattice._ext: the CPU backend (the GPU kernels are
+    # compiled at first use by MLX).
+    return Capability(tuple(tiers), ("cpu",), name, os.environ.get(METAL_KERNELS_ENV) == "1")
 
 
 def requested_device(device) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lattice.routing.device import Capability, capability
-from lattice.routing.types import Route, RouteBuilder, Tier
+from lattice.routing.device import Capability, capability, gpu_kernels
+from lattice.routing.types import Route, RouteBuilder
 
 REDUCTIONS = ("mean", "sum", "max", "first", "count")
 GPU_POINT_DTYPES = ("float32", "float16", "bfloat16")
@@ -71,16 +71,12 @@ def route_points(req: PointsRequest, cap: Capability | None = None) -> Route:
     facts |= {"reduction": req.reduction} if voxelize else {"interpolation": req.interpolation}
     facts |= {"points_dtype": req.points_dtype, "dtype": req.dtype, "device": req.device}
     rb = RouteBuilder(req.op, facts)
-    if req.device == "gpu":
-        if cap.has(Tier.GPU_CUDA):
-            blocker = _cuda_blocker(req)
-            if blocker is None:
-                return rb.take("cuda", gpu_algorithm, _cuda_reason(req, voxelize))
-            rb.reject("cuda", gpu_algorithm, blocker)
-        elif cap.has(Tier.GPU_METAL):
-            rb.reject("metal", gpu_algorithm, "Metal kernels are not wired (never run on Apple hardware)")
-        else:
-            rb.reject("gpu", gpu_algorithm, "no GPU device in this process")
+    backend = gpu_kernels(rb, req.device, gpu_algorithm, cap)
+    if backend is not None:
+        blocker = _cuda_blocker(req)
+        if blocker is None:
+            return rb.take(backend, gpu_algorithm, _cuda_reason(req, voxelize))
+        rb.reject(backend, gpu_algorithm, blocker)
     if voxelize:
         return rb.take(
             "cpu",

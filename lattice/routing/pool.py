@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lattice.routing.device import Capability, capability
-from lattice.routing.types import Route, RouteBuilder, Tier
+from lattice.routing.device import Capability, capability, gpu_kernels
+from lattice.routing.types import Route, RouteBuilder
 
 POOL_MODES = ("sum", "max", "avg")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -82,16 +82,6 @@ def windows_exclusive(kernel_size: Triple, stride: Triple, dilation: Triple) -> 
     return all(s >= (k - 1) * d + 1 for k, s, d in zip(kernel_size, stride, dilation, strict=True))
 
 
-def _reject_gpu(rb: RouteBuilder, device: str, algorithm: str, cap: Capability) -> None:
-    if device != "gpu":
-        return
-    tier = Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
-    if tier is None:
-        rb.reject("gpu", algorithm, "no GPU device in this process")
-    else:
-        rb.reject(tier.value, algorithm, f"no {tier.value} pooling kernels in this build")
-
-
 def _check(op: str, dtype: str, mode: str | None = None) -> None:
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"[{op}] features must be one of {FLOAT_DTYPES}, got {dtype}")
@@ -117,10 +107,10 @@ def _pool_facts(req: PoolRequest) -> dict:
 
 
 def pool_on_gpu_map(device: str, cap: Capability | None = None) -> bool:
-    """Whether pooling and upsampling on ``device`` take ``cuda.map_pool`` (which reads the
-    relation's GPU map: local pooling then builds the forward relation, not the CPU window
-    map)."""
-    return device == "gpu" and (cap or capability()).has(Tier.GPU_CUDA)
+    """Whether pooling and upsampling on ``device`` take the GPU kernels' ``map_pool`` (which
+    reads the relation's GPU map: local pooling then builds the forward relation, not the
+    CPU window map)."""
+    return device == "gpu" and (cap or capability()).kernel_backend is not None
 
 
 def route_pool(req: PoolRequest, cap: Capability | None = None) -> Route:
@@ -130,15 +120,15 @@ def route_pool(req: PoolRequest, cap: Capability | None = None) -> Route:
     _check(req.op, req.dtype, req.mode)
     facts = _pool_facts(req) | {"backward": route_pool_backward(req, cap).name}
     rb = RouteBuilder(req.op, facts)
-    if pool_on_gpu_map(req.device, cap):
+    backend = gpu_kernels(rb, req.device, "map_pool", cap)
+    if backend is not None:
         return rb.take(
-            "cuda",
+            backend,
             "map_pool",
             f"{req.mode} over the dense neighbour map of the forward relation (built on the GPU): one "
             "thread per (output row, channel) walks the kernel offsets, float32 accumulation, max ties "
             "to the smallest input row",
         )
-    _reject_gpu(rb, req.device, "window_reduce" if req.windows else "segment_reduce", cap)
     if req.windows:
         rb.reject("cpu", "segment_reduce", "the downsample's window map already groups the rows by output row")
         return rb.take(
@@ -169,14 +159,14 @@ def route_pool_backward(req: PoolRequest, cap: Capability | None = None) -> Rout
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
     rb = RouteBuilder(req.op + ".backward", _pool_facts(req))
-    if pool_on_gpu_map(req.device, cap):
+    backend = gpu_kernels(rb, req.device, "map_pool_grad", cap)
+    if backend is not None:
         how = (
             "scatter-add of dY into the argmax rows"
             if req.mode == "max"
             else "gather of dY through the inverse map (no atomics)"
         )
-        return rb.take("cuda", "map_pool_grad", f"MLX ops on the GPU: {how}")
-    _reject_gpu(rb, req.device, "input_exclusive_gather", cap)
+        return rb.take(backend, "map_pool_grad", f"MLX ops on the GPU: {how}")
     what = "the argmax row of each output row and channel" if req.mode == "max" else "the output row"
     if windows_exclusive(req.kernel_size, req.stride, req.dilation):
         rb.reject("cpu", "scatter_general", "input-exclusive windows take the pure gather")
@@ -222,17 +212,17 @@ def route_upsample(req: UpsampleRequest, cap: Capability | None = None) -> Route
     if req.method not in UPSAMPLE_METHODS:
         raise ValueError(f"[{req.op}] method must be one of {UPSAMPLE_METHODS}, got {req.method!r}")
     rb = RouteBuilder(req.op, _upsample_facts(req) | {"backward": route_upsample_backward(req, cap).name})
-    if pool_on_gpu_map(req.device, cap):
+    backend = gpu_kernels(rb, req.device, "map_pool", cap)
+    if backend is not None:
         weights = "the trilinear weight of each offset" if req.method == "trilinear" else "unit weights"
         return rb.take(
-            "cuda",
+            backend,
             "map_pool",
             f"weighted average over the dense neighbour map of the "
             f"{'generative' if req.method == 'trilinear' else 'transposed'} relation (built on the GPU): one "
             f"thread per (output row, channel) walks the kernel offsets with {weights}, divided by the "
             "weights present; float32 accumulation",
         )
-    _reject_gpu(rb, req.device, "segment_reduce", cap)
     weights = (
         "separable linear weights 1 - |k| / stride per offset, normalised by their sum over present neighbours"
         if req.method == "trilinear"
@@ -251,14 +241,14 @@ def route_upsample_backward(req: UpsampleRequest, cap: Capability | None = None)
     cap = cap or capability()
     _check(req.op, req.dtype)
     rb = RouteBuilder(req.op + ".backward", _upsample_facts(req))
-    if pool_on_gpu_map(req.device, cap):
+    backend = gpu_kernels(rb, req.device, "map_pool_grad", cap)
+    if backend is not None:
         return rb.take(
-            "cuda",
+            backend,
             "map_pool_grad",
             "MLX ops on the GPU: dY divided by each output row's weight total, gathered through the "
             "inverse map and weighted per offset (no atomics)",
         )
-    _reject_gpu(rb, req.device, "scatter_general", cap)
     if req.kernel_volume == 1:
         rb.reject("cpu", "scatter_general", "a single kernel offset takes the pure gather")
         return rb.take(
@@ -282,7 +272,7 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
     """Global pooling: rows sorted by batch member, fixed runs of rows reduced in parallel."""
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
-    on_gpu = req.device == "gpu" and cap.has(Tier.GPU_CUDA)
+    kernels = cap.kernel_backend if req.device == "gpu" else None
     rb = RouteBuilder(
         req.op,
         {
@@ -292,10 +282,11 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
             "n_in": req.n_in,
             "batch_size": req.batch_size,
             "device": req.device,
-            "backward": "cuda.batch_gather" if on_gpu else "cpu.input_exclusive_gather",
+            "backward": f"{kernels}.batch_gather" if kernels else "cpu.input_exclusive_gather",
         },
     )
-    if on_gpu:
+    backend = gpu_kernels(rb, req.device, "batch_atomic_reduce", cap)
+    if backend is not None:
         how = (
             "the largest order key per member and channel, then the smallest row holding it (NaN "
             "largest, ties to the smallest row, as the CPU), its value gathered; exact"
@@ -304,13 +295,12 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
             "run to run)" + ("; divided by the member's row count" if req.mode == "avg" else "")
         )
         return rb.take(
-            "cuda",
+            backend,
             "batch_atomic_reduce",
             f"one thread per run of 64 rows and channel reduces while the batch member stays the same "
             f"(rows need not be sorted): {how}; backward a gather of dY by member (max: into the argmax "
             "rows)",
         )
-    _reject_gpu(rb, req.device, "batch_segment_reduce", cap)
     return rb.take(
         "cpu",
         "batch_segment_reduce",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lattice.routing.device import Capability, capability
-from lattice.routing.types import Route, RouteBuilder, Tier
+from lattice.routing.device import Capability, capability, gpu_kernels
+from lattice.routing.types import Route, RouteBuilder
 
 
 @dataclass(frozen=True)
@@ -25,23 +25,21 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
     rb = RouteBuilder(
         req.op, {"kind": req.kind, "n_in": req.n_in, "kernel_volume": req.kernel_volume, "device": req.device}
     )
-    if req.device == "gpu":
-        if cap.has(Tier.GPU_CUDA):
-            if req.kind == "submanifold":
-                return rb.take(
-                    "cuda",
-                    "hash_map_submanifold",
-                    "GPU hash table over the input rows; one thread per (row, offset) probes: dense "
-                    "(N, K) neighbour map, no host round trip",
-                )
+    backend = gpu_kernels(rb, req.device, "hash_map", cap)
+    if backend is not None:
+        if req.kind == "submanifold":
             return rb.take(
-                "cuda",
-                "hash_map_probe",
-                "output set on the GPU (given, or first-occurrence dedup of the downsample / generated "
-                "footprint); one thread per (output row, offset) probes the input's GPU hash table",
+                backend,
+                "hash_map_submanifold",
+                "GPU hash table over the input rows; one thread per (row, offset) probes: dense "
+                "(N, K) neighbour map, no host round trip",
             )
-        tier = "metal" if cap.has(Tier.GPU_METAL) else "gpu"
-        rb.reject(tier, "hash_map", "no GPU device" if tier == "gpu" else "Metal kernels are not wired (never run on Apple hardware)")
+        return rb.take(
+            backend,
+            "hash_map_probe",
+            "output set on the GPU (given, or first-occurrence dedup of the downsample / generated "
+            "footprint); one thread per (output row, offset) probes the input's GPU hash table",
+        )
     if req.kind == "submanifold":
         return rb.take(
             "cpu",
@@ -92,16 +90,17 @@ def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> 
     set (``insert``) is hashed on a CUDA GPU when one is requested."""
     cap = cap or capability()
     rb = RouteBuilder(req.op, {"n": req.n, "device": req.device})
-    if req.op == "insert" and req.device == "gpu" and cap.has(Tier.GPU_CUDA):
-        return rb.take(
-            "cuda",
-            "hash_set_checked",
-            "GPU hash table of the new set, validated there (duplicates, negative batches, a box the "
-            "CPU core can pack; one read-back); its CPU table is built only if a CPU route asks",
-        )
-    if req.device == "gpu":
-        tier = "gpu-cuda" if cap.has(Tier.GPU_CUDA) else "gpu-metal" if cap.has(Tier.GPU_METAL) else "gpu"
-        rb.reject(tier, "hash_set", "no GPU coordinate kernels in this build")
+    if req.op == "insert":
+        backend = gpu_kernels(rb, req.device, "hash_set_checked", cap)
+        if backend is not None:
+            return rb.take(
+                backend,
+                "hash_set_checked",
+                "GPU hash table of the new set, validated there (duplicates, negative batches, a box the "
+                "CPU core can pack; one read-back); its CPU table is built only if a CPU route asks",
+            )
+    elif req.device == "gpu":
+        rb.reject("gpu", req.op, "set functions other than insert run on the CPU core")
     if req.op.startswith("morton"):
         return rb.take("cpu", "morton", "21-bit-per-axis interleave, stable sort by (batch, code)")
     return rb.take("cpu", "hash_set", "packed-key hash table, parallel probes / first-occurrence dedup")
