@@ -87,7 +87,7 @@ class CoordinateRequest:
 
 def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> Route:
     """Coordinate-set functions: the native hash table (or Morton kernel) on the CPU; a new
-    set (``insert``) is hashed on a CUDA GPU when one is requested."""
+    set (``insert``) is hashed by lattice's GPU kernels when the GPU is requested."""
     cap = cap or capability()
     rb = RouteBuilder(req.op, {"n": req.n, "device": req.device})
     if req.op == "insert":
