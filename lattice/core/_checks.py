@@ -13,6 +13,11 @@ import numpy as np
 Triple = tuple[int, int, int]
 
 
+def dtype_name(dtype: mx.Dtype) -> str:
+    """'float32' for mx.float32: the name routes, requests and errors use."""
+    return str(dtype).removeprefix("mlx.core.")
+
+
 def int_triple(value: int | Sequence[int], name: str, op: str, *, minimum: int | None = None) -> Triple:
     """Normalises an int or a length-3 sequence of ints to a triple."""
     if isinstance(value, bool):

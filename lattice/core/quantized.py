@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from lattice.core._checks import dtype_name
+
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
 LAYOUTS = {2: "linear", 5: "dense", 3: "mapped"}  # by the logical weight's ndim
@@ -47,9 +49,6 @@ def default_group_size(in_channels: int) -> int:
     """64 when ``in_channels >= 64``, else 32."""
     return 64 if in_channels >= 64 else 32
 
-
-def _dtype_name(dtype: mx.Dtype) -> str:
-    return str(dtype).removeprefix("mlx.core.")
 
 
 def _check_bits(bits, op: str) -> int:
@@ -100,7 +99,7 @@ class QuantizedWeight:
         if self.data.dtype != mx.uint32 or tuple(self.data.shape) != self.packed_shape:
             raise ValueError(
                 f"[{op}] data must be uint32 of shape {self.packed_shape} for {self.layout} {shape}, "
-                f"{self.bits} bits, group {self.group_size}; got {_dtype_name(self.data.dtype)} "
+                f"{self.bits} bits, group {self.group_size}; got {dtype_name(self.data.dtype)} "
                 f"{tuple(self.data.shape)}"
             )
         for name in ("scales", "biases"):
@@ -108,12 +107,12 @@ class QuantizedWeight:
             if a.dtype not in SCALE_DTYPES or tuple(a.shape) != self.group_shape:
                 raise ValueError(
                     f"[{op}] {name} must be float16 or float32 of shape {self.group_shape}, "
-                    f"got {_dtype_name(a.dtype)} {tuple(a.shape)}"
+                    f"got {dtype_name(a.dtype)} {tuple(a.shape)}"
                 )
         if self.scales.dtype != self.biases.dtype:
             raise ValueError(
-                f"[{op}] scales and biases must share a dtype, got {_dtype_name(self.scales.dtype)} "
-                f"and {_dtype_name(self.biases.dtype)}"
+                f"[{op}] scales and biases must share a dtype, got {dtype_name(self.scales.dtype)} "
+                f"and {dtype_name(self.biases.dtype)}"
             )
 
     # ---- logical geometry -------------------------------------------------------------
@@ -168,7 +167,7 @@ class QuantizedWeight:
     @property
     def packing(self) -> str:
         """Short description for route facts: ``"int8, group 64, float16 scales"``."""
-        return f"int{self.bits}, group {self.group_size}, {_dtype_name(self.dtype)} scales"
+        return f"int{self.bits}, group {self.group_size}, {dtype_name(self.dtype)} scales"
 
     @property
     def route_fields(self) -> dict:
@@ -178,7 +177,7 @@ class QuantizedWeight:
     def __repr__(self) -> str:
         return (
             f"QuantizedWeight(layout={self.layout!r}, shape={self.shape}, bits={self.bits}, "
-            f"group_size={self.group_size}, scales={_dtype_name(self.dtype)}, nbytes={self.nbytes})"
+            f"group_size={self.group_size}, scales={dtype_name(self.dtype)}, nbytes={self.nbytes})"
         )
 
 
@@ -208,8 +207,8 @@ def quantize_weight(
             f"[{op}] every dimension of the weight must be positive, got shape {tuple(weight.shape)}"
         )
     if weight.dtype not in WEIGHT_DTYPES:
-        names = tuple(_dtype_name(d) for d in WEIGHT_DTYPES)
-        raise TypeError(f"[{op}] weight must be one of {names}, got {_dtype_name(weight.dtype)}")
+        names = tuple(dtype_name(d) for d in WEIGHT_DTYPES)
+        raise TypeError(f"[{op}] weight must be one of {names}, got {dtype_name(weight.dtype)}")
     if scale_dtype not in SCALE_DTYPES:
         raise ValueError(f"[{op}] scale_dtype must be float16 or float32, got {scale_dtype}")
     bits = _check_bits(bits, op)
@@ -225,7 +224,7 @@ def quantize_weight(
     data, scales, biases = mx.quantize(rows, group_size, bits, mode="affine")
     scales, biases = scales.astype(scale_dtype), biases.astype(scale_dtype)
     if not bool(mx.all(mx.isfinite(scales)).item() and mx.all(mx.isfinite(biases)).item()):
-        raise ValueError(f"[{op}] scales overflow {_dtype_name(scale_dtype)}; use scale_dtype=mx.float32")
+        raise ValueError(f"[{op}] scales overflow {dtype_name(scale_dtype)}; use scale_dtype=mx.float32")
     q = QuantizedWeight(data, scales, biases, bits, group_size, tuple(weight.shape), layout)
     mx.eval(q.data, q.scales, q.biases)
     return q

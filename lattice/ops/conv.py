@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from lattice.backends import cpu, cuda, gpu
+from lattice.core._checks import dtype_name
 from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
 from lattice.core.relation import KernelRelation, RelationKind
@@ -78,7 +79,7 @@ def _conv_request(op, x, w, rel, normalized, device, explicit_target=False) -> C
     return ConvRequest(
         op=op,
         kind=rel.kind.value,
-        dtype=str(x.feats.dtype).removeprefix("mlx.core."),
+        dtype=dtype_name(x.feats.dtype),
         c_in=c_in,
         c_out=c_out,
         kernel_volume=spec.volume,

@@ -14,6 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.backends import cpu
+from lattice.core._checks import dtype_name
 from lattice.core.quantized import QuantizedWeight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
@@ -77,9 +78,6 @@ def _positive(value: float, name: str, op: str) -> float:
         raise ValueError(f"[{op}] {name} must be a positive number, got {value!r}")
     return float(value)
 
-
-def _dtype_name(dtype: mx.Dtype) -> str:
-    return str(dtype).removeprefix("mlx.core.")
 
 
 # ---- linear ---------------------------------------------------------------------------
@@ -152,11 +150,11 @@ def linear(
             raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
     dtype = _packed_dtype(feats.dtype) if packed else mx.result_type(feats.dtype, weight.dtype)
     if dtype not in GEMM_DTYPES:
-        names = tuple(_dtype_name(d) for d in GEMM_DTYPES)
-        raise TypeError(f"[{op}] features and weight must promote to one of {names}, got {_dtype_name(dtype)}")
+        names = tuple(dtype_name(d) for d in GEMM_DTYPES)
+        raise TypeError(f"[{op}] features and weight must promote to one of {names}, got {dtype_name(dtype)}")
     lead = tuple(feats.shape[:-1])
     a = feats.reshape(-1, c_in).astype(dtype)
-    req = LinearRequest(op=op, dtype=_dtype_name(dtype), rows=int(a.shape[0]), c_in=c_in, c_out=c_out,
+    req = LinearRequest(op=op, dtype=dtype_name(dtype), rows=int(a.shape[0]), c_in=c_in, c_out=c_out,
                         device=requested_device(device), **(weight.route_fields if packed else {}))
     route = route_linear(req)
     impl = _LINEAR.get(route.name)

@@ -18,11 +18,10 @@ import numpy as np
 
 from lattice import _ext
 from lattice.backends import cuda
-from lattice.core._checks import Triple, float_triple, int_triple
+from lattice.core._checks import Triple, dtype_name, float_triple, int_triple
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import QuantizeInputs, SparseQuantization, native_quantize, quantize_inputs
 from lattice.core.tensor import SparseTensor
-from lattice.ops.features import _dtype_name
 from lattice.routing import Route, requested_device
 from lattice.routing.device import KERNEL_BACKENDS
 from lattice.routing.explain import explainable
@@ -161,8 +160,8 @@ def _voxelize_plan(
         channels,
         reduction,
         device=requested_device(device),
-        points_dtype=_dtype_name(inputs.points.dtype),
-        dtype="float32" if feats is None else _dtype_name(feats.dtype),
+        points_dtype=dtype_name(inputs.points.dtype),
+        dtype="float32" if feats is None else dtype_name(feats.dtype),
     )
     route = route_points(req).require(
         "cpu.hash_quantize_segment_reduce", "cuda.hash_quantize", "metal.hash_quantize"
@@ -239,7 +238,7 @@ def voxelize(
 
 
 def _points_dtype(points) -> str:
-    return _dtype_name(points.dtype) if isinstance(points, mx.array) else np.asarray(points).dtype.name
+    return dtype_name(points.dtype) if isinstance(points, mx.array) else np.asarray(points).dtype.name
 
 
 def _corner_route(points, voxels, interpolation, device) -> Route:
@@ -255,7 +254,7 @@ def _corner_route(points, voxels, interpolation, device) -> Route:
         interpolation=interpolation,
         device=requested_device(device),
         points_dtype=_points_dtype(points),
-        dtype=_dtype_name(voxels.dtype),
+        dtype=dtype_name(voxels.dtype),
     )
     return route_points(req).require("cpu.hash_corner_lookup", "cuda.corner_lookup", "metal.corner_lookup")
 

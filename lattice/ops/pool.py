@@ -30,7 +30,7 @@ import mlx.core as mx
 import numpy as np
 
 from lattice.backends import cpu_pool, cuda
-from lattice.core._checks import Triple, int_triple
+from lattice.core._checks import Triple, dtype_name, int_triple
 from lattice.core.coordinates import CoordinateMapKey
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, RelationKind, WindowMap
@@ -97,12 +97,9 @@ def _features(x, op: str) -> mx.array:
     if not isinstance(x, SparseTensor):
         raise TypeError(f"[{op}] x must be a SparseTensor, got {type(x).__name__}")
     if x.dtype not in (mx.float32, mx.float16, mx.bfloat16):
-        raise TypeError(f"[{op}] features must be float32, float16 or bfloat16, got {_dtype_name(x.dtype)}")
+        raise TypeError(f"[{op}] features must be float32, float16 or bfloat16, got {dtype_name(x.dtype)}")
     return x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
 
-
-def _dtype_name(dtype: mx.Dtype) -> str:
-    return str(dtype).removeprefix("mlx.core.")
 
 
 def _execute(plan: PoolPlan, x: SparseTensor) -> SparseTensor:
@@ -134,7 +131,7 @@ def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> P
         if windows is not None
         else manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op, device=dev)
     )
-    req = PoolRequest(op=op, mode=mode.value, dtype=_dtype_name(x.dtype), channels=x.channels,
+    req = PoolRequest(op=op, mode=mode.value, dtype=dtype_name(x.dtype), channels=x.channels,
                       kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.active_count,
                       n_out=edges.out_count, edges=edges.edge_count, device=dev,
                       padding=spec.padding, windows=windows is not None)
@@ -214,7 +211,7 @@ def _target_key(op: str, x: SparseTensor, target, level: Triple) -> CoordinateMa
 
 
 def _upsample_plan(op, x, rel: KernelRelation, method, weights, explicit_target, device: str) -> PoolPlan:
-    req = UpsampleRequest(op=op, method=method, dtype=_dtype_name(x.dtype), channels=x.channels,
+    req = UpsampleRequest(op=op, method=method, dtype=dtype_name(x.dtype), channels=x.channels,
                           kernel_volume=rel.n_kernels, n_in=x.active_count, n_out=rel.out_count,
                           edges=rel.edge_count, explicit_target=explicit_target, device=device)
     return PoolPlan(op, route_upsample(req), route_upsample_backward(req), rel, PoolMode.AVG, weights)
@@ -288,7 +285,7 @@ def _global_plan_for(op: str, fixed_mode: PoolMode | None):
         _features(x, op)
         m = pool_mode(fixed_mode or mode, op)
         size = _batch_size(op, x, batch_size, m)
-        req = GlobalPoolRequest(op=op, mode=m.value, dtype=_dtype_name(x.dtype), channels=x.channels,
+        req = GlobalPoolRequest(op=op, mode=m.value, dtype=dtype_name(x.dtype), channels=x.channels,
                                 n_in=x.active_count, batch_size=size, device=requested_device(device))
         return GlobalPoolPlan(op, route_global_pool(req), m, size)
 
