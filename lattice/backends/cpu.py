@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from lattice import _ext
-from lattice.core.quantized import QuantizedWeight, dequantize_mapped, dequantize_weight
+from lattice.core.quantized import QuantizedWeight, dequantize_weight, with_packed_forms
 from lattice.core.relation import KernelRelation
 
 
@@ -35,33 +35,13 @@ def pointwise_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx
     return _ext.blas_gemm(feats, weight[0], False, False, stream=mx.cpu)
 
 
-# ---- packed (quantized) weights: dequantize on the CPU stream (tiny), then the BLAS routes ----
-
-
-def dequant_gather_gemm_scatter(feats: mx.array, qweight: QuantizedWeight, rel: KernelRelation) -> mx.array:
-    """Relation convolution with a packed conv weight (differentiable in ``feats``)."""
-    with mx.stream(mx.cpu):
-        w = dequantize_mapped(qweight)
-    return gather_gemm_scatter(feats, w, rel)
-
-
-def dequant_pointwise_gemm(feats: mx.array, qweight: QuantizedWeight, rel: KernelRelation) -> mx.array:
-    """1x1x1 convolution on the same support with a packed conv weight."""
-    with mx.stream(mx.cpu):
-        w = dequantize_mapped(qweight)
-    return pointwise_gemm(feats, w, rel)
+# ---- packed (quantized) linear weights: dequantized (tiny, on the CPU stream), then BLAS ----
 
 
 def dequant_blas_gemm(a: mx.array, qweight: QuantizedWeight) -> mx.array:
     """``a @ W^T`` for a packed linear weight ``W`` (out, in), dequantized to ``a.dtype``."""
-    with mx.stream(mx.cpu):
-        w = dequantize_weight(qweight, dtype=a.dtype)
-    return blas_gemm(a, w, trans_b=True)
+    return blas_gemm(a, dequantize_weight(qweight, dtype=a.dtype), trans_b=True)
 
 
-CONV = {
-    "gather_gemm_scatter": gather_gemm_scatter,
-    "pointwise_gemm": pointwise_gemm,
-    "dequant_gather_gemm_scatter": dequant_gather_gemm_scatter,
-    "dequant_pointwise_gemm": dequant_pointwise_gemm,
-}
+# the dense routes and their packed-weight forms (dequant_*)
+CONV = with_packed_forms({"gather_gemm_scatter": gather_gemm_scatter, "pointwise_gemm": pointwise_gemm})

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from lattice.backends import kernels
-from lattice.core.quantized import QuantizedWeight, dequantize_mapped
+from lattice.core.quantized import with_packed_forms
 from lattice.routing.device import capability
 
 THREADS = 256
@@ -516,16 +516,8 @@ def implicit_gemm(feats: mx.array, weight: mx.array, rel) -> mx.array:
         return _conv_fn(rel)(feats, weight)
 
 
-def dequant_implicit_gemm(feats: mx.array, qweight: QuantizedWeight, rel) -> mx.array:
-    with mx.stream(mx.gpu):
-        w = dequantize_mapped(qweight)
-    return implicit_gemm(feats, w, rel)
-
-
-CONV = {
-    "implicit_gemm": implicit_gemm,
-    "dequant_implicit_gemm": dequant_implicit_gemm,
-}
+# the route and its packed-weight form (dequant_implicit_gemm)
+CONV = with_packed_forms({"implicit_gemm": implicit_gemm})
 
 
 # ---- pooling -------------------------------------------------------------------------------

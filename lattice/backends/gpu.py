@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from lattice.core.quantized import QuantizedWeight, dequantize_mapped
+from lattice.core.quantized import with_packed_forms
 from lattice.core.relation import KernelRelation
 
 
@@ -51,25 +51,5 @@ def pointwise_matmul(feats: mx.array, weight: mx.array, rel: KernelRelation, *, 
         return mx.matmul(feats, weight[0].astype(feats.dtype))
 
 
-def dequant_gather_matmul_scatter(
-    feats: mx.array, qweight: QuantizedWeight, rel: KernelRelation, *, device=None
-) -> mx.array:
-    with mx.stream(device or mx.gpu):
-        w = dequantize_mapped(qweight)
-    return gather_matmul_scatter(feats, w, rel, device=device)
-
-
-def dequant_pointwise_matmul(
-    feats: mx.array, qweight: QuantizedWeight, rel: KernelRelation, *, device=None
-) -> mx.array:
-    with mx.stream(device or mx.gpu):
-        w = dequantize_mapped(qweight)
-    return pointwise_matmul(feats, w, rel, device=device)
-
-
-CONV = {
-    "gather_matmul_scatter": gather_matmul_scatter,
-    "pointwise_matmul": pointwise_matmul,
-    "dequant_gather_matmul_scatter": dequant_gather_matmul_scatter,
-    "dequant_pointwise_matmul": dequant_pointwise_matmul,
-}
+# the dense routes and their packed-weight forms (dequant_*)
+CONV = with_packed_forms({"gather_matmul_scatter": gather_matmul_scatter, "pointwise_matmul": pointwise_matmul})
