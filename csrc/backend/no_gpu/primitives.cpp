@@ -1,19 +1,8 @@
-// GPU evaluation of the lattice primitives. MLX offers no public hook for a CUDA
-// eval_gpu in an extension, and Metal kernels are not built yet, so these
-// primitives are CPU-only: the routing layer places them on the CPU stream and
-// picks MLX-native or mx.fast kernels for GPU routes.
-#include <stdexcept>
-
+// GPU evaluation of the convolution and GEMM primitives: CPU-only (backend/no_gpu/cpu_only.h).
+#include "backend/no_gpu/cpu_only.h"
 #include "primitives.h"
 
 namespace lattice {
-
-namespace {
-[[noreturn]] void cpu_only(const char* name) {
-  throw std::runtime_error(std::string("[lattice] ") + name +
-                           " runs on the CPU stream only; the routing layer chooses GPU routes");
-}
-}  // namespace
 
 void SparseConv::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) { cpu_only(name()); }
 void SparseConvWeightGrad::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) { cpu_only(name()); }
