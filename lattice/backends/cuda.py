@@ -555,26 +555,26 @@ def pool(feats: mx.array, nmap: mx.array, mode: str, weights: tuple[float, ...] 
 
 
 def _pool_fn(rel, mode: str, weights: tuple[float, ...] | None):
-    """Differentiable pooling over ``rel``'s map (one per relation, mode and weights). VJP
-    in MLX ops: max scatter-adds into the argmax rows (ties went to the smallest row); sum
-    and avg gather the output gradients through the inverse map, weighted per offset (a pure
-    gather, no atomics)."""
+    """Differentiable pooling over ``rel``'s map (one per relation, mode and weights): returns
+    (pooled, argmax rows). VJP in MLX ops: max scatter-adds into the forward pass's argmax
+    rows (ties went to the smallest row); sum and avg gather the output gradients through
+    the inverse map, weighted per offset (a pure gather, no atomics)."""
 
     def make():
         @mx.custom_function
         def pool_op(x):
-            return pool(x, rel.neighbor_map, mode, weights)[0]
+            return pool(x, rel.neighbor_map, mode, weights)
 
         @pool_op.vjp
-        def pool_vjp(primals, cotangent, output):
+        def pool_vjp(primals, cotangents, outputs):
             x = primals  # one primal: MLX passes the array itself
             n_in, ch = int(x.shape[0]), int(x.shape[1])
             n_out = rel.out_count
-            dy = cotangent.astype(mx.float32)
+            dy = cotangents[0].astype(mx.float32)
             if n_in == 0 or n_out == 0 or ch == 0:
                 return mx.zeros_like(x)
             if mode == "max":
-                arg = mx.stop_gradient(pool(x, rel.neighbor_map, "max")[1])
+                arg = mx.stop_gradient(outputs[1])
                 flat = mx.where(arg >= 0, arg * ch + mx.arange(ch, dtype=mx.int32), n_in * ch).reshape(-1)
                 dx = mx.zeros((n_in * ch + 1,), dtype=mx.float32).at[flat].add(dy.reshape(-1))
                 return dx[:-1].reshape(n_in, ch).astype(x.dtype)
@@ -603,7 +603,7 @@ def map_pool(feats: mx.array, rel, mode: str, weights: tuple[float, ...] | None 
     """Local sum / max / avg pooling over the relation's dense map, or (``weights`` per
     offset, avg) the contributor average of upsampling (differentiable)."""
     with mx.stream(mx.gpu):
-        return _pool_fn(rel, mode, weights)(feats)
+        return _pool_fn(rel, mode, weights)(feats)[0]
 
 
 _GLOBAL_RUN = 64  # rows per thread of the global pooling kernels
@@ -641,11 +641,13 @@ def _global_argmax(feats: mx.array, batch: mx.array, batch_size: int) -> mx.arra
     return mx.where(winner > 0, n - winner.astype(mx.int32), 0)
 
 
-def global_pool(feats: mx.array, batch: mx.array, batch_size: int, mode: str) -> mx.array:
+def global_pool(feats: mx.array, batch: mx.array, batch_size: int, mode: str, counts: mx.array) -> mx.array:
     """Dense (batch_size, C) sum / max / avg of the rows of each batch member (differentiable:
     the backward is a gather of dY by batch member, max's a scatter into the argmax rows).
-    Sums go through float32 atomics (their order, and so the last bits, may vary run to run);
-    max is exact. Max needs every member to have rows (the op checks)."""
+    ``counts``: rows per member (the tensor's ``batch_counts``, which the op has already
+    read; avg divides by them). Sums go through float32 atomics (their order, and so the
+    last bits, may vary run to run); max is exact. Max needs every member to have rows (the
+    op checks)."""
     n, ch = int(feats.shape[0]), int(feats.shape[1])
     with mx.stream(mx.gpu):
         if batch_size == 0 or ch == 0 or n == 0:
@@ -655,21 +657,23 @@ def global_pool(feats: mx.array, batch: mx.array, batch_size: int, mode: str) ->
         if mode == "max":
             arg = mx.stop_gradient(_global_argmax(feats, batch, batch_size))
             return mx.take_along_axis(feats, arg, axis=0)  # MLX differentiates the gather
-        counts = None
-        if mode == "avg":
-            counts = mx.zeros((batch_size,), dtype=mx.float32).at[batch].add(1.0)
-            counts = mx.maximum(counts, 1.0)[:, None]
+        if mode == "avg":  # members past the last batch index have no rows: divide by 1
+            divisor = mx.maximum(counts.astype(mx.float32), 1.0)
+            pad = batch_size - int(divisor.shape[0])
+            divisor = (mx.concatenate([divisor, mx.ones((pad,))]) if pad else divisor)[:, None]
+        else:
+            divisor = None
 
         @mx.custom_function
         def reduce(x):
             acc = _global_sum(x, batch, batch_size)
-            return (acc if counts is None else acc / counts).astype(x.dtype)
+            return (acc if divisor is None else acc / divisor).astype(x.dtype)
 
         @reduce.vjp
         def reduce_vjp(primals, cotangent, output):
             dy = cotangent.astype(mx.float32)
-            if counts is not None:
-                dy = dy / counts
+            if divisor is not None:
+                dy = dy / divisor
             return mx.take(dy, batch, axis=0).astype(primals.dtype)
 
         return reduce(feats)

@@ -315,12 +315,12 @@ def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
 
 
 def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
+    feats, batch = _features(x, plan.op), x.batch_indices
     if plan.route.backend in KERNEL_BACKENDS:
         plan.route.require("cuda.batch_atomic_reduce", "metal.batch_atomic_reduce")
-        impl = cuda.global_pool
-    else:
-        impl = cpu_pool.GLOBAL_POOL[plan.route.algorithm]
-    return impl(_features(x, plan.op), x.batch_indices, plan.batch_size, plan.mode.value)
+        return cuda.global_pool(feats, batch, plan.batch_size, plan.mode.value, x.batch_counts)
+    impl = cpu_pool.GLOBAL_POOL[plan.route.algorithm]
+    return impl(feats, batch, plan.batch_size, plan.mode.value)
 
 
 def _device_example(x, req):

@@ -272,21 +272,18 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
     """Global pooling: rows sorted by batch member, fixed runs of rows reduced in parallel."""
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
-    kernels = cap.kernel_backend if req.device == "gpu" else None
-    rb = RouteBuilder(
-        req.op,
-        {
-            "mode": req.mode,
-            "dtype": req.dtype,
-            "channels": req.channels,
-            "n_in": req.n_in,
-            "batch_size": req.batch_size,
-            "device": req.device,
-            "backward": f"{kernels}.batch_gather" if kernels else "cpu.input_exclusive_gather",
-        },
-    )
+    facts = {
+        "mode": req.mode,
+        "dtype": req.dtype,
+        "channels": req.channels,
+        "n_in": req.n_in,
+        "batch_size": req.batch_size,
+        "device": req.device,
+    }
+    rb = RouteBuilder(req.op, facts)
     backend = gpu_kernels(rb, req.device, "batch_atomic_reduce", cap)
     if backend is not None:
+        facts["backward"] = f"{backend}.batch_gather"
         how = (
             "the largest order key per member and channel, then the smallest row holding it (NaN "
             "largest, ties to the smallest row, as the CPU), its value gathered; exact"
@@ -301,6 +298,7 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
             f"(rows need not be sorted): {how}; backward a gather of dY by member (max: into the argmax "
             "rows)",
         )
+    facts["backward"] = "cpu.input_exclusive_gather"
     return rb.take(
         "cpu",
         "batch_segment_reduce",
