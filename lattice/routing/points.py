@@ -31,8 +31,8 @@ class PointsRequest:
     dtype: str = "float32"  # features: voxelize's point features, devoxelize's voxel features
 
 
-def _cuda_blocker(req: PointsRequest) -> str | None:
-    """Why the CUDA route cannot take this request, or None."""
+def _gpu_blocker(req: PointsRequest) -> str | None:
+    """Why the GPU kernels (CUDA or Metal) cannot take this request, or None."""
     if req.points_dtype not in GPU_POINT_DTYPES:
         return (
             f"points are {req.points_dtype}: the kernels read {' / '.join(GPU_POINT_DTYPES)} points and "
@@ -43,7 +43,7 @@ def _cuda_blocker(req: PointsRequest) -> str | None:
     return None
 
 
-def _cuda_reason(req: PointsRequest, voxelize: bool) -> str:
+def _gpu_reason(req: PointsRequest, voxelize: bool) -> str:
     if voxelize:
         return (
             "one thread per point: voxel index floor((p - origin) / voxel_size) in float64 (as the CPU "
@@ -73,9 +73,9 @@ def route_points(req: PointsRequest, cap: Capability | None = None) -> Route:
     rb = RouteBuilder(req.op, facts)
     backend = gpu_kernels(rb, req.device, gpu_algorithm, cap)
     if backend is not None:
-        blocker = _cuda_blocker(req)
+        blocker = _gpu_blocker(req)
         if blocker is None:
-            return rb.take(backend, gpu_algorithm, _cuda_reason(req, voxelize))
+            return rb.take(backend, gpu_algorithm, _gpu_reason(req, voxelize))
         rb.reject(backend, gpu_algorithm, blocker)
     if voxelize:
         return rb.take(
