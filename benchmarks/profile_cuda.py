@@ -1,7 +1,8 @@
 """Kernel-level timings of the CUDA routes on the spconv shape (no op layers): table
 build, submanifold map, both, CoordinateManager.relation on fresh tensors, the inverse
-map; then per channel count and dtype the convolution kernel alone and the three parts
-of its backward (input gradient = the kernel over the inverse map, weight gradient).
+map, the row order of the convolution kernels; where the reused forward's time goes; then per channel count and dtype the convolution kernel alone and the three parts
+of its backward (input gradient = the kernel over the inverse map, weight gradient), the
+kernel with its rows unsorted, and the tensor-core kernel at each pipeline depth.
 Medians, ms.
 
     python benchmarks/profile_cuda.py
@@ -19,6 +20,7 @@ from bench_conv_gpu import shells
 import lattice
 from lattice.backends import cuda
 from lattice.core.kernel import KernelSpec
+from lattice.ops import subm_conv3d
 
 
 def med(fn, repeats: int = 20) -> float:
@@ -47,16 +49,70 @@ def main() -> None:
     inv = cuda.invert_map(nmap, coords.shape[0])
     print("invert_map", med(lambda: mx.eval(cuda.invert_map(nmap, coords.shape[0]))))
     n = coords.shape[0]
+    order, inv_order, unsorted = cuda.row_order(nmap), cuda.row_order(inv), mx.arange(n, dtype=mx.int32)
+    mx.eval(order, inv_order, unsorted)
+    print("row_order", med(lambda: mx.eval(cuda.row_order(nmap))))
+    op_path(coords, spec, nmap, order)
     for c in (32, 64):
         for dtype in (mx.float32, mx.float16):
             x = mx.random.normal((n, c)).astype(dtype)
             w = (mx.random.normal((27, c, c)) * 0.05).astype(dtype)
             mx.eval(x, w)
             tag = f"C={c} {str(dtype).split('.')[-1]}"
-            print(f"conv kernel {tag}", med(lambda x=x, w=w: mx.eval(cuda._conv_kernel(x, w, nmap))))
+            print(f"conv kernel {tag}", med(lambda x=x, w=w: mx.eval(cuda._conv_kernel(x, w, nmap, order))))
+            print(
+                f"  conv kernel {tag} rows unsorted",
+                med(lambda x=x, w=w: mx.eval(cuda._conv_kernel(x, w, nmap, unsorted))),
+            )
             wt = w.swapaxes(1, 2)
-            print(f"input grad kernel {tag}", med(lambda x=x, wt=wt: mx.eval(cuda._conv_kernel(x, wt, inv))))
+            print(
+                f"input grad kernel {tag}",
+                med(lambda x=x, wt=wt: mx.eval(cuda._conv_kernel(x, wt, inv, inv_order))),
+            )
             print(f"weight grad {tag}", med(lambda x=x: mx.eval(cuda._weight_grad(x, x, nmap))))
+            if cuda.uses_tensor_cores(dtype, c):
+                stages_sweep(tag, x, w, nmap, order)
+
+
+def op_path(coords, spec, nmap, order, c: int = 32, dtype=mx.float16) -> None:
+    """Where the reused forward's time goes (C=32 float16): the eval floor (a one-element
+    op), the kernel alone, the differentiable route function, the whole op; and eight
+    kernels in one eval (per kernel: the GPU time without the per-eval sync)."""
+    x = lattice.SparseTensor(coords, mx.random.normal((coords.shape[0], c)).astype(dtype))
+    w = (mx.random.normal((c, 3, 3, 3, c)) * 0.05).astype(dtype)
+    mx.eval(x.feats, w)
+    y = subm_conv3d(x, w, device="gpu")
+    mx.eval(y.feats)
+    rel = x.coord_manager.relation("submanifold", x.coord_key, spec, op="subm_conv3d", device="gpu")
+    wm = w.reshape(c, 27, c).transpose(1, 2, 0)
+    one = mx.ones((1,))
+    mx.eval(one)
+    with mx.stream(mx.gpu):
+        print("op path: eval floor", med(lambda: mx.eval(one + 1), 50))
+        print("op path: kernel", med(lambda: mx.eval(cuda._conv_kernel(x.feats, wm, nmap, order)), 50))
+        print("op path: route fn", med(lambda: mx.eval(cuda.implicit_gemm(x.feats, wm, rel)), 50))
+        print("op path: subm_conv3d", med(lambda: mx.eval(subm_conv3d(x, w, device="gpu").feats), 50))
+        xs = [x.feats * (i + 1) for i in range(8)]
+        mx.eval(xs)
+        print(
+            "op path: kernel x8 / 8",
+            round(med(lambda: mx.eval([cuda._conv_kernel(f, wm, nmap, order) for f in xs]), 20) / 8, 3),
+        )
+
+
+def stages_sweep(tag, x, w, nmap, order) -> None:
+    """The tensor-core kernel with each pipeline depth that fits static shared memory
+    (the default is cuda._mma_stages)."""
+    default, size, tn = cuda._mma_stages, x.dtype.size, 32 if w.shape[2] <= 32 else 64
+    stage = (64 + tn) * (32 + 16 // size) * size
+    try:
+        for p in (2, 3, 4):
+            if p * stage + 2048 + 132 > 48 * 1024:
+                continue
+            cuda._mma_stages = lambda *_, p=p: p
+            print(f"  conv kernel {tag} P={p}", med(lambda: mx.eval(cuda._conv_kernel(x, w, nmap, order))))
+    finally:
+        cuda._mma_stages = default
 
 
 if __name__ == "__main__":

@@ -2,14 +2,14 @@
 // Template arguments: T (features), TW (weight), TN (32 or 64 output channels per tile).
 
 //@kernel conv_implicit_gemm
-//@inputs x w map params
+//@inputs x w map order params
 //@outputs y
 //@uses conv
 LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
 LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
 LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
 LT_SHARED_ARRAY(int, any, 3);
-lt_conv_tile<T, TW, TN>(x, w, map, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+lt_conv_tile<T, TW, TN>(x, w, map, order, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
 
 // Weight gradient (float32 atomics into dw). Template arguments: T, TT (32 or 64: the dW tile).
 //@kernel conv_weight_grad
@@ -21,12 +21,14 @@ LT_SHARED_ARRAY(float, ys, 32 * (TT + 1));
 lt_conv_wgrad_tile<T, TT>(x, dy, map, params, dw, xs, ys, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
 
 // Tensor-core form (CUDA only): float32 through TF32, half / bfloat16 directly; C_in a
-// multiple of 16 / sizeof(T). Template arguments: T, TN. wt is W as (C_out, K, C_in)
-// (MLX's dense conv layout), of type T.
+// multiple of 16 / sizeof(T); at most LT_CONV_KCAP kernel offsets. Template arguments: T,
+// TN, P (pipeline stages). wt is W as (C_out, K, C_in) (MLX's dense conv layout), of type T.
 //@kernel conv_implicit_gemm_mma
-//@inputs x wt map params
+//@inputs x wt map order params
 //@outputs y
 //@uses conv
-LT_SHARED_ARRAY(T, xs, LT_CONV_TM * (LT_CONV_TC + 16 / sizeof(T)));
-LT_SHARED_ARRAY(T, ws, TN * (LT_CONV_TC + 16 / sizeof(T)));
-lt_conv_tile_mma<T, TN>(x, wt, map, params, y, xs, ws, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+LT_SHARED_ARRAY(T, tiles, (P * lt_mma_shape<T, TN>::STAGE));
+LT_SHARED_ARRAY(int, orows, LT_CONV_TM);
+LT_SHARED_ARRAY(unsigned short, used, LT_CONV_KCAP);
+LT_SHARED_ARRAY(unsigned, bits, LT_CONV_KCAP / 32 + 1);
+lt_conv_tile_mma<T, TN, P>(x, wt, map, order, params, y, tiles, orows, used, bits, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);

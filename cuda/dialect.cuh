@@ -66,5 +66,17 @@ LT_FN void lt_mma_1688_tf32(float* d, const unsigned* a, const unsigned* b) {
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// Asynchronous 16-byte copy global -> shared (sm_80+): `bytes` (16 or 0) are read, the rest
+// of the 16 zero-filled; a group commits the copies issued so far, wait<N> waits until at
+// most N of this thread's groups are pending.
+LT_FN void lt_cp_async16(void* smem, const void* gmem, int bytes) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+}
+LT_FN void lt_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+LT_FN void lt_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 #define LT_LANE ((int)(threadIdx.x & 31))
 #define LT_WARP ((int)(threadIdx.x >> 5))

@@ -17,3 +17,9 @@ lt_target_map(in_coords, slots, out_coords, offsets, params, map, LT_THREAD_ID);
 //@outputs inv
 //@uses coords relations
 lt_invert_map(map, params, inv, LT_THREAD_ID);
+
+//@kernel row_masks
+//@inputs map params
+//@outputs masks
+//@uses coords relations
+lt_row_masks(map, params, masks, LT_THREAD_ID);

@@ -18,3 +18,9 @@ lt_target_map(in_coords, slots, out_coords, offsets, params, map, (int)thread_po
 //@outputs inv
 //@uses coords relations
 lt_invert_map(map, params, inv, (int)thread_position_in_grid.x);
+
+//@kernel row_masks
+//@inputs map params
+//@outputs masks
+//@uses coords relations
+lt_row_masks(map, params, masks, (int)thread_position_in_grid.x);

@@ -286,6 +286,77 @@ def test_cuda_conv_second_derivatives_match_the_cpu_route(monkeypatch):
 
 
 @needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_cuda_tensor_core_conv_over_many_offsets_and_tiles_no_input_reaches(dtype, monkeypatch):
+    """The tensor-core kernel lists each tile's used offsets (k=5: 125 offsets, four bit
+    words) and pipelines 32-channel steps (C_in 40: a zero-filled tail chunk; C_out 70: two
+    column tiles); a target whose far half no input reaches has whole tiles with no step
+    (zeros written); above 1024 offsets (k=11) the FMA kernel takes over."""
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    assert cuda.uses_tensor_cores(dtype, 40)
+    c = _coords(21, n=900, span=9)
+    x_gpu, x_cpu = _pair(c, c=40, dtype=dtype)
+    rng = np.random.default_rng(22)
+    far = c.copy()
+    far[:, 1:] += 100
+    target = np.concatenate([c, far])
+    tol = TOL[dtype]
+
+    def check(got, ref):
+        np.testing.assert_array_equal(np.array(got.coords), np.array(ref.coords))
+        a, b = np.array(got.feats.astype(mx.float32)), np.array(ref.feats.astype(mx.float32))
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, np.abs(b).max()))
+        return a
+
+    for k in (5, 11):
+        w = mx.array(rng.normal(size=(70, k, k, k, 40)).astype(np.float32) * 0.1)
+        check(
+            subm_conv3d(x_gpu, w, kernel_size=k, device="gpu"), subm_conv3d(x_cpu, w, kernel_size=k, device="cpu")
+        )
+    w = mx.array(rng.normal(size=(70, 3, 3, 3, 40)).astype(np.float32) * 0.1)
+    onto = [lattice.SparseTensor(target, mx.zeros((len(target), 1))) for _ in range(2)]
+    a = check(
+        conv3d(x_gpu, w, kernel_size=3, coordinates=onto[0], device="gpu"),
+        conv3d(x_cpu, w, kernel_size=3, coordinates=onto[1], device="cpu"),
+    )
+    assert not a[len(c) :].any() and a[: len(c)].any()
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+@pytest.mark.parametrize("k", [3, 5])
+def test_conv_row_order_sorts_by_offset_mask_and_leaves_results_bit_equal(k, dtype, monkeypatch):
+    """row_order sorts rows by their offset mask (NumPy reference: one bit per offset up to
+    32, buckets k * 32 // K beyond); the kernels give the same bits in any row order."""
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    c = _coords(31, n=1500, span=8)
+    x_gpu, _ = _pair(c, c=16, dtype=dtype)
+    spec = KernelSpec(k, op="test")
+    rel = x_gpu.coord_manager.relation("submanifold", x_gpu.coord_key, spec, device="gpu")
+    nmap = rel.neighbor_map
+    m = np.array(nmap) >= 0
+    kv = m.shape[1]
+    masks = np.zeros(len(m), np.uint64)
+    for j in range(kv):
+        masks |= m[:, j].astype(np.uint64) << np.uint64(j * 32 // kv)
+    order = np.array(cuda.row_order(nmap))
+    assert sorted(order.tolist()) == list(range(len(m)))
+    assert np.all(np.diff(masks[order].astype(np.int64)) >= 0)
+    w = mx.array(np.random.default_rng(32).normal(size=(kv, 16, 24)).astype(np.float32) * 0.2).astype(dtype)
+    shuffled = mx.array(np.random.default_rng(33).permutation(len(m)).astype(np.int32))
+    ys = [cuda._conv_kernel(x_gpu.feats, w, nmap, o) for o in (mx.array(order), shuffled)]
+    np.testing.assert_array_equal(np.array(ys[0].astype(mx.float32)), np.array(ys[1].astype(mx.float32)))
+    # the op: rows as they are on the first convolution over the relation, sorted from the second
+    dense = w.transpose(2, 0, 1).reshape(24, k, k, k, 16)
+    first = subm_conv3d(x_gpu, dense, kernel_size=k, device="gpu").feats
+    assert "order" not in rel.cached("row_order", dict)
+    second = subm_conv3d(x_gpu, dense, kernel_size=k, device="gpu").feats
+    assert "order" in rel.cached("row_order", dict)
+    np.testing.assert_array_equal(np.array(first.astype(mx.float32)), np.array(second.astype(mx.float32)))
+    np.testing.assert_array_equal(np.array(first.astype(mx.float32)), np.array(ys[0].astype(mx.float32)))
+
+
+@needs_cuda
 def test_cuda_conv_on_empty_inputs_and_a_batch_with_an_empty_member():
     w = _weights()
     empty = lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 8)))

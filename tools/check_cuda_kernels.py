@@ -1,7 +1,9 @@
 """Compile every CUDA kernel of lattice offline with nvcc (no GPU needed), the way MLX's
 ``mx.fast.cuda_kernel`` wraps it: a syntax and type check before a device run.
 
-    python tools/check_cuda_kernels.py [--arch sm_90] [--only NAME ...]
+    python tools/check_cuda_kernels.py [--arch sm_90] [--only NAME ...] [--resources]
+
+--resources prints ptxas's registers / shared memory / spills of each variant.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lattice.backends import kernels  # noqa: E402
+from lattice.backends.cuda import _mma_stages  # noqa: E402
 
 # MLX's generated preamble includes its device utils; these are the parts our kernels use.
 PRELUDE = (
@@ -23,7 +26,7 @@ FLOAT_NAMES = {"x", "w", "wt", "y", "dy", "feats"}  # the template dtype T (TW f
 # Arguments of a fixed type other than int32.
 FIXED_TYPES = {
     "kw": "float", "acc": "float", "dw": "float", "points": "float", "weights": "float",
-    "key": "uint32_t", "winner": "uint32_t",
+    "key": "uint32_t", "winner": "uint32_t", "masks": "uint32_t",
 }
 TEMPLATES = {
     "conv_implicit_gemm": [
@@ -34,7 +37,9 @@ TEMPLATES = {
     ],
     "conv_weight_grad": [{"T": t, "TT": tt} for t in ("float", "__half", "__nv_bfloat16") for tt in (32, 64)],
     "conv_implicit_gemm_mma": [
-        {"T": t, "TN": tn} for t in ("float", "__half", "__nv_bfloat16") for tn in (32, 64)
+        {"T": t, "TN": tn, "P": _mma_stages(size, tn)}
+        for t, size in (("float", 4), ("__half", 2), ("__nv_bfloat16", 2))
+        for tn in (32, 64)
     ],
     **{
         name: [{"T": t} for t in ("float", "__half", "__nv_bfloat16")]
@@ -72,6 +77,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--only", nargs="*", default=None, help="kernel names to compile (default: all)")
+    ap.add_argument("--resources", action="store_true", help="print ptxas's resource usage per variant")
     args = ap.parse_args()
     failed = 0
     root = kernels.source_root()
@@ -86,7 +92,8 @@ def main() -> int:
                     src = Path(tmp) / f"{name}.cu"
                     src.write_text(wrap(entry, head, targs))
                     r = subprocess.run(
-                        ["nvcc", f"-arch={args.arch}", "-c", "-o", str(Path(tmp) / "k.o"), str(src)],
+                        ["nvcc", f"-arch={args.arch}", "-c", "-o", str(Path(tmp) / "k.o"), str(src)]
+                        + (["-Xptxas", "-v"] if args.resources else []),
                         capture_output=True,
                         text=True,
                     )
@@ -96,6 +103,10 @@ def main() -> int:
                     print(f"FAIL {label}\n{r.stderr}")
                 else:
                     print(f"ok   {label}")
+                    if args.resources:
+                        for line in r.stderr.splitlines():
+                            if "Used" in line or "spill" in line:
+                                print("     " + line.split(": ", 1)[-1])
     return 1 if failed else 0
 
 
