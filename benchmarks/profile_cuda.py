@@ -69,7 +69,11 @@ def main() -> None:
                 f"input grad kernel {tag}",
                 med(lambda x=x, wt=wt: mx.eval(cuda._conv_kernel(x, wt, inv, inv_order))),
             )
-            print(f"weight grad {tag}", med(lambda x=x: mx.eval(cuda._weight_grad(x, x, nmap))))
+            print(f"weight grad {tag}", med(lambda x=x: mx.eval(cuda._weight_grad(x, x, nmap, order))))
+            print(
+                f"  weight grad {tag} rows unsorted",
+                med(lambda x=x: mx.eval(cuda._weight_grad(x, x, nmap, unsorted))),
+            )
             if cuda.uses_tensor_cores(dtype, c):
                 stages_sweep(tag, x, w, nmap, order)
 

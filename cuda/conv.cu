@@ -13,12 +13,13 @@ lt_conv_tile<T, TW, TN>(x, w, map, order, params, y, xs, ws, rows, any, LT_LOCAL
 
 // Weight gradient (float32 atomics into dw). Template arguments: T, TT (32 or 64: the dW tile).
 //@kernel conv_weight_grad
-//@inputs x dy map params
+//@inputs x dy map order params
 //@outputs dw
 //@uses conv
 LT_SHARED_ARRAY(float, xs, 32 * (TT + 1));
 LT_SHARED_ARRAY(float, ys, 32 * (TT + 1));
-lt_conv_wgrad_tile<T, TT>(x, dy, map, params, dw, xs, ys, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+LT_SHARED_ARRAY(int, any, 3);
+lt_conv_wgrad_tile<T, TT>(x, dy, map, order, params, dw, xs, ys, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
 
 // Tensor-core form (CUDA only): float32 through TF32, half / bfloat16 directly; C_in a
 // multiple of 16 / sizeof(T); at most LT_CONV_KCAP kernel offsets. Template arguments: T,

@@ -14,10 +14,11 @@ lt_conv_tile<T, TW, TN>(x, w, map, order, params, y, xs, ws, rows, any, (int)thr
 
 // Weight gradient (float32 atomics into dw). Template arguments: T, TT (32 or 64: the dW tile).
 //@kernel conv_weight_grad
-//@inputs x dy map params
+//@inputs x dy map order params
 //@outputs dw
 //@uses conv
 LT_SHARED_ARRAY(float, xs, 32 * (TT + 1));
 LT_SHARED_ARRAY(float, ys, 32 * (TT + 1));
-lt_conv_wgrad_tile<T, TT>(x, dy, map, params, dw, xs, ys, (int)thread_position_in_threadgroup.x,
+LT_SHARED_ARRAY(int, any, 3);
+lt_conv_wgrad_tile<T, TT>(x, dy, map, order, params, dw, xs, ys, any, (int)thread_position_in_threadgroup.x,
                       (int)threadgroup_position_in_grid.x, (int)threadgroup_position_in_grid.y);

@@ -346,6 +346,14 @@ def test_conv_row_order_sorts_by_offset_mask_and_leaves_results_bit_equal(k, dty
     shuffled = mx.array(np.random.default_rng(33).permutation(len(m)).astype(np.int32))
     ys = [cuda._conv_kernel(x_gpu.feats, w, nmap, o) for o in (mx.array(order), shuffled)]
     np.testing.assert_array_equal(np.array(ys[0].astype(mx.float32)), np.array(ys[1].astype(mx.float32)))
+    # the weight gradient skips 32-row chunks that do not read an offset: any order, the
+    # same sums (float32 atomics: to rounding), and the NumPy sum
+    dy = ys[0]
+    dws = [np.array(cuda._weight_grad(x_gpu.feats, dy, nmap, o)) for o in (mx.array(order), shuffled)]
+    xf, dyf, nm = (np.array(a.astype(mx.float32)).astype(np.float64) for a in (x_gpu.feats, dy, nmap))
+    ref = np.stack([xf[nm[m[:, j], j].astype(int)].T @ dyf[m[:, j]] for j in range(kv)])
+    for dw in dws:
+        np.testing.assert_allclose(dw, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     # the op: rows as they are on the first convolution over the relation, sorted from the second
     dense = w.transpose(2, 0, 1).reshape(24, k, k, k, 16)
     first = subm_conv3d(x_gpu, dense, kernel_size=k, device="gpu").feats

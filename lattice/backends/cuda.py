@@ -478,10 +478,11 @@ def tf32_enabled() -> bool:
 _WGRAD_ROWS = 512  # output rows per threadgroup of the weight-gradient kernel
 
 
-def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
+def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array, order: mx.array) -> mx.array:
     """dW[k] = gather(x, nmap[:, k])^T @ dy, float32 (K, C_in, C_out): one kernel, each
-    threadgroup a run of output rows x a 32 x 32 tile (64 x 64 when both channel counts
-    exceed 32) of one offset, float32 atomics."""
+    threadgroup a run of rows of ``order`` x a 32 x 32 tile (64 x 64 when both channel
+    counts exceed 32) of one offset, float32 atomics; 32-row chunks that do not read the
+    offset are skipped (about half with sorted rows)."""
     n_in, c_in = int(x.shape[0]), int(x.shape[1])
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_out = int(dy.shape[1])
@@ -496,7 +497,7 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array) -> mx.array:
     (dw,) = _launch(
         "conv",
         "conv_weight_grad",
-        [x, dy.astype(x.dtype), nmap, _params(n_out, kv, c_in, c_out, _WGRAD_ROWS)],
+        [x, dy.astype(x.dtype), nmap, order, _params(n_out, kv, c_in, c_out, _WGRAD_ROWS)],
         [(kv, c_in, c_out)],
         [mx.float32],
         -(-n_out // _WGRAD_ROWS) * THREADS,
@@ -529,7 +530,7 @@ def _conv_fn(rel, transposed: bool = False):
 
         @mx.custom_function
         def weight_grad(x, dy):
-            return _weight_grad(x, dy, maps()[0])
+            return _weight_grad(x, dy, maps()[0], order())
 
         @weight_grad.vjp
         def weight_grad_vjp(primals, cotangent, output):
