@@ -20,6 +20,8 @@ packed-weight twin accepts an explicit target, so a whole U-Net can be quantized
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import mlx.nn as nn
 
 from lattice.core.tensor import SparseTensor
@@ -33,6 +35,14 @@ def positive_int(value, name: str, op: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"[{op}] {name} must be a positive int, got {value!r}")
     return value
+
+
+def config_dict(config) -> dict:
+    """A model config dataclass as JSON-ready hyper-parameters (lists for tuples, without
+    ``name``): the ``architecture.config`` object of a bundle."""
+    d = asdict(config)
+    d.pop("name")
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
 def positive_ints(value, name: str, op: str) -> tuple[int, ...]:

@@ -12,13 +12,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.core.tensor import SparseTensor
-from lattice.models.blocks import ConvBNReLU, basic_blocks, positive_int, positive_ints
+from lattice.models.blocks import ConvBNReLU, basic_blocks, config_dict, positive_int, positive_ints
 from lattice.nn.feature import Linear
 from lattice.nn.pool import GlobalAvgPool
 
@@ -54,9 +54,7 @@ class ResNetConfig:
 
     def to_dict(self) -> dict:
         """JSON-ready hyper-parameters (lists for tuples, without ``name``)."""
-        d = asdict(self)
-        d.pop("name")
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return config_dict(self)
 
 
 class SparseResNet(nn.Module):

@@ -19,12 +19,12 @@ channel counts (MinkUNet uses 32).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import mlx.nn as nn
 
 from lattice.core.tensor import SparseTensor
-from lattice.models.blocks import ConvBNReLU, UpBlock, basic_blocks, positive_int, positive_ints
+from lattice.models.blocks import ConvBNReLU, UpBlock, basic_blocks, config_dict, positive_int, positive_ints
 from lattice.nn.feature import Linear
 
 # MinkUNet's PLANES (encoder 4, decoder 4) at INIT_DIM 32, and its LAYERS per preset.
@@ -78,9 +78,7 @@ class UNetConfig:
 
     def to_dict(self) -> dict:
         """JSON-ready hyper-parameters (lists for tuples, without ``name``)."""
-        d = asdict(self)
-        d.pop("name")
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return config_dict(self)
 
 
 class MinkUNet(nn.Module):
