@@ -105,14 +105,12 @@ def op_path(coords, spec, nmap, order, c: int = 32, dtype=mx.float16) -> None:
 
 
 def stages_sweep(tag, x, w, nmap, order) -> None:
-    """The tensor-core kernel with each pipeline depth that fits static shared memory
-    (the default is cuda._mma_stages)."""
-    default, size, tn = cuda._mma_stages, x.dtype.size, 32 if w.shape[2] <= 32 else 64
-    stage = (64 + tn) * (32 + 16 // size) * size
+    """The tensor-core kernel at each pipeline depth from 2 to its default
+    (cuda._mma_stages: the most that fit static shared memory, at most 4)."""
+    default = cuda._mma_stages
+    deepest = default(x.dtype.size, 32 if w.shape[2] <= 32 else 64)
     try:
-        for p in (2, 3, 4):
-            if p * stage + 2048 + 132 > 48 * 1024:
-                continue
+        for p in range(2, deepest + 1):
             cuda._mma_stages = lambda *_, p=p: p
             print(f"  conv kernel {tag} P={p}", med(lambda: mx.eval(cuda._conv_kernel(x, w, nmap, order))))
     finally:

@@ -516,21 +516,19 @@ def _conv_fn(rel, transposed: bool = False):
     the inverse map is built on the first backward pass only."""
 
     def make():
-        def maps():
-            return (
-                (in_major_map(rel), rel.neighbor_map) if transposed else (rel.neighbor_map, in_major_map(rel))
-            )
+        def the_map():  # built on first use: the in-major map on the first backward pass
+            return in_major_map(rel) if transposed else rel.neighbor_map
 
         def order():
-            return _tile_order(rel, "in_major_row_order" if transposed else "row_order", maps()[0])
+            return _tile_order(rel, "in_major_row_order" if transposed else "row_order", the_map())
 
         @mx.custom_function
         def conv(x, w):
-            return _conv_kernel(x, w, maps()[0], order())
+            return _conv_kernel(x, w, the_map(), order())
 
         @mx.custom_function
         def weight_grad(x, dy):
-            return _weight_grad(x, dy, maps()[0], order())
+            return _weight_grad(x, dy, the_map(), order())
 
         @weight_grad.vjp
         def weight_grad_vjp(primals, cotangent, output):
