@@ -10,6 +10,8 @@ from lattice.core import (
     CoordinateMapKey,
     KernelSpec,
     SparseTensor,
+    host_reads,
+    lazy_rows,
     sparse_quantize,
 )
 from lattice.routing.explain import explain
@@ -25,6 +27,8 @@ __all__ = [
     "_ext",
     "backend_info",
     "explain",
+    "host_reads",
+    "lazy_rows",
     "core",
     "ops",
     "sparse_quantize",

@@ -34,6 +34,7 @@ import mlx.core as mx
 
 from lattice.backends import kernels
 from lattice.core.quantized import with_packed_forms
+from lattice.core.rows import host_read
 from lattice.routing.device import capability
 
 THREADS = 256
@@ -68,6 +69,15 @@ def _param_array(values: tuple[int, ...]) -> mx.array:
 def _params(*values) -> mx.array:
     """Kernel sizes as a small int32 array (kept per distinct tuple: no upload per call)."""
     return _param_array(tuple(int(v) for v in values))
+
+
+def _count_params(count: mx.array | None, n: int, *rest) -> mx.array:
+    """``_params(n, *rest)`` for a kernel that stops at row ``params[0]``: with ``count`` (a
+    lazily counted set's int32 scalar, ``lazy_rows``) that bound is taken on the GPU, so the
+    rows past the count are skipped without reading it."""
+    if count is None:
+        return _params(n, *rest)
+    return mx.concatenate([_i32(count).reshape(1), _params(*rest)])
 
 
 def check_index_range(op: str, **extents: int) -> None:
@@ -105,7 +115,8 @@ class GpuTable:
         return int(self.coords.shape[0])
 
 
-def build_table(coords: mx.array) -> GpuTable:
+def build_table(coords: mx.array, count: mx.array | None = None) -> GpuTable:
+    """The table of ``coords``' rows (the first ``count`` where a lazy count is given)."""
     with mx.stream(mx.gpu):
         coords = _i32(coords)
         n = int(coords.shape[0])
@@ -116,7 +127,8 @@ def build_table(coords: mx.array) -> GpuTable:
         if n == 0:
             return GpuTable(coords, mx.full((cap,), -1, dtype=mx.int32))
         (slots,) = _launch(
-            "coords", "table_insert", [coords, _params(n, cap - 1)], [(cap,)], [mx.int32], n, init=-1
+            "coords", "table_insert", [coords, _count_params(count, n, cap - 1)], [(cap,)], [mx.int32], n,
+            init=-1,
         )
         return GpuTable(coords, slots)
 
@@ -126,11 +138,13 @@ class NotRepresentable(ValueError):
     core rejects): the caller runs the CPU route, which gives it or raises the precise error."""
 
 
-def _owners(t: GpuTable) -> mx.array:
-    """For each row, the row the table keeps for its coordinates (itself for first occurrences)."""
+def _owners(t: GpuTable, count: mx.array | None = None) -> mx.array:
+    """For each row, the row the table keeps for its coordinates (itself for first
+    occurrences); -1 for rows past a lazy ``count``."""
     n = t.size
     (owner,) = _launch(
-        "coords", "table_owner", [t.coords, t.slots, _params(n, t.mask)], [(n,)], [mx.int32], n
+        "coords", "table_owner", [t.coords, t.slots, _count_params(count, n, t.mask)], [(n,)], [mx.int32], n,
+        init=None if count is None else -1,
     )
     return owner
 
@@ -146,7 +160,7 @@ def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
             return t, True
         dups = mx.sum(_owners(t) != mx.arange(n, dtype=mx.int32))
         stats = mx.concatenate([dups[None], mx.min(t.coords, axis=0), mx.max(t.coords, axis=0)])
-        s = [int(v) for v in stats.tolist()]
+        s = [int(v) for v in host_read(stats)]
         return t, s[0] == 0 and s[1] >= 0 and _packs(s[1:5], s[5:9])
 
 
@@ -159,19 +173,25 @@ def _packs(lo, hi) -> bool:
     return span < 2**64 - 1
 
 
-def _first_occurrences(coords: mx.array) -> tuple[GpuTable, mx.array, mx.array]:
+def _first_occurrences(coords: mx.array, count: mx.array | None = None) -> tuple[GpuTable, mx.array, mx.array]:
     """(the table over the rows, each row's owner, the inclusive count of first occurrences
-    up to each row); no host read. ``rank[-1]`` is the number of unique rows."""
-    t = build_table(coords)
-    owner = _owners(t)
+    up to each row); no host read. ``rank[-1]`` is the number of unique rows. Rows past a
+    lazy ``count`` take no part (owner -1)."""
+    t = build_table(coords, count)
+    owner = _owners(t, count)
     rank = mx.cumsum((owner == mx.arange(t.size, dtype=mx.int32)).astype(mx.int32))
     return t, owner, rank
 
 
-def _compact(coords: mx.array, owner: mx.array, rank: mx.array, count: int) -> tuple[mx.array, mx.array]:
+def _compact(
+    coords: mx.array, owner: mx.array, rank: mx.array, rows: int, count: mx.array | None = None, *, fill=False
+) -> tuple[mx.array, mx.array]:
+    """(the first occurrences in a buffer of ``rows`` rows, each row's unique row). Rows past
+    a lazy ``count`` map to -1; ``fill``: buffer rows past the unique ones are -1 (batch -1)."""
     n = int(coords.shape[0])
     out, inverse = _launch(
-        "coords", "compact", [coords, owner, rank, _params(n)], [(count, 4), (n,)], [mx.int32, mx.int32], n
+        "coords", "compact", [coords, owner, rank, _count_params(count, n)], [(rows, 4), (n,)],
+        [mx.int32, mx.int32], n, init=-1 if fill or count is not None else None,
     )
     return out, inverse
 
@@ -183,27 +203,39 @@ def _unique_table(t: GpuTable, rank: mx.array, unique: mx.array) -> GpuTable:
     return GpuTable(unique, slots)
 
 
-def unique_rows(coords: mx.array) -> tuple[mx.array, mx.array]:
-    """(unique rows in first-occurrence order, row -> unique row); one scalar host read."""
+def unique_rows(
+    coords: mx.array, count: mx.array | None = None, *, lazy: bool = False
+) -> tuple[mx.array, mx.array, mx.array | None]:
+    """(unique rows in first-occurrence order, row -> unique row, None) after one scalar host
+    read. Only the rows below a lazy ``count`` take part (the others map to -1). ``lazy``
+    (``lazy_rows``): no read — a buffer of as many rows as ``coords``, the unique rows first
+    and batch index -1 after them, and their count as a lazy int32 scalar."""
     with mx.stream(mx.gpu):
         coords = _i32(coords)
         n = int(coords.shape[0])
         if n == 0:
-            return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
-        _, owner, rank = _first_occurrences(coords)
-        return _compact(coords, owner, rank, int(rank[-1].item()))
+            empty = mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
+            return (*empty, mx.array(0, dtype=mx.int32) if lazy else None)
+        _, owner, rank = _first_occurrences(coords, count)
+        if lazy:
+            return (*_compact(coords, owner, rank, n, count, fill=True), rank[-1])
+        return (*_compact(coords, owner, rank, int(host_read(rank[-1])), count), None)
 
 
-def downsample(coords: mx.array, stride) -> tuple[mx.array, mx.array]:
-    """``unique(floor(coords / stride))`` in first-occurrence order, and each row's output row."""
+def downsample(
+    coords: mx.array, stride, count: mx.array | None = None, *, lazy: bool = False
+) -> tuple[mx.array, mx.array, mx.array | None]:
+    """``unique(floor(coords / stride))`` in first-occurrence order, each row's output row, and
+    the lazy count where ``lazy`` (see ``unique_rows``; ``count``: the input's lazy count)."""
     with mx.stream(mx.gpu):
         n = int(coords.shape[0])
-        if n == 0:
-            return mx.zeros((0, 4), dtype=mx.int32), mx.zeros((0,), dtype=mx.int32)
-        (down,) = _launch(
-            "coords", "downsample", [_i32(coords), _params(n, *stride)], [(n, 4)], [mx.int32], n
+        (down,) = (
+            _launch("coords", "downsample", [_i32(coords), _count_params(count, n, *stride)], [(n, 4)],
+                    [mx.int32], n)
+            if n
+            else (coords,)
         )
-        return unique_rows(down)
+        return unique_rows(down, count, lazy=lazy)
 
 
 def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> mx.array:
@@ -215,7 +247,7 @@ def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> m
             return mx.zeros((0, 4), dtype=mx.int32)
         parts = [mx.min(coords[:, 1:], axis=0), mx.max(coords[:, 1:], axis=0)]
         parts += [mx.min(offsets, axis=0), mx.max(offsets, axis=0)]
-        b = mx.concatenate(parts).tolist()  # one read-back: coordinate box and offset box
+        b = host_read(mx.concatenate(parts))  # one read-back: coordinate box and offset box
         for a in range(3):
             lo = b[a] * stride[a] + b[6 + a] - padding[a]
             hi = b[3 + a] * stride[a] + b[9 + a] - padding[a]
@@ -274,7 +306,7 @@ def quantize(
         )
         table, owner, rank = _first_occurrences(rows)
         parts = [mx.max(bad)[None], mx.min(rows, axis=0), mx.max(rows, axis=0), rank[-1:]]
-        s = [int(v) for v in mx.concatenate(parts).tolist()]
+        s = [int(v) for v in host_read(mx.concatenate(parts))]
         if s[0] or not _packs(s[1:5], s[5:9]):
             raise NotRepresentable("a point is not finite, its voxel index or batch index is out of range")
         coords, inverse = _compact(rows, owner, rank, s[9])
@@ -310,7 +342,7 @@ def point_voxel_map(
             [mx.int32, mx.float32, mx.int32],
             n,
         )
-        if mx.max(bad).item():
+        if host_read(mx.max(bad)):
             raise NotRepresentable("a point is not finite or a voxel index overflows int32")
         return rows, weights
 

@@ -17,6 +17,7 @@ from lattice.core.kernel import KernelSpec, kernel_offsets
 from lattice.core.points import SparseQuantization, sparse_quantize
 from lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
 from lattice.core.relation import KernelRelation, NeighborRelation, RelationEdges, RelationKind, WindowMap
+from lattice.core.rows import host_reads, lazy_rows
 from lattice.core.tensor import SparseTensor
 
 __all__ = [
@@ -36,9 +37,11 @@ __all__ = [
     "contains_coords",
     "dequantize_weight",
     "downsample_coords",
+    "host_reads",
     "intersection_coords",
     "inverse_map",
     "kernel_offsets",
+    "lazy_rows",
     "lookup_coords",
     "morton_codes",
     "morton_order",

@@ -18,6 +18,7 @@ from lattice import _ext
 from lattice.core._checks import Triple, coords_array, int_triple
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, RelationEdges, RelationKind, WindowMap
+from lattice.core.rows import RowCount, lazy_rows_enabled
 
 _manager_ids = itertools.count()
 
@@ -53,9 +54,12 @@ class RelationCacheKey:
 
 @dataclass(frozen=True)
 class _Pending:
-    """A set made by a GPU builder (unique rows): its CPU table is built on first CPU use."""
+    """A set made by a GPU builder (unique rows): its CPU table is built on first CPU use.
+    ``count`` is set where the builder returned an upper-bound buffer (``lazy_rows``): the
+    first ``count`` rows are the set, the rest hold batch index -1."""
 
     coords: mx.array
+    count: RowCount | None = None
 
 
 class CoordinateManager:
@@ -65,6 +69,7 @@ class CoordinateManager:
         self.id = next(_manager_ids)
         self._next_id = itertools.count()
         self._tables: dict[int, _ext.CoordTable | _Pending] = {}
+        self._cpu_tables: dict[int, _ext.CoordTable] = {}  # CPU tables of lazily counted sets
         self._gpu_tables: dict[int, object] = {}  # lattice.backends.cuda.GpuTable, built on first GPU use
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
@@ -149,11 +154,19 @@ class CoordinateManager:
         return self._cpu_table(key.id)
 
     def _cpu_table(self, key_id: int):
+        if key_id in self._cpu_tables:
+            return self._cpu_tables[key_id]
         t = self._tables[key_id]
         if isinstance(t, _Pending):
             # Unique by construction (a GPU dedup made them): adopt, no duplicate check needed,
-            # but the native builder checks anyway and the cost is paid once.
-            t = self._tables[key_id] = _ext.build_table(t.coords, "CoordinateManager")
+            # but the native builder checks anyway and the cost is paid once. A lazily counted
+            # set keeps its buffer (routes index its rows) and reads its count here.
+            coords = t.coords if t.count is None else t.coords[: t.count.value()]
+            table = _ext.build_table(coords, "CoordinateManager")
+            if t.count is not None:
+                self._cpu_tables[key_id] = table
+                return table
+            t = self._tables[key_id] = table
         return t
 
     def gpu_table(self, key: CoordinateMapKey):
@@ -163,18 +176,40 @@ class CoordinateManager:
         if hit is None:
             from lattice.backends import cuda
 
-            hit = self._gpu_tables[key.id] = cuda.build_table(self.coords(key))
+            count = self.row_count(key)
+            hit = self._gpu_tables[key.id] = cuda.build_table(
+                self.coords(key), None if count is None else count.array
+            )
         return hit
 
     def coords(self, key: CoordinateMapKey) -> mx.array:
-        """The (N, 4) int32 coordinates of a set."""
+        """The (N, 4) int32 coordinates of a set (a lazily counted set's whole buffer)."""
         self.check_key(key)
         return self._tables[key.id].coords
 
     def size(self, key: CoordinateMapKey) -> int:
+        """Rows in the set (a lazily counted set's count is read once)."""
         self.check_key(key)
         t = self._tables[key.id]
-        return int(t.coords.shape[0]) if isinstance(t, _Pending) else t.size
+        if isinstance(t, _Pending):
+            return int(t.coords.shape[0]) if t.count is None else t.count.value()
+        return t.size
+
+    def capacity(self, key: CoordinateMapKey) -> int:
+        """Rows of the set's buffer: its size, or a lazily counted set's upper bound (no read)."""
+        self.check_key(key)
+        return int(self._tables[key.id].coords.shape[0])
+
+    def row_count(self, key: CoordinateMapKey) -> RowCount | None:
+        """The lazy count of a set a GPU builder made under ``lazy_rows``, else None."""
+        self.check_key(key)
+        t = self._tables[key.id]
+        return t.count if isinstance(t, _Pending) else None
+
+    def live_coords(self, key: CoordinateMapKey) -> mx.array:
+        """The set's rows without a lazily counted set's spare rows (reads its count)."""
+        coords = self.coords(key)
+        return coords if self.row_count(key) is None else coords[: self.size(key)]
 
     @property
     def keys(self) -> list[CoordinateMapKey]:
@@ -205,8 +240,12 @@ class CoordinateManager:
             if gpu:
                 from lattice.backends import cuda
 
-                coords, inverse = cuda.downsample(self.coords(key), stride)
-                hit = self._downsampled[cache] = Downsample(self._register(_Pending(coords), level), inverse, None)
+                count = self.row_count(key)
+                coords, inverse, out_count = cuda.downsample(
+                    self.coords(key), stride, None if count is None else count.array, lazy=lazy_rows_enabled()
+                )
+                pending = _Pending(coords, None if out_count is None else RowCount(out_count))
+                hit = self._downsampled[cache] = Downsample(self._register(pending, level), inverse, None)
             else:
                 table, inverse, rows, out = _ext.downsample(self._cpu_table(key.id), stride)
                 out_key = self._register(table, level)
@@ -223,8 +262,9 @@ class CoordinateManager:
             return None
         self.check_key(key, "windows")
         if spec.stride == (1, 1, 1):
-            rows = mx.arange(self.size(key), dtype=mx.int32)
-            return WindowMap(key, key, rows, rows, self.size(key))
+            n = self.capacity(key)
+            rows = mx.arange(n, dtype=mx.int32)
+            return WindowMap(key, key, rows, rows, n)
         return self._downsample(key, spec.stride).windows
 
     # ---- relations ---------------------------------------------------------------
@@ -264,7 +304,8 @@ class CoordinateManager:
         exclusive = self._exclusive(kind, in_key, spec, target_key)
         route = route_relation(
             RelationRequest(
-                op, kind.value, self.size(in_key), spec.volume, device=requested_device(device), exclusive=exclusive
+                op, kind.value, self.capacity(in_key), spec.volume, device=requested_device(device),
+                exclusive=exclusive,
             )
         )
         route.require(  # the relation builders of this build
@@ -305,7 +346,7 @@ class CoordinateManager:
             out_key=out_key,
             out_coords=self.coords(out_key),
             kernel_offsets=offsets,
-            in_count=self.size(in_key),
+            in_count=self.capacity(in_key),
             built_edges=edges,
             built_map=nmap,
             route=route,
@@ -328,7 +369,7 @@ class CoordinateManager:
                 out_key = target_key
             elif transposed:
                 level = self._transposed_level(in_key.stride, spec.stride, "relation")
-                coords = cuda.generated_support(self.coords(in_key), offsets, spec.stride, spec.padding)
+                coords = cuda.generated_support(self.live_coords(in_key), offsets, spec.stride, spec.padding)
                 out_key = self._register(_Pending(coords), level)
             else:
                 out_key = self.downsample(in_key, spec.stride, gpu=True)
@@ -388,7 +429,8 @@ class CoordinateManager:
             if spec.stride == (1, 1, 1):
                 inverse = mx.arange(table.size, dtype=mx.int32)
             else:
-                inverse = self._downsample(in_key, spec.stride).inverse
+                # (a downsample made on the GPU from a lazily counted set has -1 past its count)
+                inverse = self._downsample(in_key, spec.stride).inverse[: table.size]
             return _ext.relation_exclusive(table, inverse, spec.stride), out_key
         arrays = _ext.relation_forward(
             table, self._cpu_table(out_key.id), spec.size, spec.stride, spec.padding, spec.dilation

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -9,6 +11,20 @@ import mlx.core as mx
 import numpy as np
 
 from lattice.core.kernel import KernelSpec
+from lattice.core.rows import host_read
+
+_COUNTING: ContextVar[bool] = ContextVar("lattice_counting_edges", default=False)
+
+
+@contextlib.contextmanager
+def counting_edges():
+    """Within the block, ``KernelRelation.known_edge_count`` counts a GPU map's edges (one
+    host read): what ``lattice.explain`` uses, so the route it reports names them."""
+    token = _COUNTING.set(True)
+    try:
+        yield
+    finally:
+        _COUNTING.reset(token)
 
 
 def _repeat_index(counts: mx.array) -> mx.array:
@@ -140,11 +156,21 @@ class KernelRelation:
 
     @property
     def edge_count(self) -> int:
+        """Edges (pairs); for a relation built as a dense map on the GPU, one host read."""
         if self.built_edges is not None:
             return len(self.built_edges)
         if "edge_count" not in self._derived:
-            self._derived["edge_count"] = int(mx.sum(self.built_map >= 0).item()) if self.out_count else 0
+            self._derived["edge_count"] = int(host_read(mx.sum(self.built_map >= 0))) if self.out_count else 0
         return self._derived["edge_count"]
+
+    @property
+    def known_edge_count(self) -> int | None:
+        """``edge_count`` where it costs no host read (an edge list, or already counted, or
+        within ``counting_edges()``), else None: route requests take this, so a relation
+        built on the GPU is never read back just to describe the route."""
+        if self.built_edges is not None or "edge_count" in self._derived or _COUNTING.get():
+            return self.edge_count
+        return None
 
     @property
     def out_count(self) -> int:
@@ -186,6 +212,10 @@ class WindowMap:
     @property
     def edge_count(self) -> int:
         return int(self.in_rows.shape[0])
+
+    @property
+    def known_edge_count(self) -> int:
+        return self.edge_count
 
 
 @dataclass(frozen=True)

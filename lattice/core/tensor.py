@@ -51,8 +51,7 @@ class SparseTensor:
         n = self.coords.shape[0]
         if self.feats.shape[0] != n:
             raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
-        self.active_rows = None if active_rows is None else self._check_active(active_rows, n, op)
-        live = self.active_count
+        self._count = None  # the set's RowCount where a builder returned an upper-bound buffer
         if coord_key is not None:
             if coord_manager is None:
                 raise ValueError(f"[{op}] coord_key needs the coord_manager that made it")
@@ -61,7 +60,22 @@ class SparseTensor:
                 raise ValueError(
                     f"[{op}] coord_key stride {coord_key.stride} differs from stride {self.stride}"
                 )
-            if coord_manager.size(coord_key) != live:
+            self._count = coord_manager.row_count(coord_key)
+        if self._count is not None:
+            # A set built under lazy_rows(): capacity rows, its count not read here.
+            if active_rows is not None and active_rows is not self._count.array:
+                raise ValueError(f"[{op}] a lazily counted set takes its own active_rows")
+            if coord_manager.capacity(coord_key) != n:
+                raise ValueError(
+                    f"[{op}] coord_key holds a buffer of {coord_manager.capacity(coord_key)} rows, "
+                    f"tensor has {n}"
+                )
+            self.active_rows = self._count.array
+        else:
+            self.active_rows = None if active_rows is None else self._check_active(active_rows, n, op)
+        live = self.active_count if self._count is None else n
+        if coord_key is not None:
+            if self._count is None and coord_manager.size(coord_key) != live:
                 raise ValueError(
                     f"[{op}] coord_key holds {coord_manager.size(coord_key)} rows, tensor has {live}"
                 )
@@ -102,11 +116,31 @@ class SparseTensor:
 
     @property
     def active_count(self) -> int:
-        """Rows in use."""
+        """Rows in use (on a set built under ``lazy_rows``, reads its count once)."""
+        if self._count is not None:
+            return self._count.value()
         if self.active_rows is None:
             return self.capacity
         a = self.active_rows
         return int(a.item() if isinstance(a, mx.array) else a)
+
+    @property
+    def lazy(self) -> bool:
+        """True on a set a GPU builder made under ``lazy_rows``: capacity rows, the live
+        count a lazy ``active_rows`` array (rows past it hold batch index -1)."""
+        return self._count is not None
+
+    @property
+    def run_rows(self) -> int:
+        """The rows an op runs over: every buffer row of a lazily counted set (rows past the
+        count are computed and ignored, so no count is read), else the active rows."""
+        return self.capacity if self._count is not None else self.active_count
+
+    @property
+    def run_feats(self) -> mx.array:
+        """The features of ``run_rows`` (no copy when that is every row)."""
+        n = self.run_rows
+        return self.feats if n == self.capacity else self.feats[:n]
 
     @property
     def channels(self) -> int:
@@ -166,15 +200,16 @@ class SparseTensor:
         if coords is None:
             if stride is not None and int_triple(stride, "stride", "replace") != self.stride:
                 raise ValueError("[replace] changing the stride needs new coords")
-            return SparseTensor(
+            out = SparseTensor(
                 self.coords,
                 feats,
                 self.stride,
                 coord_key=self.coord_key,
                 coord_manager=self.coord_manager,
-                batch_counts=self._batch_counts,
                 active_rows=self.active_rows,
             )
+            out._batch_counts = self._batch_counts  # same rows: already checked, not read again
+            return out
         return SparseTensor(
             coords,
             feats,

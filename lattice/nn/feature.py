@@ -93,8 +93,32 @@ class BatchNorm(nn.BatchNorm):
 
     def __call__(self, x: FeatureInput) -> FeatureInput:
         if isinstance(x, SparseTensor):
+            if x.lazy and (self.training or not self.track_running_stats):
+                return F.with_feats(x, self._over_live_rows(x.feats, x.active_rows))
             return F.with_feats(x, super().__call__(F.active_feats(x)))
         return super().__call__(x)
+
+    def _over_live_rows(self, feats: mx.array, count: mx.array) -> mx.array:
+        """Batch statistics over the first ``count`` rows of a lazily counted set's buffer
+        (``lazy_rows``), the count never read: ``mlx.nn.BatchNorm``'s arithmetic (biased
+        variance to normalise, unbiased for the running variance), statistics in float32,
+        the spare rows set to 0 (so no gradient reaches the statistics through them). A
+        count of one row is not rejected here (it would need a read): its running variance
+        divides by 1."""
+        live = (mx.arange(feats.shape[0], dtype=mx.int32) < count)[:, None]
+        n = count.astype(mx.float32)
+        f = feats.astype(mx.float32)
+        mean = mx.sum(mx.where(live, f, 0.0), axis=0) / n
+        ss = mx.sum(mx.where(live, mx.square(f - mean), 0.0), axis=0)
+        if self.training and self.track_running_stats:
+            mu = self.momentum
+            self.running_mean = (1 - mu) * self.running_mean + mu * mean
+            self.running_var = (1 - mu) * self.running_var + mu * ss / mx.maximum(n - 1.0, 1.0)
+        mean, var = mean.astype(feats.dtype), (ss / n).astype(feats.dtype)
+        y = (feats - mean) * mx.rsqrt(var + self.eps)
+        if "weight" in self:
+            y = self.weight * y + self.bias
+        return mx.where(live, y, mx.zeros((), dtype=y.dtype))
 
 
 class LayerNorm(nn.LayerNorm):

@@ -55,8 +55,10 @@ class _Plan:
     table: object = None
 
 
-def _live_coords(x: SparseTensor) -> mx.array:
-    n = x.active_count
+def _run_coords(x: SparseTensor) -> mx.array:
+    """The coordinates of ``x.run_rows`` (a lazily counted set's whole buffer: its spare rows
+    hold batch index -1, so a lookup never finds them and a join gives them the fill)."""
+    n = x.run_rows
     return x.coords if n == x.capacity else x.coords[:n]
 
 
@@ -88,13 +90,16 @@ def _check_fill(value, name: str, op: str) -> float:
 def _plan(tensors: Sequence[SparseTensor], join: str) -> _Plan:
     first, last = tensors[0], tensors[-1]
     if all(first.same_coords(t) for t in tensors[1:]):
-        return _Plan(_live_coords(first), (None,) * len(tensors), first)
+        if all(t.run_rows == first.run_rows for t in tensors):
+            return _Plan(_run_coords(first), (None,) * len(tensors), first)
+        n = first.active_count  # one set, lazily counted in some operands: their live rows
+        return _Plan(first.coords[:n], (n,) * len(tensors), first)
     keep: SparseTensor | None = None
     if join in ("left", "right"):
         keep = first if join == "left" else last
-        coords = _live_coords(keep)
+        coords = _run_coords(keep)
     elif join == "inner":
-        table, coords = _table(first), _live_coords(first)
+        table, coords = _table(first), _run_coords(first)
         for i, t in enumerate(tensors[1:]):
             coords = coords[_ext.intersection_rows(table, _table(t))]
             if i < len(tensors) - 2:
@@ -106,6 +111,8 @@ def _plan(tensors: Sequence[SparseTensor], join: str) -> _Plan:
             table = _ext.union(table, _table(t))
         coords = table.coords
         keep = first if table.size == first.active_count else None
+    if keep is first:  # every row of first (a lazily counted set: its whole buffer)
+        coords = _run_coords(first)
     rows: list[None | int | mx.array] = []
     for t in tensors:
         if t is keep:
@@ -123,7 +130,7 @@ def _take(feats: mx.array, rows: None | int | mx.array, m: int, fill) -> mx.arra
         return feats
     c = feats.shape[1]
     if isinstance(rows, int):
-        return mx.concatenate([feats, mx.full((m - rows, c), fill, dtype=feats.dtype)], axis=0)
+        return mx.concatenate([feats[:rows], mx.full((m - rows, c), fill, dtype=feats.dtype)], axis=0)
     if feats.shape[0] == 0:
         return mx.full((m, c), fill, dtype=feats.dtype)
     gathered = mx.take(feats, mx.maximum(rows, 0), axis=0)
@@ -268,9 +275,9 @@ def reindex_sparse(input: SparseTensor, target, *, fill: float = 0.0) -> SparseT
     if isinstance(target, SparseTensor):
         _check_tensors((input, target), ("input", "target"), op)
         if input.same_coords(target):
-            return with_feats(target, feats)
-        rows = _ext.lookup(_table(input), _live_coords(target))
-        return with_feats(target, _take(feats, rows, target.active_count, fill))
+            return with_feats(target, feats[: target.run_rows])
+        rows = _ext.lookup(_table(input), _run_coords(target))
+        return with_feats(target, _take(feats, rows, target.run_rows, fill))
     if isinstance(target, CoordinateSet):
         target = target.coords[: target.active_rows]
     coords = coords_array(target, op, "target")
@@ -297,7 +304,7 @@ def prune(x: SparseTensor, rows) -> SparseTensor:
         if lo < 0 or hi >= n:
             raise ValueError(f"[{op}] rows must be in [0, {n}), got values from {lo} to {hi}")
     rows = rows.astype(mx.int32)
-    coords = _live_coords(x)[rows]
+    coords = _run_coords(x)[rows]
     feats = mx.take(active_feats(x), rows, axis=0)
     return _new_tensor(coords, feats, x.stride, x.coord_manager, op, _declared_batch_size([x]))
 
@@ -319,7 +326,7 @@ def crop(x: SparseTensor, *, min_coord, max_coord) -> SparseTensor:
     lo, hi = int_triple(min_coord, "min_coord", op), int_triple(max_coord, "max_coord", op)
     if any(a > b for a, b in zip(lo, hi, strict=True)):
         raise ValueError(f"[{op}] min_coord must be <= max_coord on every axis, got {lo} and {hi}")
-    xyz = _live_coords(x)[:, 1:]
+    xyz = x.coords[: x.active_count, 1:]
     inside = mx.all((xyz >= mx.array(lo, dtype=mx.int32)) & (xyz <= mx.array(hi, dtype=mx.int32)), axis=1)
     return prune_mask(x, np.asarray(inside))
 

@@ -84,9 +84,9 @@ def _conv_request(op, x, w, rel, normalized, device, explicit_target=False) -> C
         c_out=c_out,
         kernel_volume=spec.volume,
         identity_relation=identity,
-        n_in=x.active_count,
+        n_in=x.run_rows,
         n_out=rel.out_count,
-        edges=rel.edge_count,
+        edges=rel.known_edge_count,
         normalized=normalized,
         device=requested_device(device),
         explicit_target=explicit_target,
@@ -127,7 +127,7 @@ _CONV_ROUTES = {"cpu": cpu.CONV, "gpu": gpu.CONV, "cuda": cuda.CONV, "metal": cu
 def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:
     impl = _CONV_ROUTES[plan.route.backend][plan.route.algorithm]
     rel, w = plan.relation, plan.weight
-    feats = x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
+    feats = x.run_feats
     y = impl(feats, w, rel)
     if plan.normalized:
         # conv(1, W^2): the squared weight summed over C_in, applied to a one-channel input of ones.

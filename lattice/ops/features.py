@@ -2,7 +2,9 @@
 
 Each op takes a SparseTensor (and returns one on the same coordinate key and manager)
 or a plain ``mx.array`` (and returns an array). Only the active rows (up to
-``x.active_count``) are read; the result holds exactly those rows.
+``x.active_count``) are read; the result holds exactly those rows — except on a set a
+GPU builder made under ``lazy_rows``, where every buffer row is computed (rows past the
+count are ignored) so that the count is not read.
 ``linear`` asks the routing layer for its route and dispatches on it.
 """
 
@@ -28,20 +30,22 @@ GEMM_DTYPES = (mx.float32, mx.float16, mx.bfloat16)
 
 
 def active_feats(x: SparseTensor) -> mx.array:
-    """The features of the active rows of ``x`` (no copy when every row is active)."""
-    n = x.active_count
-    return x.feats if n == x.capacity else x.feats[:n]
+    """The features the row-wise ops run over: ``x.run_feats`` (the active rows; every
+    buffer row of a lazily counted set, whose count is then not read)."""
+    return x.run_feats
 
 
 def with_feats(x: SparseTensor, feats: mx.array) -> SparseTensor:
-    """``x``'s active coordinates (same key and manager) with new row-aligned ``feats``."""
-    n = x.active_count
-    if n == x.capacity:
+    """``x``'s coordinates (same key and manager) with new features for its ``run_rows``."""
+    if feats.shape[0] == x.capacity:
         return x.replace(feats=feats)
-    return SparseTensor(
-        x.coords[:n], feats, x.stride, coord_key=x.coord_key, coord_manager=x.coord_manager,
-        batch_counts=x._batch_counts,
-    )
+    if x.lazy:  # the live rows of a lazily counted set: back into its buffer
+        pad = mx.zeros((x.capacity - feats.shape[0], feats.shape[1]), dtype=feats.dtype)
+        return x.replace(feats=mx.concatenate([feats, pad], axis=0))
+    n = x.active_count
+    out = SparseTensor(x.coords[:n], feats, x.stride, coord_key=x.coord_key, coord_manager=x.coord_manager)
+    out._batch_counts = x._batch_counts  # same rows: already checked, not read again
+    return out
 
 
 def _split(x, op: str) -> tuple[mx.array, SparseTensor | None]:

@@ -98,7 +98,7 @@ def _features(x, op: str) -> mx.array:
         raise TypeError(f"[{op}] x must be a SparseTensor, got {type(x).__name__}")
     if x.dtype not in (mx.float32, mx.float16, mx.bfloat16):
         raise TypeError(f"[{op}] features must be float32, float16 or bfloat16, got {dtype_name(x.dtype)}")
-    return x.feats if x.active_count == x.capacity else x.feats[: x.active_count]
+    return x.run_feats
 
 
 
@@ -132,8 +132,8 @@ def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> P
         else manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op, device=dev)
     )
     req = PoolRequest(op=op, mode=mode.value, dtype=dtype_name(x.dtype), channels=x.channels,
-                      kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.active_count,
-                      n_out=edges.out_count, edges=edges.edge_count, device=dev,
+                      kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.run_rows,
+                      n_out=edges.out_count, edges=edges.known_edge_count, device=dev,
                       padding=spec.padding, windows=windows is not None)
     return PoolPlan(op, route_pool(req), route_pool_backward(req), edges, mode)
 
@@ -212,8 +212,8 @@ def _target_key(op: str, x: SparseTensor, target, level: Triple) -> CoordinateMa
 
 def _upsample_plan(op, x, rel: KernelRelation, method, weights, explicit_target, device: str) -> PoolPlan:
     req = UpsampleRequest(op=op, method=method, dtype=dtype_name(x.dtype), channels=x.channels,
-                          kernel_volume=rel.n_kernels, n_in=x.active_count, n_out=rel.out_count,
-                          edges=rel.edge_count, explicit_target=explicit_target, device=device)
+                          kernel_volume=rel.n_kernels, n_in=x.run_rows, n_out=rel.out_count,
+                          edges=rel.known_edge_count, explicit_target=explicit_target, device=device)
     return PoolPlan(op, route_upsample(req), route_upsample_backward(req), rel, PoolMode.AVG, weights)
 
 
@@ -315,7 +315,8 @@ def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
 
 
 def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
-    feats, batch = _features(x, plan.op), x.batch_indices
+    _features(x, plan.op)
+    feats, batch = x.feats[: x.active_count], x.batch_indices
     if plan.route.backend in KERNEL_BACKENDS:
         plan.route.require("cuda.batch_atomic_reduce", "metal.batch_atomic_reduce")
         return cuda.global_pool(feats, batch, plan.batch_size, plan.mode.value, x.batch_counts)

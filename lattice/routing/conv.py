@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lattice.routing.device import Capability, capability, gpu_kernels
-from lattice.routing.types import Route, RouteBuilder, Tier
+from lattice.routing.types import Route, RouteBuilder, Tier, edge_facts
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -23,7 +23,7 @@ class ConvRequest:
     identity_relation: bool  # every output row is its own single input (1x1x1 on the same support)
     n_in: int
     n_out: int
-    edges: int
+    edges: int | None  # None: a GPU map not counted (KernelRelation.known_edge_count)
     weight_layout: str = "dense"  # dense | packed
     normalized: bool = False
     device: str = "cpu"
@@ -42,8 +42,7 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
         "kernel_volume": req.kernel_volume,
         "n_in": req.n_in,
         "n_out": req.n_out,
-        "edges": req.edges,
-        "average_neighbors": round(req.edges / req.n_out, 3) if req.n_out else 0.0,
+        **edge_facts(req.edges, req.n_out, "average_neighbors"),
         "weight_layout": req.weight_layout,
         "device": req.device,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lattice.core.relation import counting_edges
 from lattice.routing.types import Route
 
 _PLANS: dict[str, Callable] = {}
@@ -52,7 +53,8 @@ def explain(op: Callable | str, *args, **kwargs) -> Route:
     if plan is None:
         name = getattr(op, "__name__", repr(op))
         raise ValueError(f"[explain] {name} is not an explainable lattice op")
-    return plan(*args, **kwargs).route
+    with counting_edges():
+        return plan(*args, **kwargs).route
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lattice.routing.device import Capability, capability, gpu_kernels
-from lattice.routing.types import Route, RouteBuilder
+from lattice.routing.types import Route, RouteBuilder, edge_facts
 
 POOL_MODES = ("sum", "max", "avg")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -40,7 +40,7 @@ class PoolRequest:
     dilation: Triple
     n_in: int
     n_out: int
-    edges: int
+    edges: int | None  # None: a GPU map not counted (KernelRelation.known_edge_count)
     device: str = "cpu"
     padding: Triple = (0, 0, 0)
     # the input's downsample grouped its rows by these windows (CoordinateManager.windows):
@@ -59,7 +59,7 @@ class UpsampleRequest:
     kernel_volume: int
     n_in: int
     n_out: int
-    edges: int
+    edges: int | None  # None: a GPU map not counted (KernelRelation.known_edge_count)
     explicit_target: bool
     device: str = "cpu"
 
@@ -100,7 +100,7 @@ def _pool_facts(req: PoolRequest) -> dict:
         "dilation": req.dilation,
         "n_in": req.n_in,
         "n_out": req.n_out,
-        "edges": req.edges,
+        **edge_facts(req.edges, req.n_out, "average_contributors"),
         "windows": req.windows,
         "device": req.device,
     }
@@ -198,8 +198,7 @@ def _upsample_facts(req: UpsampleRequest) -> dict:
         "kernel_volume": req.kernel_volume,
         "n_in": req.n_in,
         "n_out": req.n_out,
-        "edges": req.edges,
-        "average_contributors": round(req.edges / req.n_out, 3) if req.n_out else 0.0,
+        **edge_facts(req.edges, req.n_out, "average_contributors"),
         "support": "explicit target" if req.explicit_target else "generated",
         "device": req.device,
     }

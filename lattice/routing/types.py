@@ -71,3 +71,11 @@ class RouteBuilder:
 
     def take(self, backend: str, algorithm: str, reason: str) -> Route:
         return Route(self.op, backend, algorithm, reason, tuple(self._rejected), self.facts)
+
+
+def edge_facts(edges: int | None, n_out: int, average: str) -> dict:
+    """The ``edges`` and average-per-output-row facts of a relation; a GPU map whose edges
+    were not counted (counting is a host read) says so instead of a number."""
+    if edges is None:
+        return {"edges": "not counted (GPU map)"}
+    return {"edges": edges, average: round(edges / n_out, 3) if n_out else 0.0}

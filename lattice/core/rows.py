@@ -1,0 +1,94 @@
+"""Lazy row counts: builders that return an upper-bound buffer instead of reading a count.
+
+A GPU builder that makes a new coordinate set (the deduplicated output of a strided
+convolution or pooling) knows its rows only as a count on the GPU. By default it reads
+that count back (one host read, which makes MLX evaluate everything queued before it)
+and returns exactly the live rows. Under ``lazy_rows()`` it returns a buffer of
+``capacity`` rows (an upper bound: the input's rows) and the count as a lazy int32
+``mx.array``, the tensor's ``active_rows``; rows past the count hold batch index -1
+and are never found by a lookup, and every op ignores them. The GPU routes
+(convolution, local pooling, upsampling, the feature ops and modules, joins of tensors
+on one support) then run over the capacity rows without reading the count, so a
+network of them queues as one graph; anything that needs the count on the host
+(``active_count``, a CPU route, a join that builds a table, export) reads it once and
+keeps it.
+
+``host_reads()`` counts the reads lattice makes from the GPU (set sizes, validity
+flags, edge counts) — what the tests of this mode assert on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from contextvars import ContextVar
+
+import mlx.core as mx
+
+_LAZY: ContextVar[bool] = ContextVar("lattice_lazy_rows", default=os.environ.get("LATTICE_LAZY_ROWS", "") == "1")
+
+
+@contextlib.contextmanager
+def lazy_rows(enabled: bool = True):
+    """Within the block, GPU builders return upper-bound buffers plus a lazy count (see the
+    module docstring). ``LATTICE_LAZY_ROWS=1`` makes it the process default."""
+    token = _LAZY.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _LAZY.reset(token)
+
+
+def lazy_rows_enabled() -> bool:
+    """Whether GPU builders return upper-bound buffers here (``lazy_rows``)."""
+    return _LAZY.get()
+
+
+class _Reads:
+    count = 0
+
+
+def host_read(a: mx.array) -> list | int | float | bool:
+    """``a.tolist()`` (``a.item()`` for a scalar), counted by ``host_reads``: every read
+    lattice makes from a GPU result goes through here."""
+    _Reads.count += 1
+    return a.tolist()
+
+
+class HostReads:
+    """The host reads made since this object was created (``host_reads()``)."""
+
+    def __init__(self) -> None:
+        self._start = _Reads.count
+
+    @property
+    def count(self) -> int:
+        return _Reads.count - self._start
+
+
+def host_reads() -> HostReads:
+    """A counter of lattice's host reads from here on: ``reads = host_reads(); ...; reads.count``."""
+    return HostReads()
+
+
+class RowCount:
+    """The live-row count of a set built under ``lazy_rows``: the lazy int32 scalar and,
+    once something has read it, its value (read once, through ``host_read``)."""
+
+    __slots__ = ("array", "_value")
+
+    def __init__(self, array: mx.array) -> None:
+        self.array = array
+        self._value: int | None = None
+
+    @property
+    def read(self) -> bool:
+        return self._value is not None
+
+    def value(self) -> int:
+        if self._value is None:
+            self._value = int(host_read(self.array))
+        return self._value
+
+
+__all__ = ["HostReads", "RowCount", "host_read", "host_reads", "lazy_rows", "lazy_rows_enabled"]
