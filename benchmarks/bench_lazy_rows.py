@@ -8,15 +8,19 @@ on spherical shells in a 256^3 grid) and a tenth of it (the first 48,464 of thos
 4 input channels, MinkUNet14 at width 32 (32-256 channels, 4 downsample levels), float32.
 Each timed call gets a tensor on its own coordinate manager, built and evaluated before
 the clock starts, so every relation and every coarse set is built inside the call, as on
-a new scan. Columns (medians, ms): forward_ms = inference (eval mode) up to the evaluated
-logits; train_ms = loss + gradients (train mode: batch statistics). The two modes are
-timed interleaved, call by call. reads = lattice's host reads per forward (``host_reads``);
-live / buffer = rows of the coarsest level's set against the buffer the lazy mode runs on.
+a new scan. Modes: "exact" = the default (each coarse set's size read back once);
+"exact + edges" = the same with every relation's edge count read too (what route requests
+did before they took ``known_edge_count``); "lazy_rows" = upper-bound buffers, no read.
+Columns (medians, ms): forward_ms = inference (eval mode) up to the evaluated logits;
+train_ms = loss + gradients (train mode: batch statistics). The modes are timed
+interleaved, call by call. reads = lattice's host reads per forward (``host_reads``);
+live / buffer = rows of the coarsest level's set against the buffer its ops run over.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -27,7 +31,10 @@ from _common import report
 from bench_conv_gpu import shells
 
 import lattice
+from lattice.core.relation import counting_edges
 from lattice.models import minkunet
+
+MODES = ("exact", "exact + edges", "lazy_rows")
 
 
 def _inputs(coords: np.ndarray, count: int, seed: int = 0) -> list[lattice.SparseTensor]:
@@ -61,16 +68,16 @@ def main() -> None:
             return mnn.losses.cross_entropy(m(x).feats, labels, reduction="mean")
 
         grad = mnn.value_and_grad(model, loss)
-        times = {(lazy, kind): [] for lazy in (False, True) for kind in ("forward", "train")}
-        reads = {}
-        coarse = {}
+        times = {(mode, kind): [] for mode in MODES for kind in ("forward", "train")}
+        reads, coarse = {}, {}
         for kind in ("forward", "train"):
             model.train(kind == "train")
-            xs = _inputs(coords, 2 * (args.repeats + 1))
+            xs = _inputs(coords, len(MODES) * (args.repeats + 1))
             for i in range(args.repeats + 1):
-                for lazy in (False, True):
-                    x = xs[2 * i + lazy]
-                    with lattice.lazy_rows(lazy):
+                for j, mode in enumerate(MODES):
+                    x = xs[len(MODES) * i + j]
+                    edges = counting_edges() if mode == "exact + edges" else contextlib.nullcontext()
+                    with lattice.lazy_rows(mode == "lazy_rows"), edges:
                         counter = lattice.host_reads()
                         t0 = time.perf_counter()
                         if kind == "forward":
@@ -79,22 +86,23 @@ def main() -> None:
                             mx.eval(grad(model, x))
                         dt = (time.perf_counter() - t0) * 1e3
                     if i:  # the first round compiles the kernels
-                        times[(lazy, kind)].append(dt)
-                        reads[(lazy, kind)] = counter.count
-                    if kind == "forward" and lazy:
+                        times[(mode, kind)].append(dt)
+                        reads[(mode, kind)] = counter.count
+                    if kind == "forward":
                         m = x.coord_manager
                         last = max(m.keys, key=lambda k: k.stride)
-                        coarse = {"stride": last.stride[0], "live": m.size(last), "buffer": m.capacity(last)}
-        for lazy in (False, True):
+                        coarse[mode] = (last.stride[0], m.size(last), m.capacity(last))
+        for mode in MODES:
+            stride, live, buffer = coarse[mode]
             rows.append(
                 {
                     "N": n,
-                    "mode": "lazy_rows" if lazy else "exact (reads)",
-                    "forward_ms": round(statistics.median(times[(lazy, "forward")]), 2),
-                    "train_ms": round(statistics.median(times[(lazy, "train")]), 2),
-                    "reads": reads[(lazy, "forward")],
-                    "coarsest_stride": coarse["stride"],
-                    "live / buffer": f"{coarse['live']} / {coarse['buffer'] if lazy else coarse['live']}",
+                    "mode": mode,
+                    "forward_ms": round(statistics.median(times[(mode, "forward")]), 2),
+                    "train_ms": round(statistics.median(times[(mode, "train")]), 2),
+                    "reads": reads[(mode, "forward")],
+                    "coarsest_stride": stride,
+                    "live / buffer": f"{live} / {buffer}",
                 }
             )
     report(rows, f"MinkUNet14 w32 on new coordinates ({lattice.backend_info().gpu})", args.json)
