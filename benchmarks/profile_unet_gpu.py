@@ -43,16 +43,49 @@ def _steps(model):
     return steps
 
 
+def _cprofile(model, coords: np.ndarray, repeats: int) -> None:
+    import cProfile
+    import pstats
+
+    rng = np.random.default_rng(1)
+    xs = [lattice.SparseTensor(coords, rng.normal(size=(len(coords), 4)).astype(np.float32))
+          for _ in range(2 * repeats + 1)]
+    mx.eval([x.feats for x in xs])
+    mx.eval(model(xs[0]).feats)  # compiles
+    build, run = [], []
+    for x in xs[1 : repeats + 1]:
+        t0 = time.perf_counter()
+        y = model(x)
+        t1 = time.perf_counter()
+        mx.eval(y.feats)
+        build.append((t1 - t0) * 1e3)
+        run.append((time.perf_counter() - t1) * 1e3)
+    print(f"{len(coords)} voxels: graph building {statistics.median(build):.2f} ms, "
+          f"evaluation {statistics.median(run):.2f} ms (medians of {repeats})")
+    prof = cProfile.Profile()
+    prof.enable()
+    for x in xs[repeats + 1 :]:
+        mx.eval(model(x).feats)
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rows", type=int, default=484_637)
+    ap.add_argument("--cprofile", action="store_true",
+                    help="instead: whole fresh forwards split into graph building (Python, host reads) "
+                         "and evaluation, and a cProfile of the building")
     args = ap.parse_args()
     coords = shells()[: args.rows]
     mx.random.seed(0)
     model = minkunet(14, 4, 20, width=32)
     model.eval()
     mx.eval(model.parameters())
+    if args.cprofile:
+        _cprofile(model, coords, args.repeats)
+        return
     steps = _steps(model)
     fresh = {name: [] for name, _ in steps}
     cached = {name: [] for name, _ in steps}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,8 +69,18 @@ class KernelSpec:
         )
 
     def offsets(self) -> mx.array:
-        """The (volume, 3) int32 offsets, dilation applied, z varying fastest."""
-        return _ext.kernel_offsets(self.size, self.dilation)
+        """The (volume, 3) int32 offsets, dilation applied, z varying fastest. One array per
+        (size, dilation), made once and shared by every relation (read it, do not assign into
+        it; ``kernel_offsets`` returns a fresh one)."""
+        return _shared_offsets(self.size, self.dilation)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_offsets(size: Triple, dilation: Triple) -> mx.array:
+    # 0.15 ms per native call on the H200 host, 19 calls per MinkUNet forward
+    offsets = _ext.kernel_offsets(size, dilation)
+    mx.eval(offsets)
+    return offsets
 
 
 class KernelGeometry:
@@ -101,4 +112,5 @@ def kernel_offsets(kernel_size: int | Sequence[int], dilation: int | Sequence[in
     Odd sizes are centred (-1, 0, 1 for size 3), even sizes start at 0 (0, 1 for
     size 2); offsets are multiplied by the dilation; z varies fastest.
     """
-    return KernelSpec(kernel_size, dilation=dilation, op="kernel_offsets").offsets()
+    spec = KernelSpec(kernel_size, dilation=dilation, op="kernel_offsets")
+    return _ext.kernel_offsets(spec.size, spec.dilation)
