@@ -67,7 +67,8 @@ def _cprofile(model, coords: np.ndarray, repeats: int) -> None:
     for x in xs[repeats + 1 :]:
         mx.eval(model(x).feats)
     prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
 
 
 def main() -> None:
