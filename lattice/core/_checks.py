@@ -20,7 +20,7 @@ def dtype_name(dtype: mx.Dtype) -> str:
 
 def int_triple(value: int | Sequence[int], name: str, op: str, *, minimum: int | None = None) -> Triple:
     """Normalises an int or a length-3 sequence of ints to a triple."""
-    if type(value) is tuple and len(value) == 3 and all(type(v) is int for v in value):
+    if type(value) is tuple and len(value) == 3 and type(value[0]) is type(value[1]) is type(value[2]) is int:
         out = value  # already a triple (most calls: strides and sizes passed on)
     elif isinstance(value, bool):
         raise TypeError(f"[{op}] {name} must be an int or 3 ints, got {value!r}")
