@@ -229,13 +229,10 @@ def downsample(
     the lazy count where ``lazy`` (see ``unique_rows``; ``count``: the input's lazy count)."""
     with mx.stream(mx.gpu):
         n = int(coords.shape[0])
-        (down,) = (
-            _launch("coords", "downsample", [_i32(coords), _count_params(count, n, *stride)], [(n, 4)],
-                    [mx.int32], n)
-            if n
-            else (coords,)
-        )
-        return unique_rows(down, count, lazy=lazy)
+        if n:
+            params = _count_params(count, n, *stride)
+            (coords,) = _launch("coords", "downsample", [_i32(coords), params], [(n, 4)], [mx.int32], n)
+        return unique_rows(coords, count, lazy=lazy)
 
 
 def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> mx.array:

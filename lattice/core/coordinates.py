@@ -69,7 +69,7 @@ class CoordinateManager:
         self.id = next(_manager_ids)
         self._next_id = itertools.count()
         self._tables: dict[int, _ext.CoordTable | _Pending] = {}
-        self._cpu_tables: dict[int, _ext.CoordTable] = {}  # CPU tables of lazily counted sets
+        self._cpu_tables: dict[int, _ext.CoordTable] = {}  # of GPU-made sets, built on first CPU use
         self._gpu_tables: dict[int, object] = {}  # lattice.backends.cuda.GpuTable, built on first GPU use
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
@@ -154,20 +154,17 @@ class CoordinateManager:
         return self._cpu_table(key.id)
 
     def _cpu_table(self, key_id: int):
-        if key_id in self._cpu_tables:
-            return self._cpu_tables[key_id]
         t = self._tables[key_id]
-        if isinstance(t, _Pending):
-            # Unique by construction (a GPU dedup made them): adopt, no duplicate check needed,
-            # but the native builder checks anyway and the cost is paid once. A lazily counted
-            # set keeps its buffer (routes index its rows) and reads its count here.
+        if not isinstance(t, _Pending):
+            return t
+        hit = self._cpu_tables.get(key_id)
+        if hit is None:
+            # Unique by construction (a GPU dedup made them): no duplicate check needed, but the
+            # native builder checks anyway and the cost is paid once. The set keeps its GPU
+            # buffer (a lazily counted one: routes index its rows); its count is read here.
             coords = t.coords if t.count is None else t.coords[: t.count.value()]
-            table = _ext.build_table(coords, "CoordinateManager")
-            if t.count is not None:
-                self._cpu_tables[key_id] = table
-                return table
-            t = self._tables[key_id] = table
-        return t
+            hit = self._cpu_tables[key_id] = _ext.build_table(coords, "CoordinateManager")
+        return hit
 
     def gpu_table(self, key: CoordinateMapKey):
         """The GPU hash table of a set (lattice.backends.cuda), built on first use and kept."""

@@ -2,8 +2,9 @@
 
 A GPU builder that makes a new coordinate set (the deduplicated output of a strided
 convolution or pooling) knows its rows only as a count on the GPU. By default it reads
-that count back (one host read, which makes MLX evaluate everything queued before it)
-and returns exactly the live rows. Under ``lazy_rows()`` it returns a buffer of
+that count back (one host read: MLX evaluates what the count depends on — that set's
+coordinate kernels, not the feature work queued before it — and waits) and returns
+exactly the live rows. Under ``lazy_rows()`` it returns a buffer of
 ``capacity`` rows (an upper bound: the input's rows) and the count as a lazy int32
 ``mx.array``, the tensor's ``active_rows``; rows past the count hold batch index -1
 and are never found by a lookup, and every op ignores them. The GPU routes
@@ -13,8 +14,10 @@ network of them queues as one graph; anything that needs the count on the host
 (``active_count``, a CPU route, a join that builds a table, export) reads it once and
 keeps it.
 
-``host_reads()`` counts the reads lattice makes from the GPU (set sizes, validity
-flags, edge counts) — what the tests of this mode assert on.
+``host_reads()`` counts the reads lattice's GPU builders and relations make (set sizes,
+validity flags, edge counts, lazy counts) — what the tests of this mode assert on. Reads
+of a caller's own arguments while checking them (a given ``active_rows``, mask or row
+list) and the CPU routes' conversions are not counted.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ class _Reads:
 
 
 def host_read(a: mx.array) -> list | int | float | bool:
-    """``a.tolist()`` (``a.item()`` for a scalar), counted by ``host_reads``: every read
-    lattice makes from a GPU result goes through here."""
+    """``a.tolist()`` (``a.item()`` for a scalar), counted by ``host_reads``: the reads of the
+    GPU builders (``lattice.backends.cuda``), of relation edge counts and of lazy counts go
+    through here."""
     _Reads.count += 1
     return a.tolist()
 

@@ -62,7 +62,7 @@ class SparseTensor:
                 )
             self._count = coord_manager.row_count(coord_key)
         if self._count is not None:
-            # A set built under lazy_rows(): capacity rows, its count not read here.
+            # A set built under lazy_rows(): its whole buffer, its count not read here.
             if active_rows is not None and active_rows is not self._count.array:
                 raise ValueError(f"[{op}] a lazily counted set takes its own active_rows")
             if coord_manager.capacity(coord_key) != n:
@@ -70,19 +70,18 @@ class SparseTensor:
                     f"[{op}] coord_key holds a buffer of {coord_manager.capacity(coord_key)} rows, "
                     f"tensor has {n}"
                 )
-            self.active_rows = self._count.array
+            self.active_rows, self._live = self._count.array, None
         else:
-            self.active_rows = None if active_rows is None else self._check_active(active_rows, n, op)
-        live = self.active_count if self._count is None else n
-        if coord_key is not None:
-            if self._count is None and coord_manager.size(coord_key) != live:
+            self.active_rows = active_rows
+            self._live = n if active_rows is None else self._check_active(active_rows, n, op)
+            if coord_key is None:
+                coord_manager = coord_manager or CoordinateManager()
+                live_coords = self.coords if self._live == n else self.coords[: self._live]
+                coord_key = coord_manager.insert(live_coords, self.stride, op=op)
+            elif coord_manager.size(coord_key) != self._live:
                 raise ValueError(
-                    f"[{op}] coord_key holds {coord_manager.size(coord_key)} rows, tensor has {live}"
+                    f"[{op}] coord_key holds {coord_manager.size(coord_key)} rows, tensor has {self._live}"
                 )
-        else:
-            coord_manager = coord_manager or CoordinateManager()
-            live_coords = self.coords if live == n else self.coords[:live]
-            coord_key = coord_manager.insert(live_coords, self.stride, op=op)
         self.coord_key = coord_key
         self.coord_manager = coord_manager
         self._batch_counts = None if batch_counts is None else self._check_counts(batch_counts, op)
@@ -90,11 +89,12 @@ class SparseTensor:
     # ---- validation helpers ------------------------------------------------------
 
     @staticmethod
-    def _check_active(active_rows, n: int, op: str):
+    def _check_active(active_rows, n: int, op: str) -> int:
+        """The value of a caller's ``active_rows`` (read once, here), checked against ``n``."""
         value = int(active_rows.item() if isinstance(active_rows, mx.array) else active_rows)
         if not 0 <= value <= n:
             raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {value}")
-        return active_rows
+        return value
 
     def _check_counts(self, batch_counts, op: str) -> mx.array:
         counts = np.asarray(batch_counts, dtype=np.int64).reshape(-1)
@@ -117,12 +117,7 @@ class SparseTensor:
     @property
     def active_count(self) -> int:
         """Rows in use (on a set built under ``lazy_rows``, reads its count once)."""
-        if self._count is not None:
-            return self._count.value()
-        if self.active_rows is None:
-            return self.capacity
-        a = self.active_rows
-        return int(a.item() if isinstance(a, mx.array) else a)
+        return self._live if self._count is None else self._count.value()
 
     @property
     def lazy(self) -> bool:

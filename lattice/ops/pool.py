@@ -315,8 +315,7 @@ def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
 
 
 def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
-    _features(x, plan.op)
-    feats, batch = x.feats[: x.active_count], x.batch_indices
+    feats, batch = x.feats[: x.active_count], x.batch_indices  # the live rows (checked by the plan)
     if plan.route.backend in KERNEL_BACKENDS:
         plan.route.require("cuda.batch_atomic_reduce", "metal.batch_atomic_reduce")
         return cuda.global_pool(feats, batch, plan.batch_size, plan.mode.value, x.batch_counts)
