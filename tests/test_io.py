@@ -189,9 +189,21 @@ def test_pcd_round_trip(tmp_path, mode):
     assert f"DATA {mode}".encode() in path.read_bytes()[:400]
     back = read_points(path)
     np.testing.assert_array_equal(back.points, pts)  # NaNs kept, at the same rows
-    _assert_same(cloud, back)
+    # the packed float rgb is decoded into uint8 channels at read, in its place
+    assert list(back.attributes)[:3] == ["red", "green", "blue"] and "rgb" not in back.attributes
+    for i, c in enumerate(("red", "green", "blue")):
+        assert back.attributes[c].dtype == np.uint8
+        np.testing.assert_array_equal(back.attributes[c], rgb[:, i])
+    expected = PointCloud(pts, {k: v for k, v in attrs.items() if k != "rgb"})
+    _assert_same(expected, PointCloud(back.points, {k: v for k, v in back.attributes.items() if k in attrs}))
+    assert back.metadata["colour_packing"] == {"field": "rgb", "type": "F"}
     assert (back.metadata["width"], back.metadata["height"], back.metadata["data"]) == (12, 10, mode)
     np.testing.assert_allclose(back.colors(), rgb / 255)
+    # written back, the channels are packed into the same float rgb field, bit for bit
+    again = tmp_path / "again.pcd"
+    write_points(again, back, binary=mode != "ascii", compress=mode == "binary_compressed")
+    assert b"FIELDS x y z rgb label normal ring" in again.read_bytes()[:400]
+    np.testing.assert_array_equal(read_points(again).attributes["red"], rgb[:, 0])
     assert np.isnan(back.points).any() and len(back.drop_nan()) == n - len(range(0, n, 7))
 
 
@@ -303,9 +315,9 @@ REAL = [
     ("isprs_terrain/samp11-utm.pcd", 38010, set()),
     ("isprs_terrain/samp11-utm-ground.pcd", 21786, set()),
     ("indoor/room_scan1.pcd", 112586, set()),
-    ("indoor/open3d_fragment.pcd", 113662, {"rgb", "normal_x", "normal_y", "normal_z", "curvature"}),
-    ("indoor/table_scene_mug_stereo_textured.pcd", 307200, {"rgba"}),
-    ("osd_labeled/learn0.pcd", 307200, {"label", "rgba"}),
+    ("indoor/open3d_fragment.pcd", 113662, {"red", "green", "blue", "normal_x", "normal_y", "normal_z", "curvature"}),
+    ("indoor/table_scene_mug_stereo_textured.pcd", 307200, {"red", "green", "blue", "alpha"}),
+    ("osd_labeled/learn0.pcd", 307200, {"label", "red", "green", "blue", "alpha"}),
     ("pcl_ism_objects/ism_train_cat.pcd", 3400, set()),
 ]
 

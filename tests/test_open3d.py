@@ -95,7 +95,11 @@ def test_point_cloud_round_trip_points_colours_normals(o3d):
     assert back.points.dtype == np.float64
     np.testing.assert_array_equal(back.points, cloud.points.astype(np.float64))
     rgb = np.stack([back.attributes[k] for k in ("red", "green", "blue")], axis=1)
-    np.testing.assert_array_equal(rgb, unpack_rgb(cloud.attributes["rgb"]))
+    np.testing.assert_array_equal(rgb, np.stack([cloud.attributes[k] for k in ("red", "green", "blue")], 1))
+    raw = np.fromfile(_data("indoor/open3d_fragment.pcd"), np.uint8)  # the file's own packed float bits
+    header = raw[:400].tobytes().index(b"DATA binary\n") + len(b"DATA binary\n")
+    packed = raw[header:].view(np.float32).reshape(-1, 8)[:, 3]
+    np.testing.assert_array_equal(rgb, unpack_rgb(packed))
     np.testing.assert_array_equal(back.colors(), cloud.colors())
     np.testing.assert_array_equal(back.normals(), cloud.normals())
     assert back.normals().dtype == np.float32

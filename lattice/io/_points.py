@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from lattice.io.kinds import KINDS, AttributeInfo, colour_scale, infos_for
+
 _RESERVED = ("x", "y", "z")
 _NORMAL_NAMES = (("nx", "ny", "nz"), ("normal_x", "normal_y", "normal_z"))
 _COLOR_NAMES = (("red", "green", "blue"), ("r", "g", "b"))
@@ -46,8 +48,11 @@ class PointCloud:
     ``format``: the format it was read from (``"ply"``, ``"pcd"``, ...), or None.
     ``source``: the path or stream name it was read from, or None.
     ``metadata``: format details a writer of the same format reuses when it can
-    (PCD ``width``/``height``/``viewpoint``, LAS ``scales``/``offsets``/``point_format``,
-    PLY ``comments``).
+    (PCD ``width``/``height``/``viewpoint``, LAS ``scales``/``offsets``/``point_format``
+    and CRS records, PLY ``comments``).
+    ``kinds``: explicit attribute kinds (``lattice.io.kinds.KINDS``) for names whose kind
+    the name and type do not tell; every other attribute's kind is inferred
+    (``attribute_info()``).
 
     Normalised views: ``colors()`` and ``normals()``. NaN points are kept;
     ``drop_nan()`` removes them.
@@ -58,6 +63,7 @@ class PointCloud:
     format: str | None = None
     source: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         points = _as_points(self.points)
@@ -66,6 +72,11 @@ class PointCloud:
         object.__setattr__(self, "points", points)
         object.__setattr__(self, "attributes", attrs)
         object.__setattr__(self, "metadata", dict(self.metadata))
+        kinds = {str(k): str(v) for k, v in dict(self.kinds).items() if k in attrs}
+        bad = {k: v for k, v in kinds.items() if v not in KINDS}
+        if bad:
+            raise ValueError(f"[PointCloud] kinds must be one of {', '.join(KINDS)}, got {bad}")
+        object.__setattr__(self, "kinds", kinds)
 
     def __len__(self) -> int:
         return int(self.points.shape[0])
@@ -95,7 +106,12 @@ class PointCloud:
             points=self.points[idx],
             attributes={k: v[idx] for k, v in self.attributes.items()},
             metadata=meta,
+            kinds=self.kinds,
         )
+
+    def attribute_info(self) -> dict[str, AttributeInfo]:
+        """Every attribute's kind, stored type, default reduction and colour scale (``lattice.io.kinds``)."""
+        return infos_for(self.attributes, format=self.format, kinds=self.kinds)
 
     def finite_mask(self) -> np.ndarray:
         """Boolean ``(N,)``: true where x, y and z are all finite."""
@@ -118,9 +134,9 @@ class PointCloud:
 
         Sources, in order: ``red/green/blue`` (or ``r/g/b``), packed ``rgb``/``rgba``
         (PCL layout: ``0xAARRGGBB`` in a uint32 or the bits of a float32), or an ``(N, 3)``
-        ``rgb`` array. Integer channels are divided by 255 when their maximum is at most
-        255 and by 65535 otherwise (LAS stores 16-bit colour); float channels are divided
-        by 255 when their maximum exceeds 1.
+        ``rgb`` array. Channels are divided by their full scale
+        (``lattice.io.kinds.colour_scale``: 255 for 8-bit values, 65535 for 16-bit LAS
+        colour, 1 for unit floats).
         """
         for names in _COLOR_NAMES:
             if all(n in self.attributes for n in names):
@@ -152,9 +168,4 @@ def pack_rgb(rgb: np.ndarray, *, as_float: bool = True) -> np.ndarray:
 
 def _unit_colors(c: np.ndarray) -> np.ndarray:
     c = np.asarray(c)
-    if c.dtype.kind in "biu":
-        scale = 255.0 if c.size == 0 or c.max() <= 255 else 65535.0
-        return c.astype(np.float32) / np.float32(scale)
-    c = c.astype(np.float32)
-    finite = c[np.isfinite(c)]
-    return c / np.float32(255) if finite.size and finite.max() > 1 else c
+    return c.astype(np.float32) / np.float32(colour_scale(c))

@@ -13,6 +13,7 @@ import numpy as np
 
 from lattice.io._common import PointCloudError
 from lattice.io._points import PointCloud
+from lattice.io.kinds import decode_colours
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
@@ -52,6 +53,7 @@ def read_npz(f: BinaryIO, label: str) -> PointCloud:
         for k, v in arrays.items()
         if v.ndim in (1, 2) and v.shape[0] == n and v.dtype.kind in "biuf" and k not in ("x", "y", "z")
     }
+    attrs, _ = decode_colours(attrs)
     return PointCloud(points, attrs, format="npz", source=label)
 
 

@@ -2,6 +2,10 @@
 
 Every field becomes an attribute under its PCD name (``COUNT > 1`` gives an ``(N, COUNT)``
 array); ``x``, ``y``, ``z`` become the points. Padding fields named ``_`` are dropped.
+PCL's packed colour fields (``rgb`` as float32 bits, ``rgba`` as uint32, ``0xAARRGGBB``)
+are decoded into uint8 ``red``, ``green``, ``blue`` (and ``alpha``) channels; the writer
+packs colour channels back into one such field (the source's field and type when the cloud
+came from a PCD, else ``rgb`` float32, or ``rgba`` uint32 with an alpha channel).
 NaN points (invalid pixels of organised clouds) are kept. Old v.5 headers without
 ``VIEWPOINT`` are accepted; ``WIDTH``, ``HEIGHT`` and ``VIEWPOINT`` are kept in metadata.
 """
@@ -17,6 +21,7 @@ import numpy as np
 from lattice.io import lzf
 from lattice.io._common import PointCloudError, native, points_dtype, read_exact
 from lattice.io._points import PointCloud
+from lattice.io.kinds import as_8bit_colours, colour_channels_of, decode_colours, encode_packed_colour
 
 DATA_MODES = ("ascii", "binary", "binary_compressed")
 _TYPES = {"F": "f", "I": "i", "U": "u"}
@@ -218,6 +223,7 @@ def read_pcd(f: BinaryIO, label: str) -> PointCloud:
         for name, col in cols.items()
         if name not in ("x", "y", "z", "_")
     }
+    attrs, packing = decode_colours(attrs)
     meta = {
         "width": h.width,
         "height": h.height,
@@ -225,6 +231,8 @@ def read_pcd(f: BinaryIO, label: str) -> PointCloud:
         "version": h.version,
         "data": h.data,
     }
+    if packing is not None:
+        meta["colour_packing"] = packing
     return PointCloud(native(points), attrs, format="pcd", source=label, metadata=meta)
 
 
@@ -236,9 +244,33 @@ def _pcd_type(a: np.ndarray) -> tuple[np.ndarray, str, int]:
     return a.astype(a.dtype.newbyteorder("<"), copy=False), a.dtype.kind.upper(), a.dtype.itemsize
 
 
+def _packed_colour(cloud: PointCloud) -> tuple[str, np.ndarray] | None:
+    """The cloud's colour channels as one PCL packed field ``(name, (N, 1) array)``, or None."""
+    channels = colour_channels_of(cloud.attributes)
+    if not channels:
+        return None
+    packing = cloud.metadata.get("colour_packing") if cloud.format == "pcd" else None
+    if not isinstance(packing, dict) or packing.get("field") not in ("rgb", "rgba"):
+        packing = {"field": "rgba", "type": "U"} if "alpha" in channels else {"field": "rgb", "type": "F"}
+    colours = as_8bit_colours(cloud.attributes, cloud.attribute_info())
+    packed = encode_packed_colour(colours, as_float=packing.get("type") == "F")
+    return packing["field"], packed.reshape(-1, 1)
+
+
 def _columns(cloud: PointCloud) -> list[tuple[str, np.ndarray]]:
     cols = [(c, cloud.points[:, i : i + 1]) for i, c in enumerate("xyz")]
-    cols += [(k, v.reshape(len(cloud), -1)) for k, v in cloud.attributes.items()]
+    packed = _packed_colour(cloud)
+    channels = set(colour_channels_of(cloud.attributes)) if packed else set()
+    for k, v in cloud.attributes.items():
+        if k in channels:
+            if packed is not None:
+                cols.append(packed)  # in the place of the first colour channel
+                packed = None
+            continue
+        cols.append((k, v.reshape(len(cloud), -1)))
+    names = [name for name, _ in cols]
+    if len(set(names)) != len(names):
+        raise PointCloudError(f"PCD field names would repeat: {names}")
     for name, _ in cols:
         if not name.isprintable() or any(ch.isspace() for ch in name):
             raise PointCloudError(f"attribute name {name!r} cannot be a PCD field name (no spaces)")

@@ -1,7 +1,10 @@
 """PLY points (ascii, binary little/big endian) through the ``plyfile`` package.
 
 Reading keeps the ``vertex`` element: ``x``, ``y``, ``z`` become the points and every
-other scalar property an attribute under its own name. Elements after ``vertex`` (faces,
+other scalar property an attribute under its own name (colour as ``red``, ``green``,
+``blue``, ``alpha``: ``r/g/b/a`` are renamed and a packed ``rgb`` is split). Writing
+stores colour channels as ``uchar`` (PLY's convention; 16-bit LAS colour is scaled down)
+unless the cloud came from a PLY, whose colour types are kept. Elements after ``vertex`` (faces,
 range grids) are not parsed at all; vertex list properties are skipped. Writing stores a
 ``(N, K)`` attribute ``a`` as scalar properties ``a_0 … a_{K-1}``.
 """
@@ -17,6 +20,7 @@ import numpy as np
 
 from lattice.io._common import PointCloudError, native, points_dtype, read_exact
 from lattice.io._points import PointCloud
+from lattice.io.kinds import as_8bit_colours, decode_colours
 
 _MAX_HEADER = 1 << 20
 _PLY_DTYPES = {np.dtype(t) for t in ("i1", "u1", "i2", "u2", "i4", "u4", "f4", "f8")}
@@ -168,6 +172,7 @@ def read_ply(f: BinaryIO, label: str) -> PointCloud:
         for p in props
         if p.name not in ("x", "y", "z") and not isinstance(p, plyfile.PlyListProperty)
     }
+    attrs, _ = decode_colours(attrs)
     meta = {
         "comments": list(skeleton.comments),
         "obj_info": list(skeleton.obj_info),
@@ -195,7 +200,10 @@ def _ply_column(name: str, a: np.ndarray) -> np.ndarray:
 
 def _vertex_array(cloud: PointCloud) -> np.ndarray:
     cols: dict[str, np.ndarray] = {c: cloud.points[:, i] for i, c in enumerate("xyz")}
-    for name, a in cloud.attributes.items():
+    attributes = dict(cloud.attributes)
+    if cloud.format != "ply":  # PLY's colour convention: uchar channels
+        attributes.update(as_8bit_colours(attributes, cloud.attribute_info()))
+    for name, a in attributes.items():
         parts = {name: a} if a.ndim == 1 else {f"{name}_{k}": a[:, k] for k in range(a.shape[1])}
         for key, col in parts.items():
             if key in cols:
