@@ -79,7 +79,11 @@ def error_message(err: BaseException) -> str:
     if isinstance(err, OSError) and err.strerror:
         where = err.filename if err.filename is not None else ""
         return f"{where}: {err.strerror}" if where else err.strerror
-    if isinstance(err, ValueError | TypeError):
+    from lattice.io import PointCloudError
+
+    if isinstance(err, PointCloudError):
+        text = err.cli_message
+    elif isinstance(err, ValueError | TypeError):
         text = str(err)
     else:
         text = f"{type(err).__name__}: {err}"

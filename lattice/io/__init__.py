@@ -11,7 +11,7 @@ names the file. See ``docs/io.md``.
 ``lattice[open3d]``); Open3D itself is imported only when they are called.
 """
 
-from lattice.io._common import PointCloudError
+from lattice.io._common import PointCloudError, opt
 from lattice.io._points import PointCloud, pack_rgb, unpack_rgb
 from lattice.io.atomic import atomic_write
 from lattice.io.formats import FORMATS, Format, format_from_name, read_points, write_points
@@ -28,6 +28,7 @@ __all__ = [
     "atomic_write",
     "format_from_name",
     "from_open3d",
+    "opt",
     "pack_rgb",
     "read_points",
     "read_sparse",

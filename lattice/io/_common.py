@@ -14,11 +14,59 @@ import numpy as np
 PathOrFile = str | os.PathLike | BinaryIO
 
 
+_OPT = "\x00"  # brackets an option marker made by ``opt`` inside a message
+
+
+def opt(name: str, value: object = None) -> str:
+    """An option named in an error message, rendered for whoever reads it.
+
+    The library's text names the Python parameter (``format='nuscenes'``); the CLI's
+    (``PointCloudError.cli_message``) names its flag (``--format nuscenes``). Flags are the
+    parameter with ``_`` as ``-``.
+
+    >>> str(PointCloudError(f"x.bin: pass {opt('format', 'nuscenes')}"))
+    "x.bin: pass format='nuscenes'"
+    """
+    return f"{_OPT}{name}{_OPT}{'' if value is None else value}{_OPT}"
+
+
+def _render(text: str, cli: bool) -> str:
+    parts = text.split(_OPT)
+    if len(parts) < 4:
+        return text
+    out = [parts[0]]
+    for i in range(1, len(parts) - 2, 3):
+        name, value, rest = parts[i], parts[i + 1], parts[i + 2]
+        if cli:
+            flag = "--" + name.replace("_", "-")
+            out.append(f"{flag} {value}" if value else flag)
+        else:
+            out.append(f"{name}={value!r}" if value else f"{name}=")
+        out.append(rest)
+    return "".join(out)
+
+
 class PointCloudError(ValueError):
     """A point-cloud or sparse-tensor file could not be read or written.
 
-    The message is one line and starts with the file it is about.
+    The message is one line and starts with the file it is about. Options it suggests are
+    named as the library's parameters in ``str(err)`` and as the CLI's flags in
+    ``err.cli_message`` (see ``opt``).
     """
+
+    def __str__(self) -> str:
+        return _render(str(self.args[0]) if self.args else "", cli=False)
+
+    @property
+    def cli_message(self) -> str:
+        """The message with the CLI's flag names (``--format``) instead of parameters."""
+        return _render(str(self.args[0]) if self.args else "", cli=True)
+
+    @property
+    def template(self) -> str:
+        """The raw message, option markers included: wrap it (``f"{label}: {err.template}"``)
+        to add context without losing the two renderings."""
+        return str(self.args[0]) if self.args else ""
 
 
 def is_file_like(obj: object) -> bool:

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from lattice.io import kitti, las, npz, pcd, ply
-from lattice.io._common import PathOrFile, PointCloudError, is_file_like, label_of, open_input, open_output
+from lattice.io._common import (
+    PathOrFile,
+    PointCloudError,
+    is_file_like,
+    label_of,
+    open_input,
+    open_output,
+    opt,
+)
 from lattice.io._points import PointCloud
 
 
@@ -70,8 +78,8 @@ def format_from_name(name: str) -> str | None:
     lower = os.fspath(name).lower()
     if lower.endswith(".pcd.bin"):
         raise PointCloudError(
-            f"{name}: '.pcd.bin' is ambiguous; pass format='nuscenes' (float32 x, y, z, intensity, ring) "
-            "or format='kitti' (float32 x, y, z, intensity)"
+            f"{name}: '.pcd.bin' is ambiguous; pass {opt('format', 'nuscenes')} (float32 x, y, z, intensity, ring) "
+            f"or {opt('format', 'kitti')} (float32 x, y, z, intensity)"
         )
     for f in FORMATS.values():
         if lower.endswith(f.extensions):
@@ -87,7 +95,7 @@ def _from_extension(path_or_file: PathOrFile, label: str) -> str | None:
     if found is None and not is_file_like(path_or_file):
         ext = os.path.splitext(label)[1] or "(none)"
         raise PointCloudError(
-            f"{label}: unknown point-cloud file extension {ext}; pass format= one of {', '.join(FORMATS)}"
+            f"{label}: unknown point-cloud file extension {ext}; pass {opt('format')} one of {', '.join(FORMATS)}"
         )
     return found
 
@@ -101,7 +109,7 @@ def _sniff(f: BinaryIO, label: str) -> str:
     text = head.lstrip()
     if text.startswith((b"# .PCD", b"VERSION", b"FIELDS")):
         return "pcd"
-    raise PointCloudError(f"{label}: cannot tell the point-cloud format of this stream; pass format=")
+    raise PointCloudError(f"{label}: cannot tell the point-cloud format of this stream; pass {opt('format')}")
 
 
 def read_points(path_or_file: PathOrFile, *, format: str | None = None) -> PointCloud:
@@ -140,9 +148,9 @@ def write_points(
     label = label_of(path_or_file)
     fmt = _named(format, label) if format is not None else _from_extension(path_or_file, label)
     if fmt is None:
-        raise PointCloudError(f"{label}: cannot tell which format to write; pass format=")
+        raise PointCloudError(f"{label}: cannot tell which format to write; pass {opt('format')}")
     try:
         with open_output(path_or_file) as f:
             FORMATS[fmt].write(f, cloud, binary, compress)
     except PointCloudError as e:
-        raise PointCloudError(f"{label}: {e}") from e
+        raise PointCloudError(f"{label}: {e.template}") from e

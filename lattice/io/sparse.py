@@ -3,19 +3,25 @@
 Keys: ``coords`` int32 (N, 4) ``(batch, x, y, z)``, unique rows, batch >= 0; ``feats``
 (N, C); ``stride`` int32 (3,) positive; ``voxel_size`` float64 (3,) positive;
 ``origin`` float64 (3,); ``feature_names`` (C,) fixed-width unicode; ``format`` the
-tag. No pickle is written or read. NumPy in, NumPy out: converting to a ``SparseTensor``
-is the caller's job.
+tag. Optional, each a 0-d JSON string: ``attributes`` (per channel: the kind, stored type,
+reduction and colour scale of the point attribute it came from, ``lattice.io.kinds``),
+``provenance`` (the command, parameters and lattice version that made the file) and
+``source`` (the input's format and metadata, e.g. a LAS header and its CRS records, so a
+voxel export to LAS keeps them). No pickle is written or read. NumPy in, NumPy out:
+converting to a ``SparseTensor`` is the caller's job.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from lattice.io._common import PathOrFile, PointCloudError, label_of, open_input, open_output
+from lattice.io.kinds import AttributeInfo, schema_from_json, schema_json
 from lattice.io.npz import load_npz, save_npz
 
 SPARSE_FORMAT = "lattice.sparse/1"
@@ -24,7 +30,13 @@ _KEYS = ("format", "coords", "feats", "stride", "voxel_size", "origin", "feature
 
 @dataclass(frozen=True, eq=False)
 class SparseFile:
-    """The contents of a sparse-tensor NPZ, validated."""
+    """The contents of a sparse-tensor NPZ, validated.
+
+    ``schema``: one ``AttributeInfo`` per channel (what point attribute it holds), or None
+    when the file does not say. ``provenance``: how the file was made (command, parameters,
+    lattice version), or None. ``source``: the input's ``{"format", "metadata"}`` (JSON
+    values only), or an empty dict.
+    """
 
     coords: np.ndarray
     feats: np.ndarray
@@ -33,6 +45,9 @@ class SparseFile:
     origin: np.ndarray
     feature_names: tuple[str, ...]
     format: str = SPARSE_FORMAT
+    schema: tuple[AttributeInfo, ...] | None = None
+    provenance: dict | None = None
+    source: dict = field(default_factory=dict)
 
     @property
     def num_rows(self) -> int:
@@ -96,8 +111,46 @@ def _names(names: Any, c: int, where: str) -> tuple[str, ...]:
     return out
 
 
+def _schema(schema: Any, names: tuple[str, ...], where: str) -> tuple[AttributeInfo, ...] | None:
+    if schema is None:
+        return None
+    try:
+        infos = tuple(schema_from_json(schema) if isinstance(schema, str) else schema)
+        ok = all(isinstance(i, AttributeInfo) for i in infos)
+    except (ValueError, KeyError, TypeError) as e:
+        raise PointCloudError(f"{where}: malformed 'attributes' record: {e}") from e
+    if not ok or tuple(i.name for i in infos) != names:
+        got = [getattr(i, "name", i) for i in infos] if ok else infos
+        raise PointCloudError(f"{where}: the 'attributes' record must describe the channels {list(names)}, got {got}")
+    return infos
+
+
+def _json_dict(value: Any, key: str, where: str) -> dict | None:
+    if value is None:
+        return None
+    try:
+        d = json.loads(value) if isinstance(value, str) else dict(value)
+        json.dumps(d)
+    except (ValueError, TypeError) as e:
+        raise PointCloudError(f"{where}: malformed {key!r} record (must be a JSON object): {e}") from e
+    if not isinstance(d, dict):
+        raise PointCloudError(f"{where}: malformed {key!r} record (must be a JSON object), got {type(d).__name__}")
+    return d
+
+
 def _validated(
-    coords, feats, stride, voxel_size, origin, feature_names, where: str, rows_unique: bool = False
+    coords,
+    feats,
+    stride,
+    voxel_size,
+    origin,
+    feature_names,
+    where: str,
+    rows_unique: bool = False,
+    *,
+    schema=None,
+    provenance=None,
+    source=None,
 ) -> SparseFile:
     c = _coords(coords, where, rows_unique)
     f = _feats(feats, c.shape[0], where)
@@ -108,7 +161,18 @@ def _validated(
             f"{where}: stride and voxel_size must be positive, got {s.tolist()} and {v.tolist()}"
         )
     o = _triple(origin, "origin", "float", where)
-    return SparseFile(c, f, s, v, o, _names(feature_names, f.shape[1], where))
+    names = _names(feature_names, f.shape[1], where)
+    return SparseFile(
+        c,
+        f,
+        s,
+        v,
+        o,
+        names,
+        schema=_schema(schema, names, where),
+        provenance=_json_dict(provenance, "provenance", where),
+        source=_json_dict(source, "source", where) or {},
+    )
 
 
 def write_sparse(
@@ -121,14 +185,30 @@ def write_sparse(
     origin: float | Sequence[float] = (0.0, 0.0, 0.0),
     feature_names: Sequence[str] | None = None,
     compress: bool = False,
+    schema: Sequence[AttributeInfo] | None = None,
+    provenance: dict | None = None,
+    source: dict | None = None,
 ) -> None:
     """Write a sparse tensor's arrays as a ``lattice.sparse/1`` NPZ (atomically for a path).
 
-    ``feature_names`` defaults to ``f0 … f{C-1}``. Raises ``PointCloudError`` for invalid
-    arrays (duplicate coords, wrong shapes, non-positive stride or voxel size).
+    ``feature_names`` defaults to ``f0 … f{C-1}``. ``schema`` (one ``AttributeInfo`` per
+    channel, named like the channels), ``provenance`` and ``source`` (JSON objects) are
+    stored when given. Raises ``PointCloudError`` for invalid arrays (duplicate coords,
+    wrong shapes, non-positive stride or voxel size) or records.
     """
     where = label_of(path_or_file)
-    sf = _validated(coords, feats, stride, voxel_size, origin, feature_names, where)
+    sf = _validated(
+        coords,
+        feats,
+        stride,
+        voxel_size,
+        origin,
+        feature_names,
+        where,
+        schema=schema,
+        provenance=provenance,
+        source=source,
+    )
     _save(path_or_file, sf, compress)
 
 
@@ -142,7 +222,17 @@ def _write_table_rows(path_or_file: PathOrFile, sf: SparseFile) -> None:
     """
     where = label_of(path_or_file)
     sf = _validated(
-        sf.coords, sf.feats, sf.stride, sf.voxel_size, sf.origin, sf.feature_names, where, rows_unique=True
+        sf.coords,
+        sf.feats,
+        sf.stride,
+        sf.voxel_size,
+        sf.origin,
+        sf.feature_names,
+        where,
+        rows_unique=True,
+        schema=sf.schema,
+        provenance=sf.provenance,
+        source=sf.source,
     )
     _save(path_or_file, sf, False)
 
@@ -157,6 +247,12 @@ def _save(path_or_file: PathOrFile, sf: SparseFile, compress: bool) -> None:
         "origin": sf.origin,
         "feature_names": np.array(sf.feature_names, dtype=str if sf.feature_names else "<U1"),
     }
+    if sf.schema is not None:
+        arrays["attributes"] = np.array(schema_json(sf.schema))
+    if sf.provenance is not None:
+        arrays["provenance"] = np.array(json.dumps(sf.provenance))
+    if sf.source:
+        arrays["source"] = np.array(json.dumps(sf.source))
     with open_output(path_or_file) as f:
         save_npz(f, arrays, compress=compress)
 
@@ -180,6 +276,15 @@ def _check_stored(arrays: dict[str, np.ndarray], label: str) -> None:
         )
     if arrays["coords"].dtype != np.int32:
         raise PointCloudError(f"{label}: coords must be int32, got {arrays['coords'].dtype}")
+    for key in ("attributes", "provenance", "source"):
+        a = arrays.get(key)
+        if a is not None and (a.dtype.kind != "U" or a.size != 1):
+            raise PointCloudError(f"{label}: {key!r} must be a JSON string, got {a.dtype} {a.shape}")
+
+
+def _text(arrays: dict[str, np.ndarray], key: str) -> str | None:
+    a = arrays.get(key)
+    return None if a is None else str(a.reshape(()))
 
 
 def read_sparse(path_or_file: PathOrFile) -> SparseFile:
@@ -195,4 +300,7 @@ def read_sparse(path_or_file: PathOrFile) -> SparseFile:
         arrays["origin"],
         arrays["feature_names"].tolist(),
         label,
+        schema=_text(arrays, "attributes"),
+        provenance=_text(arrays, "provenance"),
+        source=_text(arrays, "source"),
     )

@@ -20,7 +20,7 @@ import contextlib
 import os
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -45,6 +45,10 @@ class PointSource:
 
     ``attributes`` maps each per-point attribute to ``(dtype, shape after N)``;
     ``streamed`` says whether chunks come from disk (True) or from a cloud in memory.
+    ``metadata`` and ``kinds`` are the cloud's (``PointCloud.metadata`` / ``.kinds``: a LAS
+    header and CRS records, explicit attribute kinds); ``infos`` (optional) the
+    ``AttributeInfo`` of every attribute when the source knows them (colour scales need
+    the values: a memory source computes them, a streamed one infers them from the type).
     """
 
     label: str
@@ -53,6 +57,9 @@ class PointSource:
     attributes: dict[str, tuple[np.dtype, tuple[int, ...]]]
     streamed: bool
     _read: Callable[[int], Iterator[Chunk]]
+    metadata: dict = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    infos: dict | None = None
 
     def chunks(self, chunk_points: int = DEFAULT_CHUNK_POINTS) -> Iterator[Chunk]:
         """Yield ``(points (n, 3), {attribute: (n, ...)})`` for consecutive runs of points."""
@@ -70,7 +77,17 @@ def memory_source(cloud: PointCloud, label: str | None = None) -> PointSource:
 
     schema = {a: (v.dtype, v.shape[1:]) for a, v in cloud.attributes.items()}
     name = label or cloud.source or "<cloud>"
-    return PointSource(name, cloud.format or "memory", len(cloud), schema, False, read)
+    return PointSource(
+        name,
+        cloud.format or "memory",
+        len(cloud),
+        schema,
+        False,
+        read,
+        metadata=dict(cloud.metadata),
+        kinds=dict(cloud.kinds),
+        infos=cloud.attribute_info(),
+    )
 
 
 def open_source(path_or_file: str | os.PathLike | BinaryIO, *, format: str | None = None) -> PointSource:
