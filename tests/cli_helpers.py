@@ -1,0 +1,35 @@
+"""Run the installed ``lattice`` command as a user does: a real process, its exit code and output."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from io_helpers import DATA
+
+# The console script when it is on PATH (what a user runs), else the same entry point by module.
+LATTICE = ["lattice"] if shutil.which("lattice") else [sys.executable, "-m", "lattice_cli.main"]
+
+
+def lattice(*args: object, cwd: str | Path | None = None, timeout: float = 300, stdin: bytes | None = None):
+    """``subprocess.run`` of ``lattice ARGS...``: returns the CompletedProcess (text output)."""
+    return subprocess.run(
+        [*LATTICE, *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        timeout=timeout,
+        input=stdin.decode("latin-1") if stdin is not None else None,
+        text=True,
+    )
+
+
+def data_file(rel: str) -> Path:
+    """A file of ``../shared/data``, or skip the test when the shared data is absent."""
+    path = DATA / rel
+    if not path.exists():
+        pytest.skip(f"shared test data not present: {rel}")
+    return path.resolve()
