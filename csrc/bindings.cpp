@@ -94,20 +94,45 @@ void accumulator_add(lattice::VoxelAccumulator& a, const RowMatrix& points, std:
   rows.n = static_cast<int64_t>(points.shape(0));
   if (f64) rows.f64 = static_cast<const double*>(points.data());
   else rows.f32 = static_cast<const float*>(points.data());
-  const void* f = nullptr;
+  const double* f = nullptr;
   if (feats) {
-    const auto want = a.wide_feats() ? nb::dtype<double>() : nb::dtype<float>();
-    if (feats->dtype() != want || static_cast<int64_t>(feats->shape(0)) != rows.n ||
+    if (feats->dtype() != nb::dtype<double>() || static_cast<int64_t>(feats->shape(0)) != rows.n ||
         static_cast<int64_t>(feats->shape(1)) != a.channels()) {
-      throw std::invalid_argument("[voxelize] features must be a " + dtype_name(want) + " (" +
-                                  std::to_string(rows.n) + ", " + std::to_string(a.channels()) +
-                                  ") array, got " + dtype_name(feats->dtype()) + " (" +
-                                  std::to_string(feats->shape(0)) + ", " + std::to_string(feats->shape(1)) + ")");
+      throw std::invalid_argument("[voxelize] features must be a float64 (" + std::to_string(rows.n) + ", " +
+                                  std::to_string(a.channels()) + ") array, got " + dtype_name(feats->dtype()) +
+                                  " (" + std::to_string(feats->shape(0)) + ", " +
+                                  std::to_string(feats->shape(1)) + ")");
     }
-    f = feats->data();
+    f = static_cast<const double*>(feats->data());
+  } else if (a.channels() > 0 && rows.n > 0) {
+    throw std::invalid_argument("[voxelize] features are required for the " + std::to_string(a.channels()) +
+                                " feature columns");
   }
   nb::gil_scoped_release release;
   a.add(rows, f);
+}
+
+// "sum" with channels C (one reduction for every column; "count" means no columns), or a
+// list of reductions, one per column.
+std::vector<lattice::VoxelReduce> accumulator_reduces(const std::variant<std::string, std::vector<std::string>>& r,
+                                                      int64_t channels) {
+  std::vector<lattice::VoxelReduce> out;
+  if (const auto* one = std::get_if<std::string>(&r)) {
+    const lattice::VoxelReduce code = lattice::parse_voxel_reduce(*one);
+    if (code == lattice::VoxelReduce::kCount) return out;
+    if (channels < 1) {
+      throw std::invalid_argument("[voxelize] a feature reduction needs at least one channel, got " +
+                                  std::to_string(channels));
+    }
+    out.assign(static_cast<size_t>(channels), code);
+    return out;
+  }
+  for (const auto& name : std::get<std::vector<std::string>>(r)) out.push_back(lattice::parse_voxel_reduce(name));
+  if (channels >= 0 && static_cast<int64_t>(out.size()) != channels) {
+    throw std::invalid_argument("[voxelize] " + std::to_string(out.size()) + " reductions for " +
+                                std::to_string(channels) + " channels");
+  }
+  return out;
 }
 
 mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
@@ -192,15 +217,27 @@ NB_MODULE(_ext, m) {
       "Voxels of points added chunk by chunk, reduced in place (first-occurrence order). Not thread-safe.")
       .def("__init__",
            [](lattice::VoxelAccumulator* self, const std::array<double, 3>& voxel_size,
-              const std::array<double, 3>& origin, const std::string& reduction, int64_t channels) {
-             new (self) lattice::VoxelAccumulator(voxel_size, origin, lattice::parse_voxel_reduce(reduction), channels);
+              const std::array<double, 3>& origin, const std::variant<std::string, std::vector<std::string>>& reduction,
+              int64_t channels) {
+             new (self) lattice::VoxelAccumulator(voxel_size, origin, accumulator_reduces(reduction, channels));
            },
-           "voxel_size"_a, "origin"_a, "reduction"_a, "channels"_a)
+           "voxel_size"_a, "origin"_a, "reduction"_a, "channels"_a = -1,
+           "reduction: one of count, sum, mean, max, min, first for every one of `channels` columns "
+           "(count: no columns), or a list of them, one per column.")
       .def("add", &accumulator_add, "points"_a, "feats"_a = nb::none(),
-           "Adds points (N, 3) float32/float64 and features (N, C) (float64 for sum and mean, float32 "
-           "for max and first; None for count), read in place (C-contiguous NumPy arrays).")
+           "Adds points (N, 3) float32/float64 and features (N, C) float64 (None without columns), "
+           "read in place (C-contiguous NumPy arrays).")
       .def_prop_ro("size", &lattice::VoxelAccumulator::size)
+      .def_prop_ro("channels", &lattice::VoxelAccumulator::channels)
       .def_prop_ro("table_capacity", &lattice::VoxelAccumulator::table_capacity)
+      .def("last_rows",
+           [](const lattice::VoxelAccumulator& a) {
+             const auto& rows = a.last_rows();
+             auto* owned = new std::vector<int32_t>(rows);
+             nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<int32_t>*>(p); });
+             return nb::ndarray<nb::numpy, int32_t>(owned->data(), {owned->size()}, owner);
+           },
+           "The voxel row (int32) of every point of the last chunk added, in point order (a copy).")
       .def("finish",
            [](lattice::VoxelAccumulator& a) {
              lattice::VoxelResult r;
@@ -213,7 +250,7 @@ NB_MODULE(_ext, m) {
                                    page_array_to_numpy(std::move(r.feats), {n, c}),
                                    page_array_to_numpy(std::move(r.counts), {n}));
            },
-           "(coords (M, 4) int32, feats (M, C) float32, counts (M,) int64) as NumPy arrays that own "
+           "(coords (M, 4) int32, feats (M, C) float64, counts (M,) int64) as NumPy arrays that own "
            "the accumulator's buffers (no copies); the accumulator is left empty.");
 
   m.def("kernel_offsets", &lattice::kernel_offsets, "size"_a, "dilation"_a);

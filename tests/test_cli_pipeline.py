@@ -111,7 +111,8 @@ def test_feature_selection_and_2d_attributes():
         ({"voxel_size": (1, -1, 1)}, "voxel size must be one or three positive"),
         ({"voxel_size": float("nan")}, "voxel size"),
         ({"origin": (0, 0)}, "origin must be one or three"),
-        ({"reduction": "median"}, "reduction must be one of mean, sum, max, first, count"),
+        ({"reduction": "median"}, "reduction must be one of mean, sum, min, max, mode, first, count"),
+        ({"reductions": {"label": "avg"}}, "reduction for 'label' must be one of mean, sum, min"),
         ({"chunk_points": 0}, "chunk_points must be positive"),
     ],
 )

@@ -21,7 +21,7 @@ from lattice.io import PointCloud, PointCloudError, SparseFile, read_sparse
 from lattice.io.sparse import _write_table_rows
 from lattice.pipeline import voxelize_cloud
 
-REDUCTIONS = ["mean", "sum", "max", "first", "count"]
+REDUCTIONS = ["mean", "sum", "max", "min", "first", "mode", "count"]
 
 
 def _cloud(kind: str) -> PointCloud:
@@ -62,13 +62,13 @@ KINDS = ["empty", "single", "isolated", "line", "plane", "grid", "dense", "utm",
 
 
 def _oracle(cloud: PointCloud, size, reduction, origin=0.0):
+    """The loop oracle; features in float64 when an attribute is float64 (the voxelizer keeps them)."""
     names = list(cloud.attributes)
     feats = None
     if names:
         feats = np.stack([cloud.attributes[k].astype(np.float64) for k in names], axis=1)
-        if reduction in ("max", "first"):
-            feats = feats.astype(np.float32)
-    return rc.voxel_reduce(cloud.points, feats, size, origin, reduction)
+    wide = any(cloud.attributes[k].dtype == np.float64 for k in names)
+    return rc.voxel_reduce(cloud.points, feats, size, origin, reduction, np.float64 if wide else np.float32)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -81,7 +81,7 @@ def test_every_chunking_equals_the_oracle_bit_for_bit(kind, reduction):
             continue
         sf, _ = voxelize_cloud(cloud, 0.5, origin=(0.1, -0.2, 0.05), reduction=reduction, chunk_points=chunk)
         np.testing.assert_array_equal(sf.coords, coords, err_msg=f"chunk {chunk}")
-        assert sf.feats.dtype == np.float32 and sf.feats.shape == feats.shape
+        assert sf.feats.dtype == feats.dtype and sf.feats.shape == feats.shape
         np.testing.assert_array_equal(sf.feats, feats, err_msg=f"chunk {chunk}")
 
 
@@ -98,7 +98,7 @@ def test_table_grows_in_place_across_chunks():
         capacities.append(cap)
     assert len(set(capacities)) >= 3 and capacities == sorted(capacities)
     coords, feats, counts = acc.finish()
-    ref_coords, ref_feats, ref_counts = rc.voxel_reduce(pts, f, 1.0, 0.0, "sum")
+    ref_coords, ref_feats, ref_counts = rc.voxel_reduce(pts, f, 1.0, 0.0, "sum", np.float64)
     np.testing.assert_array_equal(coords, ref_coords)
     np.testing.assert_array_equal(feats, ref_feats)
     np.testing.assert_array_equal(counts, ref_counts)
@@ -109,10 +109,10 @@ def test_finish_hands_over_numpy_arrays_and_empties_the_accumulator():
     acc = _ext.VoxelAccumulator([0.5] * 3, [0.0] * 3, "max", 1)
     coords, feats, counts = acc.finish()
     assert coords.shape == (0, 4) and coords.dtype == np.int32
-    assert feats.shape == (0, 1) and feats.dtype == np.float32 and counts.shape == (0,)
+    assert feats.shape == (0, 1) and feats.dtype == np.float64 and counts.shape == (0,)
     acc.add(
         np.array([[0.1, 0.1, 0.1], [0.2, 0.2, 0.2], [3.0, 0, 0]]),
-        np.array([[1.0], [2.0], [-1.0]], np.float32),
+        np.array([[1.0], [2.0], [-1.0]]),
     )
     coords, feats, counts = acc.finish()
     del acc  # the arrays own the buffers
@@ -127,19 +127,21 @@ def test_reuse_after_finish_starts_from_scratch():
     acc.add(np.array([[0.5, 0.5, 0.5]]))
     acc.finish()
     acc.add(np.array([[5.5, 0.5, 0.5], [5.6, 0.2, 0.1]], np.float32))
-    coords, feats, _ = acc.finish()
+    coords, feats, counts = acc.finish()
     np.testing.assert_array_equal(coords, [[0, 5, 0, 0]])
-    np.testing.assert_array_equal(feats, [[2.0]])
+    assert feats.shape == (1, 0)  # count: no feature columns, the counts are the result
+    np.testing.assert_array_equal(counts, [2])
 
 
 def test_nan_features_propagate_in_sum_mean_and_max():
     pts = np.array([[0.1, 0, 0], [0.2, 0, 0], [0.3, 0, 0], [5.0, 0, 0]], np.float32)
     f = np.array([[1.0], [np.nan], [3.0], [4.0]])
-    for reduction in ("sum", "mean", "max", "first"):
+    for reduction in ("sum", "mean", "max", "min", "first", "mode", "count"):
         sf, _ = voxelize_cloud(PointCloud(pts, {"a": f[:, 0]}), 1.0, reduction=reduction, chunk_points=2)
         ref = _oracle(PointCloud(pts, {"a": f[:, 0]}), 1.0, reduction)[1]
         np.testing.assert_array_equal(sf.feats, ref)
-        assert np.isnan(sf.feats[0, 0]) == (reduction != "first") and sf.feats[1, 0] == 4.0
+        propagates = reduction in ("sum", "mean", "max", "min")  # mode and count skip the NaN
+        assert np.isnan(sf.feats[0, 0]) == propagates and sf.feats[1, 0] == (1.0 if reduction == "count" else 4.0)
 
 
 def test_rejected_chunks_leave_the_state_unchanged():
@@ -177,7 +179,7 @@ def test_rejected_chunks_leave_the_state_unchanged():
     [
         (
             ([1.0] * 3, [0.0] * 3, "median", 1),
-            r"reduction must be one of count, sum, mean, max, first, got 'median'",
+            r"reduction must be one of count, sum, mean, max, min, first, got 'median'",
         ),
         (([1.0] * 3, [0.0] * 3, "mean", 0), r"needs at least one channel, got 0"),
         (([1.0, 0.0, 1.0], [0.0] * 3, "sum", 1), r"voxel size must be positive"),

@@ -35,7 +35,8 @@ class SparseFile:
     ``schema``: one ``AttributeInfo`` per channel (what point attribute it holds), or None
     when the file does not say. ``provenance``: how the file was made (command, parameters,
     lattice version), or None. ``source``: the input's ``{"format", "metadata"}`` (JSON
-    values only), or an empty dict.
+    values only), or an empty dict. ``centroids``: float64 ``(N, 3)``, each voxel's mean
+    point in world units, or None.
     """
 
     coords: np.ndarray
@@ -48,6 +49,7 @@ class SparseFile:
     schema: tuple[AttributeInfo, ...] | None = None
     provenance: dict | None = None
     source: dict = field(default_factory=dict)
+    centroids: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
@@ -151,6 +153,7 @@ def _validated(
     schema=None,
     provenance=None,
     source=None,
+    centroids=None,
 ) -> SparseFile:
     c = _coords(coords, where, rows_unique)
     f = _feats(feats, c.shape[0], where)
@@ -162,6 +165,13 @@ def _validated(
         )
     o = _triple(origin, "origin", "float", where)
     names = _names(feature_names, f.shape[1], where)
+    if centroids is not None:
+        centroids = np.asarray(centroids)
+        if centroids.shape != (c.shape[0], 3) or centroids.dtype.kind != "f":
+            raise PointCloudError(
+                f"{where}: centroids must be a float ({c.shape[0]}, 3) array, got {centroids.dtype} {centroids.shape}"
+            )
+        centroids = centroids.astype(np.float64, copy=False)
     return SparseFile(
         c,
         f,
@@ -172,6 +182,7 @@ def _validated(
         schema=_schema(schema, names, where),
         provenance=_json_dict(provenance, "provenance", where),
         source=_json_dict(source, "source", where) or {},
+        centroids=centroids,
     )
 
 
@@ -188,12 +199,13 @@ def write_sparse(
     schema: Sequence[AttributeInfo] | None = None,
     provenance: dict | None = None,
     source: dict | None = None,
+    centroids: np.ndarray | None = None,
 ) -> None:
     """Write a sparse tensor's arrays as a ``lattice.sparse/1`` NPZ (atomically for a path).
 
     ``feature_names`` defaults to ``f0 … f{C-1}``. ``schema`` (one ``AttributeInfo`` per
-    channel, named like the channels), ``provenance`` and ``source`` (JSON objects) are
-    stored when given. Raises ``PointCloudError`` for invalid arrays (duplicate coords,
+    channel, named like the channels), ``provenance`` and ``source`` (JSON objects) and
+    ``centroids`` (float ``(N, 3)``) are stored when given. Raises ``PointCloudError`` for invalid arrays (duplicate coords,
     wrong shapes, non-positive stride or voxel size) or records.
     """
     where = label_of(path_or_file)
@@ -208,6 +220,7 @@ def write_sparse(
         schema=schema,
         provenance=provenance,
         source=source,
+        centroids=centroids,
     )
     _save(path_or_file, sf, compress)
 
@@ -233,6 +246,7 @@ def _write_table_rows(path_or_file: PathOrFile, sf: SparseFile) -> None:
         schema=sf.schema,
         provenance=sf.provenance,
         source=sf.source,
+        centroids=sf.centroids,
     )
     _save(path_or_file, sf, False)
 
@@ -253,6 +267,8 @@ def _save(path_or_file: PathOrFile, sf: SparseFile, compress: bool) -> None:
         arrays["provenance"] = np.array(json.dumps(sf.provenance))
     if sf.source:
         arrays["source"] = np.array(json.dumps(sf.source))
+    if sf.centroids is not None:
+        arrays["centroids"] = sf.centroids
     with open_output(path_or_file) as f:
         save_npz(f, arrays, compress=compress)
 
@@ -303,4 +319,5 @@ def read_sparse(path_or_file: PathOrFile) -> SparseFile:
         schema=_text(arrays, "attributes"),
         provenance=_text(arrays, "provenance"),
         source=_text(arrays, "source"),
+        centroids=arrays.get("centroids"),
     )

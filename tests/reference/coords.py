@@ -156,32 +156,55 @@ def sparse_quantize_vectorized(points, voxel_size=1.0, batch_indices=None, origi
     return uniq[order], rank[inv.reshape(-1)], counts[order]
 
 
-def voxel_reduce(points, feats, voxel_size=1.0, origin=0.0, reduction="mean"):
-    """``(coords, feats float32 (M, C), counts)`` of ``lattice voxelize``: the voxels of
+def _reduce_values(values: list, reduction: str) -> float:
+    """One voxel's channel from its points' values, in point order, the obvious way."""
+    if reduction == "first":
+        return values[0]
+    if reduction == "count":
+        return float(sum(not math.isnan(v) for v in values))
+    if reduction in ("max", "min"):
+        best = None
+        for v in values:
+            better = best is None or (v > best if reduction == "max" else v < best)
+            if better or math.isnan(v):  # a NaN in `best` fails both tests and stays
+                best = v
+        return best
+    if reduction == "mode":
+        counts: dict = {}
+        for v in values:
+            if not math.isnan(v):
+                counts[v] = counts.get(v, 0) + 1
+        if not counts:
+            return math.nan
+        top = max(counts.values())
+        return min(v for v, n in counts.items() if n == top)
+    total = 0.0
+    for v in values:
+        total += float(v)
+    return total / len(values) if reduction == "mean" else total
+
+
+def voxel_reduce(points, feats, voxel_size=1.0, origin=0.0, reduction="mean", dtype=np.float32):
+    """``(coords, feats (M, C) dtype, counts)`` of ``lattice voxelize``: the voxels of
     :func:`sparse_quantize` and, per voxel and channel, a loop over its points in order:
     ``sum`` adds Python floats (IEEE float64) from 0.0, ``mean`` is that sum / count,
-    ``max`` keeps the largest value (a NaN, once seen, stays), ``first`` the first point's
-    value; ``count`` (or no feats) gives the counts as the one channel."""
+    ``max``/``min`` keep the extreme value (a NaN, once seen, stays), ``first`` the first
+    point's value, ``mode`` the most frequent non-NaN value (ties: the smallest), ``count``
+    per channel the non-NaN values. ``reduction`` is one name for every channel or a list
+    (one per channel); ``"count"`` alone (or no feats) gives the counts as the one channel."""
     coords, inverse, counts = sparse_quantize(points, voxel_size, origin=origin)
     m = len(coords)
     if reduction == "count" or feats is None:
         return coords, counts.astype(np.float32)[:, None], counts
-    f = np.asarray(feats).tolist()
+    f = np.asarray(feats, dtype=np.float64).tolist()
     c = len(f[0]) if f else np.shape(feats)[1]
-    out = [[None] * c for _ in range(m)]
-    for row, values in zip(inverse.tolist(), f, strict=True):
-        for k, v in enumerate(values):
-            have = out[row][k]
-            if reduction == "first":
-                out[row][k] = v if have is None else have
-            elif reduction == "max":
-                if have is None or v > have or math.isnan(v):  # a NaN in `have` fails both tests
-                    out[row][k] = v
-            else:
-                out[row][k] = (0.0 if have is None else have) + float(v)
-    if reduction == "mean":
-        out = [[v / n for v in vals] for vals, n in zip(out, counts.tolist(), strict=True)]
-    return coords, np.array(out, dtype=np.float64).reshape(m, c).astype(np.float32), counts
+    per_column = [reduction] * c if isinstance(reduction, str) else list(reduction)
+    values: list[list[list[float]]] = [[[] for _ in range(c)] for _ in range(m)]
+    for row, point in zip(inverse.tolist(), f, strict=True):
+        for k, v in enumerate(point):
+            values[row][k].append(v)
+    out = [[_reduce_values(values[r][k], per_column[k]) for k in range(c)] for r in range(m)]
+    return coords, np.array(out, dtype=np.float64).reshape(m, c).astype(dtype), counts
 
 
 # ---- neighbours by brute force ----------------------------------------------------

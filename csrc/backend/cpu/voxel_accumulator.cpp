@@ -19,20 +19,15 @@ VoxelReduce parse_voxel_reduce(const std::string& name) {
   if (name == "sum") return VoxelReduce::kSum;
   if (name == "mean") return VoxelReduce::kMean;
   if (name == "max") return VoxelReduce::kMax;
+  if (name == "min") return VoxelReduce::kMin;
   if (name == "first") return VoxelReduce::kFirst;
-  throw std::invalid_argument("[voxelize] reduction must be one of count, sum, mean, max, first, got '" + name +
-                              "'");
+  throw std::invalid_argument("[voxelize] reduction must be one of count, sum, mean, max, min, first, got '" +
+                              name + "'");
 }
 
 VoxelAccumulator::VoxelAccumulator(const std::array<double, 3>& voxel_size, const std::array<double, 3>& origin,
-                                   VoxelReduce reduce, int64_t channels)
-    : voxel_size_(voxel_size), origin_(origin), reduce_(reduce), channels_(channels) {
-  if (reduce == VoxelReduce::kCount) channels_ = 0;
-  else if (channels < 1) {
-    Message msg;
-    msg << "[" << kOp << "] a feature reduction needs at least one channel, got " << channels;
-    throw std::invalid_argument(msg.str());
-  }
+                                   std::vector<VoxelReduce> reduces)
+    : voxel_size_(voxel_size), origin_(origin), reduces_(std::move(reduces)) {
   for (int a = 0; a < 3; ++a) {
     if (!(voxel_size[a] > 0) || !std::isfinite(voxel_size[a]) || !std::isfinite(origin[a])) {
       Message msg;
@@ -43,11 +38,11 @@ VoxelAccumulator::VoxelAccumulator(const std::array<double, 3>& voxel_size, cons
   }
 }
 
-void VoxelAccumulator::add(const PointRows& points, const void* feats) {
+void VoxelAccumulator::add(const PointRows& points, const double* feats) {
   const Bounds b = quantize_coords(points, voxel_size_, origin_, nullptr, q_, kOp);
   const int64_t m = points.n;
-  if (reduce_ != VoxelReduce::kCount && !feats && m > 0) {
-    throw std::invalid_argument("[voxelize] features are required unless the reduction is count");
+  if (!reduces_.empty() && !feats && m > 0) {
+    throw std::invalid_argument("[voxelize] features are required for the feature columns");
   }
   if (m == 0) return;
   Bounds merged = b;
@@ -94,20 +89,23 @@ int64_t VoxelAccumulator::insert_chunk(int64_t m) {
   for (int64_t ci = 0; ci < chunks; ++ci) offset[ci + 1] += offset[ci];
   const int64_t added = offset[chunks];
   const int64_t n1 = n0 + added;
+  const int64_t c = channels();
   coords_.reserve(4 * n1);
   counts_.reserve(n1);
-  if (reduce_ == VoxelReduce::kSum || reduce_ == VoxelReduce::kMean) sums_.reserve(n1 * channels_);
-  if (reduce_ == VoxelReduce::kMax || reduce_ == VoxelReduce::kFirst) acc_.reserve(n1 * channels_);
+  if (c) acc_.reserve(n1 * c);
   int32_t* coords = coords_.data();
-  float* acc = acc_.data();
-  const int64_t c = channels_;
-  const bool init_max = reduce_ == VoxelReduce::kMax;
+  double* acc = acc_.data();
+  std::vector<double> init(c, 0.0);  // the value a new voxel's state starts from, per column
+  for (int64_t k = 0; k < c; ++k) {
+    if (reduces_[k] == VoxelReduce::kMax) init[k] = -std::numeric_limits<double>::infinity();
+    if (reduces_[k] == VoxelReduce::kMin) init[k] = std::numeric_limits<double>::infinity();
+  }
   parallel_chunks(m, chunks, [&](int64_t ci, int64_t b, int64_t e) {
     int64_t u = n0 + offset[ci];
     for (int64_t i = b; i < e; ++i) {
       if (!first_[i]) continue;
       for (int a = 0; a < 4; ++a) coords[4 * u + a] = q[4 * i + a];
-      if (init_max) std::fill(acc + u * c, acc + (u + 1) * c, -std::numeric_limits<float>::infinity());
+      std::copy(init.begin(), init.end(), acc + u * c);
       table_.set_row(pos_[i], u);
       ++u;
     }
@@ -121,40 +119,42 @@ int64_t VoxelAccumulator::insert_chunk(int64_t m) {
 // Reduces every point onto its voxel. Voxel rows are split between threads in blocks of
 // 1024, and each thread walks the points in order: every voxel sees its points in point
 // order whatever the thread count, so float sums are reproducible.
-void VoxelAccumulator::accumulate(int64_t m, const void* feats) {
+void VoxelAccumulator::accumulate(int64_t m, const double* feats) {
   const int64_t parts = num_threads();
   const int32_t* rows = rows_.data();
-  const int64_t c = channels_;
+  const int64_t c = channels();
   uint32_t* counts = counts_.data();
   std::atomic<bool> overflow{false};
-  const double* fd = static_cast<const double*>(feats);
-  const float* ff = static_cast<const float*>(feats);
-  double* sums = sums_.data();
-  float* acc = acc_.data();
-  const VoxelReduce reduce = reduce_;
+  double* acc = acc_.data();
+  const VoxelReduce* reduces = reduces_.data();
   const uint8_t* first = first_.data();
   parallel_chunks(parts, parts, [&](int64_t part, int64_t, int64_t) {
     for (int64_t i = 0; i < m; ++i) {
       const int64_t r = rows[i];
       if ((r >> 10) % parts != part) continue;
       if (++counts[r] == 0) overflow.store(true, std::memory_order_relaxed);
-      switch (reduce) {
-        case VoxelReduce::kSum:
-        case VoxelReduce::kMean:
-          for (int64_t k = 0; k < c; ++k) sums[r * c + k] += fd[i * c + k];
-          break;
-        case VoxelReduce::kMax:
-          for (int64_t k = 0; k < c; ++k) {
-            const float v = ff[i * c + k];
-            float& a = acc[r * c + k];
-            if (v > a || std::isnan(v)) a = v;  // a NaN stays: NaN propagates as in np.maximum
-          }
-          break;
-        case VoxelReduce::kFirst:
-          if (first[i]) std::copy(ff + i * c, ff + (i + 1) * c, acc + r * c);
-          break;
-        case VoxelReduce::kCount:
-          break;
+      const double* f = feats + i * c;
+      double* a = acc + r * c;
+      for (int64_t k = 0; k < c; ++k) {
+        const double v = f[k];
+        switch (reduces[k]) {
+          case VoxelReduce::kSum:
+          case VoxelReduce::kMean:
+            a[k] += v;
+            break;
+          case VoxelReduce::kMax:
+            if (v > a[k] || std::isnan(v)) a[k] = v;  // a NaN stays: NaN propagates as in np.maximum
+            break;
+          case VoxelReduce::kMin:
+            if (v < a[k] || std::isnan(v)) a[k] = v;
+            break;
+          case VoxelReduce::kFirst:
+            if (first[i]) a[k] = v;
+            break;
+          case VoxelReduce::kCount:
+            a[k] += std::isnan(v) ? 0.0 : 1.0;
+            break;
+        }
       }
     }
   });
@@ -171,35 +171,23 @@ VoxelResult VoxelAccumulator::finish() {
   std::vector<uint8_t>().swap(first_);
   VoxelResult r;
   const int64_t n = n_;
+  const int64_t c = channels();
   r.n = n;
-  r.channels = reduce_ == VoxelReduce::kCount ? 1 : channels_;
-  const int64_t c = r.channels;
+  r.channels = c;
   counts_.grow(n);
   coords_.grow(4 * n);
+  acc_.grow(n * c);
   const uint32_t* counts = counts_.data();
-  switch (reduce_) {
-    case VoxelReduce::kMax:
-    case VoxelReduce::kFirst:
-      acc_.grow(n * c);
-      r.feats = std::move(acc_);
-      break;
-    default: {
-      r.feats.grow(n * c);
-      float* out = r.feats.data();
-      const double* sums = sums_.data();
-      const VoxelReduce reduce = reduce_;
-      parallel_for(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          for (int64_t k = 0; k < c; ++k) {
-            if (reduce == VoxelReduce::kCount) out[i] = static_cast<float>(counts[i]);
-            else if (reduce == VoxelReduce::kSum) out[i * c + k] = static_cast<float>(sums[i * c + k]);
-            else out[i * c + k] = static_cast<float>(sums[i * c + k] / static_cast<double>(std::max<uint32_t>(counts[i], 1)));
-          }
-        }
-      });
-      sums_.reset();
+  double* acc = acc_.data();
+  const VoxelReduce* reduces = reduces_.data();
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      for (int64_t k = 0; k < c; ++k) {
+        if (reduces[k] == VoxelReduce::kMean) acc[i * c + k] /= static_cast<double>(std::max<uint32_t>(counts[i], 1));
+      }
     }
-  }
+  });
+  r.feats = std::move(acc_);
   r.coords = std::move(coords_);
   r.counts.grow(n);
   int64_t* wide = r.counts.data();
