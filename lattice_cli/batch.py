@@ -2,15 +2,20 @@
 
 One input with ``-o OUT`` (``-`` for stdin / stdout) runs the job once. Several inputs,
 a directory (searched recursively; its sub-folders are mirrored) or a quoted glob need
-``--output-dir``: every input gets ``<output-dir>/<name>.npz``. Existing outputs are
-skipped unless ``--overwrite``; ``--workers N`` runs files in N processes (``spawn``,
-each with ``cpu_count // N`` threads); a failing file is recorded and the others go on.
-A rich progress bar is drawn when stderr is a terminal. The summary counts done,
-skipped and failed files, and the exit code is 1 when any file failed.
+``--output-dir``: every input gets ``<output-dir>/<name><extension>`` (``.npz`` unless
+the command's ``--output-format`` says otherwise). Files of a directory that the command
+cannot read are reported as skipped, with the reason. An existing output is skipped when
+its provenance record (``lattice.pipeline.provenance``) says it was made by the same
+command with the same parameters from the same input; any other existing output is
+redone (``--overwrite`` redoes all). ``--workers N`` runs files in N processes
+(``spawn``, each with ``cpu_count // N`` threads); a failing file is recorded and the
+others go on. A rich progress bar is drawn when stderr is a terminal. The summary counts
+done, skipped, redone and failed files, and the exit code is 1 when any file failed.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import multiprocessing
 import os
@@ -45,11 +50,22 @@ _THREAD_VARS = ("LATTICE_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"
 
 @dataclass(frozen=True)
 class Task:
-    """One input file and the output it becomes (``error`` set when it cannot even start)."""
+    """One input file and the output it becomes (``error`` set when it cannot even start;
+    ``skip`` set for a file of a directory that the command does not read, with the reason)."""
 
     src: str
     dst: str | None
     error: str | None = None
+    skip: str | None = None
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a command's outputs record (its name and parameters): a batch skips an existing
+    output only when its record matches."""
+
+    command: str
+    parameters: dict
 
 
 def run_one(job: Job, src: str, dst: str) -> dict:
@@ -66,37 +82,64 @@ def run_one(job: Job, src: str, dst: str) -> dict:
 # ---- planning ---------------------------------------------------------------------------
 
 
-def _visible_files(directory: Path, accept: Callable[[Path], bool]) -> list[Path]:
+def _visible_files(directory: Path) -> list[Path]:
     return sorted(
         p
         for p in directory.rglob("*")
         if p.is_file()
         and not any(part.startswith(".") for part in p.relative_to(directory).parts)
-        and accept(p)
+        and not p.name.endswith(SIDECAR)  # provenance records beside outputs are not inputs
     )
 
 
-def expand_inputs(items: list[str], output_dir: Path, accept: Callable[[Path], bool]) -> list[Task]:
-    """Tasks for explicit files, directories (recursive, mirrored) and globs, in input order."""
+def _output_name(p: Path, extension: str) -> str:
+    """``scan.pcd.bin`` -> ``scan`` + extension; ``scan.ply`` -> ``scan`` + extension."""
+    name = p.name
+    for double in (".pcd.bin",):
+        if name.lower().endswith(double):
+            return name[: -len(double)] + extension
+    return p.stem + extension
+
+
+Accept = Callable[[Path], "bool | str"]
+SIDECAR = ".lattice.json"  # lattice.pipeline.provenance.SIDECAR (not imported: the CLI starts without lattice)
+
+
+def _reason(accept: Accept, p: Path) -> str | None:
+    """None when ``accept`` takes the file, else why not."""
+    verdict = accept(p)
+    if verdict is True:
+        return None
+    return verdict if isinstance(verdict, str) else f"not a file this command reads ({p.suffix or 'no extension'})"
+
+
+def expand_inputs(items: list[str], output_dir: Path, accept: Accept, extension: str = ".npz") -> list[Task]:
+    """Tasks for explicit files, directories (recursive, mirrored) and globs, in input order.
+
+    Files of a directory that ``accept`` refuses (it returns False or the reason) become
+    skipped tasks with the reason; explicit files are always tried.
+    """
     tasks: list[Task] = []
     for item in items:
         path = Path(item)
         if item == STDIO:
             fail("- (stdin) cannot be used in batch mode; give one input and -o", EXIT_USAGE)
         if path.is_dir():
-            found = _visible_files(path, accept)
-            if not found:
+            found = _visible_files(path)
+            taken = [p for p in found if _reason(accept, p) is None]
+            if not taken:
                 tasks.append(Task(item, None, f"{item}: no input files in this directory"))
-            tasks += [
-                Task(str(p), str((output_dir / p.relative_to(path)).with_suffix(".npz"))) for p in found
-            ]
+            for p in found:
+                why = _reason(accept, p)
+                out = output_dir / p.relative_to(path).parent / _output_name(p, extension)
+                tasks.append(Task(str(p), None if why else str(out), skip=why))
         elif not path.exists() and _GLOB & set(item):
             found = sorted(p for p in map(Path, glob.glob(item, recursive=True)) if p.is_file())
             if not found:
                 tasks.append(Task(item, None, f"{item}: no files match this pattern"))
-            tasks += [Task(str(p), str(output_dir / f"{p.stem}.npz")) for p in found]
+            tasks += [Task(str(p), str(output_dir / _output_name(p, extension))) for p in found]
         else:
-            tasks.append(Task(item, str(output_dir / f"{path.stem}.npz")))
+            tasks.append(Task(item, str(output_dir / _output_name(path, extension))))
     seen: dict[str, str] = {}
     for t in tasks:
         if t.dst is None:
@@ -175,24 +218,69 @@ def _execute(job: Job, tasks: list[Task], workers: int, on_result: Callable[[dic
                 )
 
 
+def _existing(t: Task, expect: Expect | None, overwrite: bool) -> tuple[str, str] | None:
+    """``("skipped" | "redone", reason)`` for a task whose output exists, else None."""
+    from lattice.pipeline.provenance import make_record, matches, read_record
+
+    if t.dst is None or not os.path.exists(t.dst):
+        return None
+    if overwrite:
+        return "redone", "--overwrite"
+    if expect is None:
+        return "skipped", "output exists"
+    record = read_record(t.dst)
+    if matches(record, expect.command, expect.parameters, t.src):
+        return "skipped", "made with the same parameters from the same input"
+    if record is None:
+        return "redone", "the existing output has no parameter record"
+    if record.get("command") != expect.command or record.get("parameters") != make_record(
+        expect.command, expect.parameters
+    ).get("parameters"):
+        return "redone", "the existing output was made with other parameters"
+    return "redone", "the input changed since the output was made"
+
+
 def run_batch(
-    job: Job, tasks: list[Task], *, workers: int = 1, overwrite: bool = False, progress: bool = False
+    job: Job,
+    tasks: list[Task],
+    *,
+    workers: int = 1,
+    overwrite: bool = False,
+    progress: bool = False,
+    expect: Expect | None = None,
+    on_failure: Callable[[dict], None] | None = None,
 ) -> dict:
-    """Run ``job`` over ``tasks``; returns ``{"done", "skipped", "failed", "files": [...]}`` in input order."""
+    """Run ``job`` over ``tasks``; returns ``{"done", "skipped", "redone", "failed", "files": [...]}``
+    in input order. ``on_failure`` is called with each failed file's result as it happens."""
     results: dict[int, dict] = {}
     pending: list[tuple[int, Task]] = []
+    redo: dict[int, str] = {}
     for i, t in enumerate(tasks):
         if t.error is not None:
             results[i] = {"input": t.src, "output": None, "status": "failed", "error": t.error}
-        elif not overwrite and os.path.exists(t.dst):
-            results[i] = {"input": t.src, "output": t.dst, "status": "skipped", "reason": "output exists"}
-        else:
-            pending.append((i, t))
+            if on_failure is not None:
+                on_failure(results[i])
+            continue
+        if t.skip is not None:
+            results[i] = {"input": t.src, "output": None, "status": "skipped", "reason": t.skip}
+            continue
+        state = _existing(t, expect, overwrite)
+        if state is not None and state[0] == "skipped":
+            results[i] = {"input": t.src, "output": t.dst, "status": "skipped", "reason": state[1]}
+            continue
+        if state is not None:
+            redo[i] = state[1]
+        pending.append((i, t))
     bar = _progress(progress, len(tasks))
     index = {(t.src, t.dst): i for i, t in pending}
 
     def on_result(result: dict) -> None:
-        results[index[(result["input"], result["output"])]] = result
+        i = index[(result["input"], result["output"])]
+        if i in redo and result["status"] == "done":
+            result = {**result, "status": "redone", "reason": redo[i]}
+        results[i] = result
+        if result["status"] == "failed" and on_failure is not None:
+            on_failure(result)
         if bar is not None:
             bar.advance(bar.task_ids[0])
 
@@ -207,7 +295,7 @@ def run_batch(
         if bar is not None:
             bar.stop()
     files = [results[i] for i in range(len(tasks))]
-    count = {s: sum(f["status"] == s for f in files) for s in ("done", "skipped", "failed")}
+    count = {s: sum(f["status"] == s for f in files) for s in ("done", "skipped", "redone", "failed")}
     return {**count, "files": files}
 
 
@@ -224,12 +312,15 @@ def run_files(
     as_json: bool,
     overwrite: bool = False,
     workers: int = 1,
-    accept: Callable[[Path], bool] = lambda p: True,
+    accept: Accept = lambda p: True,
+    extension: str = ".npz",
+    expect: Expect | None = None,
 ) -> None:
-    """Parse-level dispatch shared by voxelize / pool / upsample: one file or a batch.
+    """Parse-level dispatch shared by the file commands: one file or a batch.
 
     One input with ``-o`` is a single run (a directory given there is an input error).
-    Otherwise several inputs, a directory or a pattern need ``--output-dir``.
+    Otherwise several inputs, a directory or a pattern need ``--output-dir``; outputs get
+    ``extension``, and ``expect`` says what an existing output must record to be skipped.
     """
     if output is not None:
         if output_dir is not None or len(inputs) > 1:
@@ -240,15 +331,28 @@ def run_files(
         if len(inputs) > 1 or any(Path(i).is_dir() or (_GLOB & set(i)) for i in inputs):
             fail("several inputs, a directory or a pattern need --output-dir", EXIT_USAGE)
         fail("missing -o/--output (a file, or - for stdout); use --output-dir for batch mode", EXIT_USAGE)
-    tasks = expand_inputs(inputs, output_dir, accept)
+    tasks = expand_inputs(inputs, output_dir, accept, extension)
     prepare_output_dir(output_dir)
-    summary = run_batch(job, tasks, workers=workers, overwrite=overwrite, progress=sys.stderr.isatty())
+    if expect is not None:  # outputs record their parameters beside them, for the next re-run
+        job = functools.partial(job, sidecar=True)
+    summary = run_batch(
+        job,
+        tasks,
+        workers=workers,
+        overwrite=overwrite,
+        progress=sys.stderr.isatty(),
+        expect=expect,
+        on_failure=lambda f: error(f["error"]),  # as it happens, not only at the end
+    )
     for f in summary["files"]:
-        if f["status"] == "failed":
-            error(f["error"])
-        elif f["status"] == "done":
+        if f["status"] in ("done", "redone"):
             _warnings(f["summary"])
-    text = f"done {summary['done']}, skipped {summary['skipped']}, failed {summary['failed']} ({len(tasks)} inputs)"
+        elif f["status"] == "skipped" and f["output"] is None:
+            warn(f"skipped {f['input']}: {f['reason']}")
+    text = (
+        f"done {summary['done']}, skipped {summary['skipped']}, redone {summary['redone']}, "
+        f"failed {summary['failed']} ({len(tasks)} inputs)"
+    )
     emit(summary, text, as_json=as_json)
     if summary["failed"]:
         raise typer.Exit(EXIT_FAILED)
@@ -260,6 +364,8 @@ def _warnings(summary: dict) -> None:
         warn(
             f"{summary.get('input')}: dropped {dropped} points with non-finite coordinates (use --strict to refuse)"
         )
+    for line in summary.get("warnings", []):
+        warn(f"{summary.get('input')}: {line}")
 
 
 def _run_single(job: Job, src: str, dst: str, describe: Callable[[dict], str], as_json: bool) -> None:

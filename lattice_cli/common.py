@@ -27,7 +27,27 @@ InputsArg = Annotated[
 OutputOpt = Annotated[
     str | None,
     typer.Option(
-        "--output", "-o", help="Output file (a sparse-tensor NPZ), or - for stdout. One input only."
+        "--output",
+        "-o",
+        help="Output file, or - for stdout (NPZ unless --output-format). One input only. The extension "
+        "chooses the format: .npz keeps the sparse tensor; .ply, .las, .laz, .pcd, .xyz, .txt, .csv, .npy "
+        "write the voxels as points.",
+    ),
+]
+OutputFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output-format",
+        "-F",
+        help="Output format for -o - and batch mode (default npz): npz, ply, las, laz, pcd, ... "
+        "With -o FILE the extension decides.",
+    ),
+]
+PositionOpt = Annotated[
+    str,
+    typer.Option(
+        "--position",
+        help="Where a voxel exported as a point sits: centre (of the voxel) or centroid (mean of its points).",
     ),
 ]
 OutputDirOpt = Annotated[
@@ -101,6 +121,53 @@ def emit(summary: dict, text: str, *, as_json: bool, data_on_stdout: bool = Fals
 
 
 # ---- parsing --------------------------------------------------------------------------
+
+
+def parse_reductions(values: list[str] | None, known: tuple[str, ...]) -> tuple[str | None, dict[str, str]]:
+    """``--reduce R`` (every attribute) and ``--reduce NAME=R`` (one attribute), repeatable.
+
+    Returns ``(reduction for all or None, {name: reduction})``; a reduction not in
+    ``known`` or two bare values are usage errors.
+    """
+    everything, per_name = None, {}
+    for value in values or []:
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            name, sep, reduction = part.partition("=")
+            reduction = (reduction if sep else name).strip()
+            if reduction not in known:
+                fail(f"--reduce: {reduction!r} is not one of {', '.join(known)} (in {value!r})", EXIT_USAGE)
+            if not sep:
+                if everything is not None and everything != reduction:
+                    fail(f"--reduce given twice for every attribute: {everything} and {reduction}", EXIT_USAGE)
+                everything = reduction
+            elif not name.strip():
+                fail(f"--reduce: missing the attribute name before '=' in {value!r}", EXIT_USAGE)
+            else:
+                per_name[name.strip()] = reduction
+    return everything, per_name
+
+
+def check_output(output: str | None, output_format: str | None, output_dir: Path | None) -> str:
+    """The output format (a usage error, exit 2, for an extension or format no writer knows)."""
+    from lattice.pipeline.export import OutputFormatError
+    from lattice.pipeline.export import output_format as resolve
+
+    if output not in (None, STDIO) and output_format is not None:
+        fail("--output-format applies to -o - and batch mode; with -o FILE the extension decides", EXIT_USAGE)
+    if output not in (None, STDIO) and Path(output).is_dir():
+        fail(f"cannot write {output}: it is a directory")
+    try:
+        return resolve(output if output not in (None, STDIO) else sys.stdout.buffer, output_format)
+    except OutputFormatError as err:
+        fail(str(err), EXIT_USAGE)
+
+
+def check_position(position: str) -> str:
+    """``centre`` (also ``center``) or ``centroid``; anything else is a usage error."""
+    position = {"center": "centre"}.get(position.lower(), position.lower())
+    if position not in ("centre", "centroid"):
+        fail(f"--position must be centre or centroid, got {position!r}", EXIT_USAGE)
+    return position
 
 
 def parse_int_list(text: str, name: str) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from lattice_cli.commands import convert as convert_cmd
 from lattice_cli.commands import demo as demo_cmd
 from lattice_cli.commands import explain as explain_cmd
 from lattice_cli.commands import info as info_cmd
@@ -43,6 +44,7 @@ app.command("demo")(demo_cmd.demo)
 app.command("voxelize")(voxelize_cmd.voxelize)
 app.command("pool")(pool_cmd.pool)
 app.command("upsample")(upsample_cmd.upsample)
+app.command("convert")(convert_cmd.convert)
 app.command("info")(info_cmd.info)
 app.command("model-run")(model_run_cmd.model_run)
 app.command("render")(render_cmd.render)

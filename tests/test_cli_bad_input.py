@@ -134,7 +134,6 @@ def _write(tmp_path, points, name="p.npz"):
         ([[0, 0, 0], [1, 1, 1]], ["-s", "-0.5"], "voxel size must be one or three positive"),
         ([[0, 0, 0], [1, 1, 1]], ["-s", "1,0,1"], "voxel size must be one or three positive"),
         ([[0, 0, 0], [1, 1, 1]], ["-s", "nan"], "voxel size must be one or three positive finite"),
-        ([[0, 0, 0], [1, 1, 1]], ["-s", "1", "--reduce", "median"], "reduction must be one of mean, sum"),
         (
             [[0, 0, 0], [1, 1, 1]],
             ["-s", "1", "--origin", "inf"],
@@ -154,6 +153,27 @@ def test_voxelize_bad_values(tmp_path, points, args, message):
     assert r.exit_code == 1, r.output
     assert message in r.stderr and "Traceback" not in r.output
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["p.npz"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--reduce", "median"], "--reduce: 'median' is not one of mean, sum, min, max, mode, first, count"),
+        (["--reduce", "label=avg"], "--reduce: 'avg' is not one of mean"),
+        (["--reduce", "=mode"], "missing the attribute name"),
+        (["--reduce", "max", "--reduce", "min"], "--reduce given twice for every attribute"),
+        (["-o", "OUT.xyzzy"], "unknown output extension .xyzzy"),
+        (["--position", "middle"], "--position must be centre or centroid"),
+    ],
+)
+def test_voxelize_usage_errors(tmp_path, args, message):
+    src = _write(tmp_path, [[0, 0, 0], [1, 1, 1]])
+    out = ["-o", str(tmp_path / "o.npz")] if "-o" not in args else []
+    args = [a.replace("OUT", str(tmp_path / "o")) for a in args]
+    r = runner.invoke(app, ["voxelize", str(src), "-s", "1", *out, *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and "Traceback" not in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npz"]
 
 
 def test_nan_points_are_dropped_with_a_count(tmp_path):

@@ -45,8 +45,12 @@ def test_directory_batch_mixed_good_and_bad(tmp_path, scans):
     r = run("voxelize", scans, "--output-dir", out, "-s", "0.2", "--json")
     assert r.exit_code == 1, r.output  # some failed
     s = json.loads(r.stdout)
-    assert (s["done"], s["skipped"], s["failed"]) == (3, 0, 2)
+    assert (s["done"], s["skipped"], s["redone"], s["failed"]) == (3, 1, 0, 2)
     by_input = {f["input"]: f for f in s["files"]}
+    # a file of the directory the command cannot read is reported, with the reason
+    assert by_input[str(scans / "notes.txt")]["status"] == "skipped"
+    assert "not a point-cloud extension" in by_input[str(scans / "notes.txt")]["reason"]
+    assert f"skipped {scans / 'notes.txt'}: not a point-cloud extension" in r.stderr
     assert by_input[str(scans / "bad.ply")]["status"] == "failed"
     assert "no x/y/z" in by_input[str(scans / "bad.ply")]["error"]
     assert "file is empty" in by_input[str(scans / "empty.npz")]["error"]
@@ -63,15 +67,20 @@ def test_text_summary_and_skip_existing_then_overwrite(tmp_path, scans):
     out = tmp_path / "out"
     good = [scans / "a.ply", scans / "b.pcd"]
     r = run("voxelize", *good, "-d", out, "-s", "0.2")
-    assert r.exit_code == 0 and "done 2, skipped 0, failed 0" in r.stdout
+    assert r.exit_code == 0 and "done 2, skipped 0, redone 0, failed 0" in r.stdout
     before = (out / "a.npz").stat().st_mtime_ns
-    r = run("voxelize", *good, "-d", out, "-s", "0.5", "--json")
+    r = run("voxelize", *good, "-d", out, "-s", "0.2", "--json")  # same parameters: skipped
     s = json.loads(r.stdout)
-    assert r.exit_code == 0 and (s["done"], s["skipped"]) == (0, 2)
+    assert r.exit_code == 0 and (s["done"], s["skipped"], s["redone"]) == (0, 2, 0)
+    assert s["files"][0]["reason"] == "made with the same parameters from the same input"
     assert (out / "a.npz").stat().st_mtime_ns == before
-    r = run("voxelize", *good, "-d", out, "-s", "0.5", "--overwrite", "--json")
-    assert json.loads(r.stdout)["done"] == 2
+    r = run("voxelize", *good, "-d", out, "-s", "0.5", "--json")  # other parameters: redone
+    s = json.loads(r.stdout)
+    assert r.exit_code == 0 and (s["done"], s["skipped"], s["redone"]) == (0, 0, 2)
+    assert s["files"][0]["reason"] == "the existing output was made with other parameters"
     np.testing.assert_allclose(read_sparse(out / "a.npz").voxel_size, 0.5)
+    r = run("voxelize", *good, "-d", out, "-s", "0.5", "--overwrite", "--json")
+    assert json.loads(r.stdout)["redone"] == 2
 
 
 def test_glob_and_missing_inputs(tmp_path, scans):

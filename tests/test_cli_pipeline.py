@@ -210,20 +210,37 @@ def test_voxelize_file_writes_the_sparse_format(tmp_path):
     assert sf.num_rows == s["voxels"] and sf.coords.dtype == np.int32
 
 
+def _mode_over(rows_out, values, m):
+    """The mode per output row, point by point (ties to the smallest value)."""
+    from lattice.pipeline.modes import mode_reference
+
+    return mode_reference(np.asarray(rows_out), np.asarray(values), m)
+
+
 def test_pool_and_upsample_match_the_ops():
+    from lattice.ops import kernel_relation
+
     sf, _ = voxelize_cloud(ROOM, 0.1)
+    label = sf.feature_names.index("label")  # categorical: pooled by its mode, never averaged
+    cont = [j for j in range(sf.num_channels) if j != label]
     for mode in ("sum", "max", "avg"):
         out, s = pool_sparse(sf, mode, 3, 2)
         ref = pool3d(to_tensor(sf), mode=mode, kernel_size=3, stride=2)
         np.testing.assert_array_equal(out.coords, np.asarray(ref.coords))
-        np.testing.assert_allclose(out.feats, np.asarray(ref.feats), rtol=1e-6)
+        np.testing.assert_allclose(out.feats[:, cont], np.asarray(ref.feats)[:, cont], rtol=1e-6)
+        edges = kernel_relation(to_tensor(sf), kernel_size=3, stride=2).edges
+        want = _mode_over(edges.out_rows, sf.feats[np.asarray(edges.in_rows), label], out.num_rows)
+        np.testing.assert_array_equal(out.feats[:, label], want)
         assert out.stride.tolist() == [2, 2, 2] and s["rows_out"] == ref.active_count
-        assert out.feature_names == sf.feature_names
+        assert out.feature_names == sf.feature_names and s["mode_channels"] == ["label"]
     pooled, _ = pool_sparse(sf, "avg", 2, 2)
     up, s = upsample_sparse(pooled, 2, target=sf)
     ref = trilinear_upsample3d(to_tensor(pooled), to_tensor(sf), stride=2)
     np.testing.assert_array_equal(up.coords, sf.coords)  # target rows and order kept
-    np.testing.assert_allclose(up.feats, np.asarray(ref.feats), rtol=1e-6)
+    np.testing.assert_allclose(up.feats[:, cont], np.asarray(ref.feats)[:, cont], rtol=1e-6)
+    parent = {tuple(c): pooled.feats[i, label] for i, c in enumerate(pooled.coords.tolist())}
+    want = [parent[(c[0], c[1] // 2, c[2] // 2, c[3] // 2)] for c in sf.coords.tolist()]
+    np.testing.assert_array_equal(up.feats[:, label], want)  # each fine voxel: its parent's class
     gen, _ = upsample_sparse(pooled, 2, method="transpose", kernel_size=2)
     assert gen.stride.tolist() == [1, 1, 1] and gen.num_rows >= pooled.num_rows
 

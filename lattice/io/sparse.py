@@ -303,6 +303,28 @@ def _text(arrays: dict[str, np.ndarray], key: str) -> str | None:
     return None if a is None else str(a.reshape(()))
 
 
+def is_sparse_npz(path_or_file: PathOrFile) -> bool:
+    """True when ``path_or_file`` is a zip archive with the sparse tensor's ``format`` member.
+
+    Never raises: anything unreadable is False (the reader then explains). A seekable stream
+    is left at its start.
+    """
+    import zipfile
+
+    try:
+        if hasattr(path_or_file, "read"):
+            start = path_or_file.tell()
+            try:
+                with zipfile.ZipFile(path_or_file) as zf:
+                    return "format.npy" in zf.namelist()
+            finally:
+                path_or_file.seek(start)
+        with zipfile.ZipFile(path_or_file) as zf:
+            return "format.npy" in zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, AttributeError):
+        return False
+
+
 def read_sparse(path_or_file: PathOrFile) -> SparseFile:
     """Read and validate a ``lattice.sparse/1`` NPZ; every problem is a one-line ``PointCloudError``."""
     with open_input(path_or_file) as (f, label):

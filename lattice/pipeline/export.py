@@ -12,9 +12,7 @@ its LAS header and CRS records. An extension no writer knows is an error
 
 from __future__ import annotations
 
-import json
 import os
-import zipfile
 from typing import BinaryIO
 
 import numpy as np
@@ -22,9 +20,9 @@ import numpy as np
 from lattice.io import FORMATS, PointCloud, PointCloudError, SparseFile, format_from_name, write_points
 from lattice.io.kinds import AttributeInfo, convert_colour, info_for
 from lattice.io.sparse import _write_table_rows, write_sparse
+from lattice.pipeline.provenance import write_sidecar
 
 POSITIONS = ("centre", "centroid")
-SIDECAR = ".lattice.json"
 PathOrStream = str | os.PathLike | BinaryIO
 
 
@@ -134,13 +132,20 @@ def sparse_to_cloud(sf: SparseFile, *, position: str = "centre") -> PointCloud:
 
 
 def write_result(
-    dst: PathOrStream, sf: SparseFile, *, format: str | None = None, position: str = "centre", rows_unique=False
+    dst: PathOrStream,
+    sf: SparseFile,
+    *,
+    format: str | None = None,
+    position: str = "centre",
+    rows_unique: bool = False,
+    sidecar: bool = False,
 ) -> str:
     """Write ``sf`` to ``dst`` in ``format`` (default: by extension, ``npz`` for a stream); returns its label.
 
-    ``npz`` writes the tensor; any other format the voxels as points (``sparse_to_cloud``)
-    with a sidecar ``<dst>.lattice.json`` of the provenance record when ``dst`` is a path.
-    ``rows_unique``: the rows come from one coordinate table (skips the uniqueness check).
+    ``npz`` writes the tensor (its provenance record inside); any other format the voxels as
+    points (``sparse_to_cloud``), and with ``sidecar`` (batch mode) the provenance record
+    beside them as ``<dst>.lattice.json``. ``rows_unique``: the rows come from one
+    coordinate table (skips the uniqueness check).
     """
     fmt = output_format(dst, format)
     if fmt == "npz":
@@ -162,57 +167,18 @@ def write_result(
             )
     else:
         write_points(dst, sparse_to_cloud(sf, position=position), format=fmt)
-        if sf.provenance is not None and not hasattr(dst, "write"):
+        if sidecar and sf.provenance is not None and not hasattr(dst, "write"):
             write_sidecar(dst, sf.provenance)
     return "-" if hasattr(dst, "write") else os.fspath(dst)
 
 
-def sidecar_path(dst: str | os.PathLike) -> str:
-    """Where the provenance of a non-NPZ output is recorded: ``<dst>.lattice.json``."""
-    return os.fspath(dst) + SIDECAR
-
-
-def write_sidecar(dst: str | os.PathLike, record: dict) -> None:
-    """Write the provenance ``record`` of output ``dst`` beside it (atomically)."""
-    from lattice.io.atomic import atomic_write
-
-    with atomic_write(sidecar_path(dst)) as f:
-        f.write((json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
-
-
-def read_provenance(dst: str | os.PathLike) -> dict | None:
-    """The provenance recorded for an existing output (NPZ key or sidecar), or None when it has none."""
-    path = os.fspath(dst)
-    side = sidecar_path(path)
-    try:
-        if os.path.exists(side):
-            with open(side, encoding="utf-8") as f:
-                record = json.load(f)
-            return record if isinstance(record, dict) else None
-        if path.lower().endswith(".npz"):
-            with zipfile.ZipFile(path) as zf:
-                if "provenance.npy" not in zf.namelist():
-                    return None
-                with zf.open("provenance.npy") as m:
-                    a = np.lib.format.read_array(m, allow_pickle=False)
-            record = json.loads(str(a.reshape(())))
-            return record if isinstance(record, dict) else None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-        return None
-    return None
-
-
 __all__ = [
     "POSITIONS",
-    "SIDECAR",
     "OutputFormatError",
     "extension_of",
     "output_format",
     "output_formats",
-    "read_provenance",
-    "sidecar_path",
     "sparse_to_cloud",
     "voxel_positions",
     "write_result",
-    "write_sidecar",
 ]

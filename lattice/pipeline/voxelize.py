@@ -25,6 +25,7 @@ from lattice.io import PointCloud, PointCloudError, SparseFile, write_sparse
 from lattice.io.kinds import DEFAULT_REDUCTION, NORMAL_GROUPS, AttributeInfo, attribute_kind
 from lattice.io.kinds import REDUCTIONS as KIND_REDUCTIONS
 from lattice.pipeline.modes import ModeAccumulator
+from lattice.pipeline.provenance import make_record
 from lattice.pipeline.sources import DEFAULT_CHUNK_POINTS, PointSource, memory_source, open_source
 from lattice.routing.points import PointsRequest, route_points
 
@@ -343,7 +344,7 @@ def voxelize_source(source: PointSource, options: VoxelizeOptions) -> tuple[Spar
         np.asarray(origin, np.float64),
         names,
         schema=tuple(infos),
-        provenance=provenance("voxelize", options.parameters()),
+        provenance=make_record("voxelize", options.parameters()),
         source=_source_record(source),
         centroids=centroids,
     )
@@ -380,13 +381,6 @@ def _source_record(source: PointSource) -> dict:
     return {"format": source.format, "metadata": meta}
 
 
-def provenance(command: str, parameters: dict) -> dict:
-    """What an output records about how it was made: the command, its parameters, lattice's version."""
-    from lattice._version import __version__
-
-    return {"command": command, "parameters": parameters, "lattice": __version__}
-
-
 def voxelize_cloud(cloud: PointCloud, voxel_size=1.0, **options) -> tuple[SparseFile, dict]:
     """Voxelize an in-memory cloud (``options`` as in ``VoxelizeOptions``)."""
     return voxelize_source(memory_source(cloud), VoxelizeOptions(voxel_size, **options))
@@ -417,6 +411,11 @@ def _output_label(dst: str | os.PathLike | BinaryIO) -> str:
     return "-" if hasattr(dst, "write") else os.fspath(dst)
 
 
+def voxelize_parameters(options: VoxelizeOptions, position: str = "centre", output_format: str = "npz") -> dict:
+    """What a ``voxelize_file`` output records as its parameters (a batch re-run compares them)."""
+    return {**options.parameters(), "position": position, "output_format": output_format}
+
+
 def voxelize_file(
     src: str | os.PathLike | BinaryIO,
     dst: str | os.PathLike | BinaryIO,
@@ -425,12 +424,14 @@ def voxelize_file(
     format: str | None = None,
     output_format: str | None = None,
     position: str = "centre",
+    sidecar: bool = False,
 ) -> dict:
     """Read ``src`` (streamed where the format allows), voxelize, write ``dst``.
 
     ``dst``'s extension (or ``output_format``) chooses what is written: ``.npz`` the sparse
     tensor, any other point format the voxels as points at ``position`` (``centre`` or
-    ``centroid``; see ``lattice.pipeline.export``).
+    ``centroid``; see ``lattice.pipeline.export``). ``sidecar``: record the provenance of a
+    non-NPZ output beside it (batch mode does, so re-runs can compare parameters).
     """
     from lattice.pipeline.export import output_format as resolve
     from lattice.pipeline.export import write_result
@@ -439,8 +440,11 @@ def voxelize_file(
     if position == "centroid" and not options.centroids:
         options = replace(options, centroids=True)
     sf, summary = voxelize_source(open_source(src, format=format), options)
+    sf = replace(sf, provenance=make_record("voxelize", voxelize_parameters(options, position, fmt), src))
     # the voxelizer's table rows are unique by construction: not re-checked
-    summary["output"] = write_result(dst, sf, format=fmt, position=position, rows_unique=True)
+    summary["output"] = write_result(
+        dst, sf, format=fmt, position=position, rows_unique=True, sidecar=sidecar
+    )
     summary["output_format"] = fmt
     if fmt != "npz":
         summary["position"] = position
@@ -453,9 +457,9 @@ __all__ = [
     "VoxelRangeError",
     "VoxelizeOptions",
     "feature_columns",
-    "provenance",
     "voxelize_cloud",
     "voxelize_file",
+    "voxelize_parameters",
     "voxelize_source",
     "write_sparse_file",
 ]

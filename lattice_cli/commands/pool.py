@@ -8,23 +8,28 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import run_files
+from lattice_cli.batch import Expect, run_files
 from lattice_cli.common import (
     InputsArg,
     JsonOpt,
     OutputDirOpt,
+    OutputFormatOpt,
     OutputOpt,
     OverwriteOpt,
+    PositionOpt,
     WorkersOpt,
+    check_output,
+    check_position,
+    error_message,
     fail,
     parse_triple,
     plural,
 )
 
 
-def is_sparse_file(path: Path) -> bool:
+def is_sparse_file(path: Path) -> bool | str:
     """Directory scans for sparse-tensor commands take ``*.npz`` files."""
-    return path.suffix.lower() == ".npz"
+    return path.suffix.lower() == ".npz" or "not a sparse-tensor NPZ (.npz)"
 
 
 def describe(s: dict) -> str:
@@ -46,18 +51,34 @@ def pool(
     stride: Annotated[
         str, typer.Option("--stride", "-s", help="S or SX,SY,SZ; output stride = input stride * S.")
     ] = "2",
+    position: PositionOpt = "centre",
+    output_format: OutputFormatOpt = None,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Pool a sparse tensor: output support unique(floor(coords / stride)), sum / max / avg per channel."""
+    """Pool a sparse tensor: output support unique(floor(coords / stride)), sum / max / avg per channel.
+
+    Categorical channels (class ids, by the file's schema) take the mode of the voxels they pool.
+    The output's extension chooses the format: .npz the tensor, other point formats the voxels as points.
+    """
     from lattice.pipeline import POOL_MODES, pool_file
+    from lattice.pipeline.export import extension_of
+    from lattice.pipeline.sparse import pool_parameters
 
     if mode not in POOL_MODES:
         fail(f"--mode must be one of {', '.join(POOL_MODES)}, got {mode!r}", code=2)
     k = parse_triple(kernel_size, "--kernel-size", int)
     s = parse_triple(stride, "--stride", int)
-    job = functools.partial(pool_file, mode=mode, kernel_size=k, stride=s)
+    where = check_position(position)
+    if where == "centroid":
+        fail("--position centroid: pooled voxels have no centroids; use centre", code=2)
+    out_fmt = check_output(output, output_format, output_dir)
+    job = functools.partial(pool_file, mode=mode, kernel_size=k, stride=s, output_format=out_fmt, position=where)
+    try:
+        expect = Expect("pool", pool_parameters(mode, k, s, where, out_fmt))
+    except ValueError as err:  # the library's range checks: one line, exit 1
+        fail(error_message(err))
     run_files(
         job,
         inputs,
@@ -68,4 +89,6 @@ def pool(
         overwrite=overwrite,
         workers=workers,
         accept=is_sparse_file,
+        extension=extension_of(out_fmt),
+        expect=expect,
     )

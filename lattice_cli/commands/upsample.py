@@ -8,15 +8,20 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import run_files
+from lattice_cli.batch import Expect, run_files
 from lattice_cli.commands.pool import is_sparse_file
 from lattice_cli.common import (
     InputsArg,
     JsonOpt,
     OutputDirOpt,
+    OutputFormatOpt,
     OutputOpt,
     OverwriteOpt,
+    PositionOpt,
     WorkersOpt,
+    check_output,
+    check_position,
+    error_message,
     fail,
     parse_triple,
     plural,
@@ -55,12 +60,16 @@ def upsample(
         str | None,
         typer.Option("--kernel-size", "-k", help="transpose only: K or KX,KY,KZ (default: the stride)."),
     ] = None,
+    position: PositionOpt = "centre",
+    output_format: OutputFormatOpt = None,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Upsample a sparse tensor by a stride, by trilinear interpolation or a transposed pool."""
     from lattice.pipeline import UPSAMPLE_METHODS, upsample_file
+    from lattice.pipeline.export import extension_of
+    from lattice.pipeline.sparse import upsample_parameters
 
     if method not in UPSAMPLE_METHODS:
         fail(f"--method must be one of {', '.join(UPSAMPLE_METHODS)}, got {method!r}", code=2)
@@ -68,9 +77,18 @@ def upsample(
         fail("--kernel-size applies to --method transpose only", code=2)
     s = parse_triple(stride, "--stride", int)
     k = parse_triple(kernel_size, "--kernel-size", int) if kernel_size is not None else None
+    where = check_position(position)
+    if where == "centroid":
+        fail("--position centroid: upsampled voxels have no centroids; use centre", code=2)
+    out_fmt = check_output(output, output_format, output_dir)
+    tgt = None if target is None else str(target)
     job = functools.partial(
-        upsample_file, stride=s, target=None if target is None else str(target), method=method, kernel_size=k
+        upsample_file, stride=s, target=tgt, method=method, kernel_size=k, output_format=out_fmt, position=where
     )
+    try:
+        expect = Expect("upsample", upsample_parameters(s, tgt, method, k, where, out_fmt))
+    except ValueError as err:  # the library's range checks: one line, exit 1
+        fail(error_message(err))
     run_files(
         job,
         inputs,
@@ -81,4 +99,6 @@ def upsample(
         overwrite=overwrite,
         workers=workers,
         accept=is_sparse_file,
+        extension=extension_of(out_fmt),
+        expect=expect,
     )

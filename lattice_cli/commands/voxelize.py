@@ -1,4 +1,4 @@
-"""`lattice voxelize`: point clouds -> sparse voxel tensors (``lattice.sparse/1`` NPZ)."""
+"""`lattice voxelize`: point clouds -> sparse voxel tensors (``lattice.sparse/1`` NPZ) or voxel points."""
 
 from __future__ import annotations
 
@@ -8,40 +8,46 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import run_files
+from lattice_cli.batch import Expect, run_files
 from lattice_cli.common import (
     FormatOpt,
     InputsArg,
     JsonOpt,
     OutputDirOpt,
+    OutputFormatOpt,
     OutputOpt,
     OverwriteOpt,
+    PositionOpt,
     StrictOpt,
     WorkersOpt,
+    check_output,
+    check_position,
     error_message,
     fail,
     parse_names,
+    parse_reductions,
     parse_triple,
     plural,
 )
 
 
-def _is_point_file(path: Path) -> bool:
+def _is_point_file(path: Path) -> bool | str:
     from lattice.io import PointCloudError, format_from_name
 
     try:
-        return format_from_name(path.name) is not None
-    except PointCloudError:  # *.pcd.bin: ambiguous, let the run say so
+        return format_from_name(path.name) is not None or "not a point-cloud extension"
+    except PointCloudError:  # an ambiguous name: let the run say so
         return True
 
 
 def describe(s: dict) -> str:
     """The one-line text summary of a voxelize run."""
-    names = ", ".join(s["feature_names"])
+    names = ", ".join(f"{n} {s['reductions'][n]}" for n in s["feature_names"]) if s.get("reductions") else ""
     how = "streamed" if s["streamed"] else "in memory"
+    what = "" if s.get("output_format", "npz") == "npz" else f" as {s['output_format']} points ({s['position']})"
     return (
         f"{s['input']}: {s['points']} points -> {s['voxels']} voxels, {plural(s['channels'], 'channel')} "
-        f"({names}; {s['reduction']}) at voxel size {s['voxel_size']} [{how}] -> {s['output']}"
+        f"({names}) at voxel size {s['voxel_size']} [{how}] -> {s['output']}{what}"
     )
 
 
@@ -56,8 +62,15 @@ def voxelize(
         str, typer.Option("--origin", help="Grid origin x,y,z, or 'min' for the minimum of the points.")
     ] = "0",
     reduce: Annotated[
-        str, typer.Option("--reduce", "-r", help="Per-voxel reduction: mean, sum, max, first or count.")
-    ] = "mean",
+        list[str] | None,
+        typer.Option(
+            "--reduce",
+            "-r",
+            help="Per-voxel reduction: R for every attribute or NAME=R for one (repeatable; R is mean, sum, "
+            "min, max, mode, first or count). Default: by kind - mean for measurements and colours, mode for "
+            "class ids, renormalised mean for normals. A bare 'count' gives the point count only.",
+        ),
+    ] = None,
     features: Annotated[
         str | None,
         typer.Option(
@@ -67,22 +80,38 @@ def voxelize(
             "'none' gives the point count).",
         ),
     ] = None,
+    position: PositionOpt = "centre",
+    output_format: OutputFormatOpt = None,
     fmt: FormatOpt = None,
     strict: StrictOpt = False,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Voxelize point clouds: voxel index floor((p - origin) / voxel_size), one row per occupied voxel."""
+    """Voxelize point clouds: voxel index floor((p - origin) / voxel_size), one row per occupied voxel.
+
+    Every attribute is reduced by its kind unless --reduce says otherwise; the output is the
+    sparse tensor (.npz) or the voxels as points in the format of the output's extension.
+    """
+    from lattice.io.kinds import REDUCTIONS
     from lattice.pipeline import VoxelizeOptions, voxelize_file
+    from lattice.pipeline.voxelize import voxelize_parameters
 
     size = parse_triple(voxel_size, "--voxel-size")
     grid_origin = "min" if origin.strip().lower() == "min" else parse_triple(origin, "--origin")
+    reduction, reductions = parse_reductions(reduce, REDUCTIONS)
+    where = check_position(position)
+    out_fmt = check_output(output, output_format, output_dir)
     try:
-        options = VoxelizeOptions(size, grid_origin, reduce, parse_names(features), strict)
+        options = VoxelizeOptions(
+            size, grid_origin, reduction, parse_names(features), strict, reductions=reductions,
+            centroids=where == "centroid",
+        )  # fmt: skip
     except ValueError as err:
         fail(error_message(err))
-    job = functools.partial(voxelize_file, options=options, format=fmt)
+    job = functools.partial(
+        voxelize_file, options=options, format=fmt, output_format=out_fmt, position=where
+    )
     run_files(
         job,
         inputs,
@@ -93,4 +122,13 @@ def voxelize(
         overwrite=overwrite,
         workers=workers,
         accept=_is_point_file,
+        extension=extension_of(out_fmt),
+        expect=Expect("voxelize", voxelize_parameters(options, where, out_fmt)),
     )
+
+
+def extension_of(fmt: str) -> str:
+    """The batch-mode extension of an output format."""
+    from lattice.pipeline.export import extension_of as ext
+
+    return ext(fmt)
