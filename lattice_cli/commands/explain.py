@@ -34,6 +34,13 @@ def explain(
 
     if dtype not in ("float32", "float16", "bfloat16"):
         fail(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}", code=2)
+    if device is not None and device not in ("cpu", "gpu"):
+        fail(f"--device must be cpu or gpu, got {device!r}", code=2)
+    if device == "gpu":
+        import mlx.core as mx
+
+        if not mx.is_available(mx.gpu):
+            fail("--device gpu: no GPU is available to MLX on this machine (lattice backend lists the devices)")
     bits = {None: None, "int8": 8, "int4": 4}.get(quantize, -1)
     if bits == -1:
         fail(f"--quantize must be int8 or int4, got {quantize!r}", code=2)
@@ -66,7 +73,10 @@ def _print_table(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    import sys
+
+    # a terminal gets rich's layout; a pipe or file gets whole lines (never wrapped mid-word or mid-filename)
+    console = Console() if sys.stdout.isatty() else Console(width=100_000, soft_wrap=True)
     console.print(f"[bold]{result['op']}[/] on {result['input']}")
     console.print(f"route  [bold green]{result['route']}[/]")
     console.print(f"why    {result['reason']}")
@@ -75,7 +85,7 @@ def _print_table(result: dict) -> None:
         console.print("facts  " + ", ".join(f"{k}={v}" for k, v in facts.items()))
     console.print(f"plan   {result['plan_ms']} ms (relation or window map built or fetched from the cache, no kernel run)")
     if result["rejected"]:
-        table = Table("rejected route", "failed predicate", box=None, pad_edge=False)
+        table = Table("rejected route", "failed predicate", box=None, pad_edge=False, expand=False)
         for r in result["rejected"]:
             table.add_row(r["route"], r["failed"])
         console.print(table)
