@@ -17,12 +17,10 @@ import time
 from dataclasses import replace
 from typing import BinaryIO
 
-import numpy as np
-
 from lattice.io import PointCloud, read_points, read_sparse, write_points
 from lattice.io.sparse import is_sparse_npz
+from lattice.pipeline.export import fit_for, sparse_to_cloud, write_result
 from lattice.pipeline.export import output_format as resolve_output
-from lattice.pipeline.export import sparse_to_cloud, write_result
 from lattice.pipeline.provenance import make_record, write_sidecar
 
 PathOrStream = str | os.PathLike | BinaryIO
@@ -33,20 +31,6 @@ def convert_parameters(position: str = "centre", output_format: str = "npz", col
     return {"position": position, "output_format": output_format, "columns": columns}
 
 
-def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:
-    """``cloud`` made writable as ``fmt`` without losing values, and what was changed (one line each)."""
-    notes = []
-    attrs = dict(cloud.attributes)
-    if fmt in ("las", "laz"):
-        v = attrs.get("intensity")
-        if v is not None and v.dtype.kind == "f" and "remission" not in attrs:
-            finite = v[np.isfinite(v)]
-            if finite.size and (np.any(finite != np.round(finite)) or finite.min() < 0 or finite.max() > 65535):
-                attrs["remission"] = attrs.pop("intensity")
-                notes.append("float intensity does not fit LAS's 16-bit intensity: written as 'remission'")
-    if attrs is cloud.attributes or notes == []:
-        return cloud, notes
-    return replace(cloud, attributes=attrs, kinds={k: v for k, v in cloud.kinds.items() if k in attrs}), notes
 
 
 def _read(src: PathOrStream, format: str | None, columns) -> tuple[PointCloud | None, object, str]:
@@ -107,4 +91,4 @@ def convert_file(
     }
 
 
-__all__ = ["convert_file", "convert_parameters", "fit_for"]
+__all__ = ["convert_file", "convert_parameters"]

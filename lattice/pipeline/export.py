@@ -13,6 +13,7 @@ its LAS header and CRS records. An extension no writer knows is an error
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import BinaryIO
 
 import numpy as np
@@ -131,6 +132,28 @@ def sparse_to_cloud(sf: SparseFile, *, position: str = "centre") -> PointCloud:
     return PointCloud(voxel_positions(sf, position), attrs, format=source.get("format"), metadata=meta, kinds=kinds)
 
 
+def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:
+    """``cloud`` made writable as ``fmt`` without losing values, and what was changed (one line each).
+
+    LAS's ``intensity`` is a 16-bit integer: a float intensity that is not (KITTI's remission
+    in [0, 1], a voxel mean) is written as the extra-bytes dimension ``remission``.
+    """
+    notes = []
+    attrs = dict(cloud.attributes)
+    if fmt in ("las", "laz"):
+        v = attrs.get("intensity")
+        if v is not None and v.dtype.kind == "f" and "remission" not in attrs:
+            finite = v[np.isfinite(v)]
+            if len(finite) != len(v) or (
+                finite.size and (np.any(finite != np.round(finite)) or finite.min() < 0 or finite.max() > 65535)
+            ):
+                attrs["remission"] = attrs.pop("intensity")
+                notes.append("float intensity does not fit LAS's 16-bit intensity: written as 'remission'")
+    if not notes:
+        return cloud, notes
+    return replace(cloud, attributes=attrs, kinds={k: v for k, v in cloud.kinds.items() if k in attrs}), notes
+
+
 def write_result(
     dst: PathOrStream,
     sf: SparseFile,
@@ -166,7 +189,8 @@ def write_result(
                 centroids=sf.centroids,
             )
     else:
-        write_points(dst, sparse_to_cloud(sf, position=position), format=fmt)
+        cloud, _ = fit_for(sparse_to_cloud(sf, position=position), fmt)
+        write_points(dst, cloud, format=fmt)
         if sidecar and sf.provenance is not None and not hasattr(dst, "write"):
             write_sidecar(dst, sf.provenance)
     return "-" if hasattr(dst, "write") else os.fspath(dst)
@@ -176,6 +200,7 @@ __all__ = [
     "POSITIONS",
     "OutputFormatError",
     "extension_of",
+    "fit_for",
     "output_format",
     "output_formats",
     "sparse_to_cloud",
