@@ -86,25 +86,34 @@ def points_per_voxel(points: np.ndarray, voxel_size, origin=(0.0, 0.0, 0.0)) -> 
     """Finite points divided by the occupied voxels of the grid ``floor((p - origin) / voxel_size)``."""
     pts = np.asarray(points, np.float64)
     pts = pts[np.isfinite(pts).all(axis=1)]
-    if len(pts) == 0:
+    return _points_per_voxel([np.ascontiguousarray(pts[:, i]) for i in range(3)], voxel_size, origin)
+
+
+def _points_per_voxel(xyz: list[np.ndarray], voxel_size, origin) -> float:
+    """``points_per_voxel`` of finite coordinate columns (contiguous: 3x faster than (N, 3) reductions)."""
+    n = len(xyz[0])
+    if n == 0:
         return 0.0
-    cells = np.floor((pts - np.asarray(origin, np.float64)) / np.asarray(voxel_size, np.float64))
-    cells = (cells - cells.min(axis=0)).astype(np.int64)
-    span = cells.max(axis=0) + 1
+    vs, org = np.asarray(voxel_size, np.float64), np.asarray(origin, np.float64)
+    cols = [np.floor((xyz[i] - org[i]) / vs[i]).astype(np.int64) for i in range(3)]
+    lo = [int(c.min()) for c in cols]
+    span = [int(c.max()) - low + 1 for c, low in zip(cols, lo, strict=True)]
     if float(span[0]) * float(span[1]) * float(span[2]) < 2**62:  # one packed int64 key per cell
-        keys = np.sort((cells[:, 0] * span[1] + cells[:, 1]) * span[2] + cells[:, 2])
-        changes = keys[1:] != keys[:-1]
+        keys = ((cols[0] - lo[0]) * span[1] + (cols[1] - lo[1])) * span[2] + (cols[2] - lo[2])
+        keys.sort()
+        changes = np.count_nonzero(keys[1:] != keys[:-1])
     else:
-        rows = cells[np.lexsort(cells.T[::-1])]
-        changes = (rows[1:] != rows[:-1]).any(axis=1)
-    return len(pts) / (1 + int(changes.sum()))  # a sort, not np.unique: 20x faster on NumPy 2.4
+        rows = np.stack(cols, axis=1)[np.lexsort(cols[::-1])]
+        changes = np.count_nonzero((rows[1:] != rows[:-1]).any(axis=1))
+    return n / (1 + int(changes))  # a sort, not np.unique: 20x faster on NumPy 2.4
 
 
-def _values(cloud: PointCloud, pre: Preprocessing, *, missing_ok: bool) -> tuple[np.ndarray, dict]:
-    """The finite points (float64) and the values of x, y, z and the attribute features there."""
+def _values(cloud: PointCloud, pre: Preprocessing, *, missing_ok: bool) -> dict[str, np.ndarray]:
+    """Contiguous float64 values of x, y, z and the attribute features at the cloud's finite points."""
     finite = cloud.finite_mask()
-    pts = np.asarray(cloud.points, np.float64)[finite]
-    out = {axis: pts[:, i] for i, axis in enumerate(AXES)}
+    pts = np.asarray(cloud.points)
+    pts = pts if finite.all() else pts[finite]
+    out = {axis: pts[:, i].astype(np.float64) for i, axis in enumerate(AXES)}
     for spec in attribute_features(pre):
         try:
             v = feature_attribute(spec, cloud.attributes)[finite]
@@ -113,7 +122,11 @@ def _values(cloud: PointCloud, pre: Preprocessing, *, missing_ok: bool) -> tuple
                 continue
             raise
         out[spec.name] = v[np.isfinite(v)]
-    return pts, out
+    return out
+
+
+def _extent(values: dict[str, np.ndarray]) -> list[float]:
+    return [float(values[a].max() - values[a].min()) for a in AXES]
 
 
 def domain_stats(clouds: Iterable[PointCloud], pre: Preprocessing) -> Domain:
@@ -121,13 +134,13 @@ def domain_stats(clouds: Iterable[PointCloud], pre: Preprocessing) -> Domain:
     moments: dict[str, _Moments] = {}
     extents, densities = [], []
     for cloud in clouds:
-        pts, values = _values(cloud, pre, missing_ok=False)
+        values = _values(cloud, pre, missing_ok=False)
         for name, v in values.items():
             moments[name] = moments.get(name, _Moments()) + _Moments.of(v)
-        if len(pts) == 0:
+        if values["x"].size == 0:
             raise ValueError("[domain_stats] a training scan has no finite points")
-        extents.append(pts.max(axis=0) - pts.min(axis=0))
-        densities.append(points_per_voxel(pts, pre.voxel_size, pre.origin))
+        extents.append(_extent(values))
+        densities.append(_points_per_voxel([values[a] for a in AXES], pre.voxel_size, pre.origin))
     if not extents:
         raise ValueError("[domain_stats] needs at least one training scan, got none")
     ext = np.array(extents)
@@ -179,13 +192,14 @@ def check_domain(cloud: PointCloud, domain: Domain | None, pre: Preprocessing) -
     empty when in domain, when ``domain`` is None or when the cloud has no finite point."""
     if domain is None:
         return ()
-    pts, values = _values(cloud, pre, missing_ok=True)
-    if len(pts) == 0:
+    values = _values(cloud, pre, missing_ok=True)
+    if values["x"].size == 0:
         return ()
     warnings = [_mean_warning(v.name, values[v.name], v) for v in domain.values if v.name in values]
-    extent = pts.max(axis=0) - pts.min(axis=0)
-    warnings += [_extent_warning(a, float(extent[i]), domain.extent[i]) for i, a in enumerate(AXES)]
-    density, ref = points_per_voxel(pts, domain.voxel_size, pre.origin), domain.points_per_voxel.mean
+    extent = _extent(values)
+    warnings += [_extent_warning(a, extent[i], domain.extent[i]) for i, a in enumerate(AXES)]
+    xyz = [values[a] for a in AXES]
+    density, ref = _points_per_voxel(xyz, domain.voxel_size, pre.origin), domain.points_per_voxel.mean
     if ref > 0 and not 1 / DENSITY_FACTOR <= density / ref <= DENSITY_FACTOR:
         warnings.append(
             f"points per voxel {density:.2f} (at {_fmt(domain.voxel_size[0])} m voxels) is "
