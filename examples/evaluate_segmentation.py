@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from train_semantickitti import DATA, HELD_OUT, N_CLASSES, OUT, raw_to_learning
+from train_semantickitti import DATA, HELD_OUT, N_CLASSES, SHIPPED, raw_to_learning
 
 from lattice.io import read_points
 from lattice.models import format_scores, load_model, predict_cloud, segmentation_scores
@@ -24,7 +24,7 @@ from lattice.models import format_scores, load_model, predict_cloud, segmentatio
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model", type=Path, nargs="?", default=OUT)
+    ap.add_argument("model", type=Path, nargs="?", default=SHIPPED)
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--quantize", type=int, choices=(4, 8), default=None)
     ap.add_argument("--interpolation", choices=("nearest", "linear"), default=None)

@@ -1,7 +1,13 @@
 """Train the shipped SemanticKITTI segmentation model (a small MinkUNet14) on the CPU.
 
-    python examples/train_semantickitti.py                    # ~12 min on 2 cores, writes the bundle
-    python examples/train_semantickitti.py --steps 50 --out /tmp/quick   # a smoke run
+    python examples/train_semantickitti.py          # ~12 min on 2 cores -> runs/minkunet14-<time>/
+    python examples/train_semantickitti.py --steps 50 --output /tmp/quick       # a smoke run
+    python examples/train_semantickitti.py --output examples/models/minkunet14-semantickitti --overwrite
+                                                    # rebuild the shipped bundle (only when told so)
+
+The bundle goes to a new folder ``runs/minkunet14-<YYYYmmdd-HHMMSS>/`` unless ``--output``
+names one; an existing non-empty folder is refused unless ``--overwrite``, so a run never
+replaces the shipped ``examples/models/minkunet14-semantickitti`` by default.
 
 Data (``../shared/data/semantickitti``, see its SOURCES.md; SemanticKITTI, CC BY-NC-SA):
 
@@ -23,6 +29,11 @@ the class-weighted cross-entropy (weights ``(frequency)^-0.5``, normalised), wit
 cosine learning-rate decay. Seeds are fixed (``--seed``); the log is written next to
 the bundle (``train.log``). Only lattice and MLX (``mlx.optimizers``,
 ``nn.value_and_grad``) are used.
+
+At the end the bundle records its training domain (``model.json``'s ``domain``:
+statistics of the unaugmented training scans, ``lattice.models.domain_stats``), which
+``lattice model-run`` compares every input with, and each class's ASPRS LAS code
+(``CLASSES`` below; ``--to-classification``).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -39,12 +51,14 @@ import mlx.optimizers as optim
 import numpy as np
 
 from lattice import ops
-from lattice.io import read_points
+from lattice.io import PointCloud, read_points
 from lattice.models import (
     ClassInfo,
+    Domain,
     FeatureSpec,
     Outputs,
     Preprocessing,
+    domain_stats,
     format_scores,
     load_model,
     minkunet,
@@ -64,7 +78,7 @@ def _portable(path: Path) -> str:
         return os.path.relpath(path.resolve(), base)
     except ValueError:
         return str(path)
-OUT = Path(__file__).resolve().parent / "models/minkunet14-semantickitti"
+SHIPPED = Path(__file__).resolve().parent / "models/minkunet14-semantickitti"
 TRAIN = ["kitti_01_000000", "kitti_01_000001", "kitti_01_000002", "demo_000700", "demo_000750"]
 HELD_OUT = "seq00_000000"
 
@@ -74,16 +88,22 @@ LEARNING_MAP = {
     48: 11, 49: 12, 50: 13, 51: 14, 52: 0, 60: 9, 70: 15, 71: 16, 72: 17, 80: 18, 81: 19, 99: 0,
     252: 1, 253: 7, 254: 6, 255: 8, 256: 5, 257: 5, 258: 4, 259: 5,
 }  # fmt: skip
-# learning id -> (name, RGB colour), semantic-kitti.yaml's color_map (stored there as BGR).
+# learning id -> (name, RGB colour, ASPRS LAS code), colours from semantic-kitti.yaml's color_map
+# (stored there as BGR). ASPRS (LAS 1.4 R15): 1 unclassified (ASPRS has no vehicle, person,
+# fence, pole or sign class), 2 ground, 5 high vegetation, 6 building, 11 road surface.
 CLASSES = {
-    1: ("car", (100, 150, 245)), 2: ("bicycle", (100, 230, 245)), 3: ("motorcycle", (30, 60, 150)),
-    4: ("truck", (80, 30, 180)), 5: ("other-vehicle", (0, 0, 255)), 6: ("person", (255, 30, 30)),
-    7: ("bicyclist", (255, 40, 200)), 8: ("motorcyclist", (150, 30, 90)), 9: ("road", (255, 0, 255)),
-    10: ("parking", (255, 150, 255)), 11: ("sidewalk", (75, 0, 75)), 12: ("other-ground", (175, 0, 75)),
-    13: ("building", (255, 200, 0)), 14: ("fence", (255, 120, 50)), 15: ("vegetation", (0, 175, 0)),
-    16: ("trunk", (135, 60, 0)), 17: ("terrain", (150, 240, 80)), 18: ("pole", (255, 240, 150)),
-    19: ("traffic-sign", (255, 0, 0)),
+    1: ("car", (100, 150, 245), 1), 2: ("bicycle", (100, 230, 245), 1),
+    3: ("motorcycle", (30, 60, 150), 1), 4: ("truck", (80, 30, 180), 1),
+    5: ("other-vehicle", (0, 0, 255), 1), 6: ("person", (255, 30, 30), 1),
+    7: ("bicyclist", (255, 40, 200), 1), 8: ("motorcyclist", (150, 30, 90), 1),
+    9: ("road", (255, 0, 255), 11), 10: ("parking", (255, 150, 255), 2),
+    11: ("sidewalk", (75, 0, 75), 2), 12: ("other-ground", (175, 0, 75), 2),
+    13: ("building", (255, 200, 0), 6), 14: ("fence", (255, 120, 50), 1),
+    15: ("vegetation", (0, 175, 0), 5), 16: ("trunk", (135, 60, 0), 5),
+    17: ("terrain", (150, 240, 80), 2), 18: ("pole", (255, 240, 150), 1),
+    19: ("traffic-sign", (255, 0, 0), 1),
 }  # fmt: skip
+IGNORE_ASPRS = 0  # unlabeled: "created, never classified"
 N_CLASSES = len(CLASSES)
 
 
@@ -101,10 +121,10 @@ def raw_to_learning(raw: np.ndarray) -> np.ndarray:
     return lut[np.asarray(raw, np.uint32) & 0xFFFF]
 
 
-def load_train(data: Path) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(points float32 (N, 3), learning ids int32 (N,)) of every training scan."""
+def load_train(data: Path, names: list[str] = TRAIN) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(points float32 (N, 3), learning ids int32 (N,)) of every training scan ``names``."""
     scans = []
-    for name in TRAIN:
+    for name in names:
         prefix, number = name.rsplit("_", 1)
         pts = np.load(data / f"{prefix}_points_{number}.npy", allow_pickle=False).astype(np.float32)
         lab = np.load(data / f"{prefix}_labels_{number}.npy", allow_pickle=False).reshape(-1).astype(np.int32)
@@ -201,9 +221,22 @@ def preprocessing(scans, voxel: float) -> Preprocessing:
 def outputs() -> Outputs:
     """The 19 SemanticKITTI classes (logit k = learning id k + 1), 0 = unlabeled."""
     return Outputs(
-        tuple(ClassInfo(i, name, color) for i, (name, color) in CLASSES.items()),
-        ClassInfo(0, "unlabeled", (0, 0, 0)),
+        tuple(ClassInfo(i, name, color, code) for i, (name, color, code) in CLASSES.items()),
+        ClassInfo(0, "unlabeled", (0, 0, 0), IGNORE_ASPRS),
     )
+
+
+def training_domain(data: Path, pre: Preprocessing, names: list[str] = TRAIN) -> Domain:
+    """The statistics of the (unaugmented) training scans, as ``model.json`` records them."""
+    return domain_stats([PointCloud(points) for points, _ in load_train(data, names)], pre)
+
+
+def output_folder(args: argparse.Namespace) -> Path:
+    """``--output``, or a new ``runs/minkunet14-<time>``; a non-empty folder needs ``--overwrite``."""
+    out = args.output or Path("runs") / f"minkunet14-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+        sys.exit(f"train_semantickitti.py: {out} exists and is not empty; pass --overwrite to replace it")
+    return out
 
 
 def evaluate(model, pre: Preprocessing, cloud, truth: np.ndarray) -> tuple[float, float]:
@@ -269,7 +302,10 @@ def train(args: argparse.Namespace, lines: list[str]):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--output", "--out", type=Path, default=None, help="bundle folder (default: runs/minkunet14-<time>)"
+    )
+    ap.add_argument("--overwrite", action="store_true", help="replace a non-empty --output folder")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--bn-passes", type=int, default=30)
     ap.add_argument("--voxel-size", type=float, default=0.1)
@@ -281,6 +317,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    args.output = output_folder(args)
     lines: list[str] = []
     model, pre, seconds = train(args, lines)
     log(f"trained {args.steps} steps in {seconds:.0f} s", lines)
@@ -288,7 +325,9 @@ def main() -> None:
         "training": {
             "script": "examples/train_semantickitti.py",
             "arguments": {
-                k: _portable(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "out"
+                k: _portable(v) if isinstance(v, Path) else v
+                for k, v in vars(args).items()
+                if k not in ("output", "overwrite")
             },
             "train_scans": TRAIN,
             "held_out": HELD_OUT,
@@ -296,8 +335,10 @@ def main() -> None:
         },
         "license": "weights trained on SemanticKITTI (CC BY-NC-SA 4.0): research / test use only",
     }
-    save_model(args.out, model, preprocessing=pre, outputs=outputs(), name=args.out.name, metadata=meta)
-    bundle = load_model(args.out)  # score the bundle as users get it: every point of the held-out scan
+    domain = training_domain(args.data, pre)
+    save = dict(preprocessing=pre, outputs=outputs(), name=args.output.name, domain=domain)
+    save_model(args.output, model, **save, metadata=meta)
+    bundle = load_model(args.output)  # score the bundle as users get it: every point of the held-out scan
     cloud, truth = load_held_out(args.data)
     pred = predict_cloud(bundle, cloud)
     scores = segmentation_scores(truth, pred.labels, range(1, N_CLASSES + 1))
@@ -307,14 +348,14 @@ def main() -> None:
         "miou_present": round(scores.miou, 4),
         "iou": {bundle.outputs.names[k]: round(float(scores.iou[k]), 4) for k in scores.present()},
     }
-    save_model(args.out, model, preprocessing=pre, outputs=outputs(), name=args.out.name, metadata=meta)
-    (args.out / "train.log").write_text("\n".join(lines) + "\n")
-    (args.out / "README.md").write_text(readme(args, scores, bundle.outputs.names, seconds))
+    save_model(args.output, model, **save, metadata=meta)
+    (args.output / "train.log").write_text("\n".join(lines) + "\n")
+    (args.output / "README.md").write_text(readme(args, scores, bundle.outputs.names, seconds))
 
 
 def readme(args: argparse.Namespace, scores, names, seconds: float) -> str:
     """The bundle's README: what it is, how it was made, its held-out scores, its licence."""
-    return f"""# {args.out.name}
+    return f"""# {args.output.name}
 
 A MinkUNet14 (width {args.width}, {args.voxel_size} m voxels) for SemanticKITTI's 19 classes,
 trained by `examples/train_semantickitti.py` (seed {args.seed}, {args.steps} steps,
@@ -326,7 +367,7 @@ trained by `examples/train_semantickitti.py` (seed {args.seed}, {args.steps} ste
 Inputs: x, y, z only (a constant, normalised height, sub-voxel offsets); the training
 scans have no remission. See `docs/models.md` for what limits it.
 
-    lattice model-run {args.out.name} scan.bin -o labels.ply
+    lattice model-run {args.output.name} scan.bin -o labels.ply
 
 Licence: the weights are derived from SemanticKITTI labels and KITTI scans
 (CC BY-NC-SA 4.0 / 3.0). They ship as a test and benchmark artefact for non-commercial

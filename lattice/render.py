@@ -1,6 +1,9 @@
 """Pictures of point clouds: a top-down and a perspective view side by side, coloured by
 label, height, intensity, RGB or any numeric attribute, with a legend for labels.
 
+``label`` (the default) colours by the first of ``LABEL_FIELDS`` the cloud has:
+``pred_label`` (``lattice model-run`` output), then ``label``, then ``classification``.
+
 Rasterised with NumPy (square splats in painter's order, far to near), drawn and written
 with Pillow.
 """
@@ -14,6 +17,7 @@ import numpy as np
 from lattice.io import PointCloud
 
 COLOR_MODES = ("label", "height", "intensity", "rgb")
+LABEL_FIELDS = ("pred_label", "label", "classification")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,11 @@ def label_info(cloud: PointCloud) -> LabelInfo:
             names[i] = parts[2]
             colors[i] = tuple(int(v) for v in parts[3:6])
     return LabelInfo(names, colors)
+
+
+def label_field(cloud: PointCloud) -> str | None:
+    """The attribute ``--color label`` draws: the first of ``LABEL_FIELDS`` present, or None."""
+    return next((name for name in LABEL_FIELDS if name in cloud.attributes), None)
 
 
 def _ramp(values: np.ndarray) -> np.ndarray:
@@ -65,11 +74,13 @@ def point_colors(cloud: PointCloud, mode: str) -> tuple[np.ndarray, list[tuple[s
     """Per-point RGB uint8 colours and the legend entries for ``mode``."""
     attrs = cloud.attributes
     if mode == "label":
-        if "label" not in attrs:
+        field = label_field(cloud)
+        if field is None:
             raise ValueError(
-                "[render] --color label needs a 'label' attribute (e.g. lattice model-run output)"
+                f"[render] --color label needs one of the attributes {', '.join(LABEL_FIELDS)} "
+                f"(e.g. lattice model-run output); this cloud has {sorted(attrs) or 'none'}"
             )
-        labels = np.asarray(attrs["label"]).astype(np.int64).reshape(-1)
+        labels = np.asarray(attrs[field]).astype(np.int64).reshape(-1)
         info = label_info(cloud)
         colors = _palette(labels, info)
         legend = []
@@ -133,6 +144,11 @@ def _rasterise(pix, depth, colors, width, height, splat=2) -> np.ndarray:
     return img
 
 
+def default_title(points: int, shown: str) -> str:
+    """The picture's title: point count and what the colours show (``label (pred_label)``, ``height``)."""
+    return f"{points:,} points, colour: {shown}   (left: top-down, right: perspective)"
+
+
 def render_cloud(
     cloud: PointCloud, *, color: str = "label", width: int = 1600, height: int = 800, title: str | None = None
 ):
@@ -152,9 +168,10 @@ def render_cloud(
         panels.append(_rasterise(pix, depth, colors, panel_w, height))
     img = Image.fromarray(np.concatenate(panels, axis=1))
     draw = ImageDraw.Draw(img)
+    shown = f"label ({label_field(cloud)})" if color == "label" else color
     draw.text(
         (10, 8),
-        title or f"{len(pts):,} points, colour: {color}   (left: top-down, right: perspective)",
+        title or default_title(len(pts), shown),
         fill=(0, 0, 0),
     )
     for i, (name, rgb) in enumerate(legend[:40]):

@@ -1,5 +1,8 @@
 """`lattice model-run`: every input format, output formats, pipes, batch mode, --quantize,
---probabilities, errors (exit codes, no partial output), and the shipped model on the KITTI scan."""
+--probabilities, errors (exit codes, no partial output), and the shipped model on the KITTI scan.
+
+What the prediction fields are and that input attributes survive: tests/test_model_run_fields.py;
+the training-domain check: tests/test_domain.py."""
 
 from __future__ import annotations
 
@@ -59,21 +62,22 @@ def test_every_input_format_gives_one_label_per_point(tmp_path, model_dir, ext):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     out = read_points(tmp_path / "out.ply")
-    assert s["points"] == len(out) == len(cloud) and out.attributes["label"].shape == (len(cloud),)
+    assert s["points"] == len(out) == len(cloud) and out.attributes["pred_label"].shape == (len(cloud),)
     np.testing.assert_allclose(out.points, cloud.points, atol=1e-3 if ext == "las" else 1e-6)
-    assert set(np.unique(out.attributes["label"])) <= {1, 2, 3}
-    assert set(s["timings"]) == {"read", "voxelize", "network", "map_back", "write", "total"}
+    assert set(np.unique(out.attributes["pred_label"])) <= {1, 2, 3}
+    assert set(s["timings"]) == {"read", "domain", "voxelize", "network", "map_back", "write", "total"}
+    assert s["domain_checked"] is False and s["domain_warnings"] == []  # this bundle records no domain
 
 
 def test_output_formats_carry_labels_colours_and_class_names(tmp_path, model_dir):
     write_points(tmp_path / "in.ply", scan())
     labels = {}
     for ext in ("ply", "npz", "las", "pcd"):
-        r = run(model_dir, tmp_path / "in.ply", "-o", tmp_path / f"out.{ext}")
+        r = run(model_dir, tmp_path / "in.ply", "-o", tmp_path / f"out.{ext}", "--colorize")
         assert r.exit_code == 0, r.output
         assert r.stdout.startswith(f"{tmp_path / 'in.ply'}: 3000 points -> ")
         out = read_points(tmp_path / f"out.{ext}")
-        labels[ext] = out.attributes["label"]
+        labels[ext] = out.attributes["pred_label"]
         colors = {1: (10, 20, 30), 2: (200, 100, 0), 3: (128, 128, 128)}
         want = np.array([colors[int(v)] for v in labels[ext]])
         np.testing.assert_allclose(out.colors(), want / 255.0, atol=1e-6)
@@ -81,20 +85,26 @@ def test_output_formats_carry_labels_colours_and_class_names(tmp_path, model_dir
     with np.load(tmp_path / "out.npz", allow_pickle=False) as z:
         classes = json.loads(str(z["classes"]))
         assert z["class_names"].tolist() == ["ground", "thing", "sky"]
+        names = {1: "ground", 2: "thing", 3: "sky"}
+        assert z["pred_class"].tolist() == [names[int(v)] for v in z["pred_label"]]
     assert [c["name"] for c in classes] == ["ground", "thing", "sky", "unlabeled"]
     head = (tmp_path / "out.ply").read_bytes()[:2000]
     assert b"comment class 2 thing 200 100 0" in head
 
 
-def test_probabilities_and_no_colors(tmp_path, model_dir):
+def test_probabilities_and_no_colours_by_default(tmp_path, model_dir):
     write_points(tmp_path / "in.ply", scan())
-    r = run(model_dir, tmp_path / "in.ply", "-o", tmp_path / "out.npz", "--probabilities", "--no-colors")
+    r = run(model_dir, tmp_path / "in.ply", "-o", tmp_path / "out.npz", "--probabilities")
     assert r.exit_code == 0, r.output
     out = read_points(tmp_path / "out.npz")
-    p = out.attributes["probabilities"]
-    assert p.shape == (3000, 3) and "red" not in out.attributes
+    p = np.stack([out.attributes[f"pred_prob_{n}"] for n in ("ground", "thing", "sky")], axis=1)
+    assert p.dtype == np.float32 and p.shape == (3000, 3) and "red" not in out.attributes
+    assert "probabilities" not in out.attributes
     np.testing.assert_allclose(p.sum(axis=1), 1, rtol=1e-5)
-    np.testing.assert_array_equal(p.argmax(axis=1) + 1, out.attributes["label"])
+    np.testing.assert_array_equal(p.argmax(axis=1) + 1, out.attributes["pred_label"])
+    r = run(model_dir, tmp_path / "in.ply", "-o", tmp_path / "old.npz", "--no-colors")  # deprecated no-op
+    assert r.exit_code == 0 and "--no-colors is deprecated" in r.output
+    assert "red" not in read_points(tmp_path / "old.npz").attributes
 
 
 def test_quantized_model_run(tmp_path, model_dir):
@@ -103,7 +113,7 @@ def test_quantized_model_run(tmp_path, model_dir):
     q = run(model_dir, tmp_path / "in.ply", "-o", tmp_path / "q.npz", "--quantize", "int8", "--json")
     assert r.exit_code == 0 and q.exit_code == 0, q.output
     assert json.loads(q.stdout)["quantization"] == "int8"
-    f, g = (read_points(tmp_path / n).attributes["label"] for n in ("f.npz", "q.npz"))
+    f, g = (read_points(tmp_path / n).attributes["pred_label"] for n in ("f.npz", "q.npz"))
     assert (f == g).mean() > 0.9
     q4 = run(model_dir, tmp_path / "in.ply", "-o", tmp_path / "q4.npz", "-q", "int4")
     assert q4.exit_code == 0, q4.output
@@ -117,7 +127,7 @@ def test_pipe_stdin_to_stdout(tmp_path, model_dir):
     )
     assert r.returncode == 0, r.stderr.decode()
     with np.load(io.BytesIO(r.stdout), allow_pickle=False) as z:
-        assert z["label"].shape == (3000,) and z["points"].shape == (3000, 3)
+        assert z["pred_label"].shape == (3000,) and z["points"].shape == (3000, 3)
     assert json.loads(r.stderr)["output"] == "-"  # the summary goes to stderr when stdout carries data
     cmd = LATTICE + ["model-run", str(model_dir), "-", "--format", "kitti", "-o", "-", "-F", "ply"]
     r = subprocess.run(
@@ -136,7 +146,7 @@ def test_batch_mode(tmp_path, model_dir):
     assert r.exit_code == 1, r.output  # one bad file
     s = json.loads(r.stdout)
     assert (s["done"], s["skipped"], s["failed"]) == (2, 0, 1)
-    assert read_points(tmp_path / "out" / "sub" / "b.npz").attributes["label"].shape == (2000,)
+    assert read_points(tmp_path / "out" / "sub" / "b.npz").attributes["pred_label"].shape == (2000,)
     again = json.loads(run(model_dir, d, "-d", tmp_path / "out", "--json").stdout)
     assert (again["done"], again["skipped"]) == (0, 2)
     r = run(model_dir, d, "-d", tmp_path / "out", "-F", "ply")
@@ -166,7 +176,7 @@ def test_nonfinite_points_are_kept_with_the_ignore_label(tmp_path, model_dir):
     write_points(tmp_path / "in.pcd", PointCloud(pts, cloud.attributes))
     r = run(model_dir, tmp_path / "in.pcd", "-o", tmp_path / "out.npz")
     assert r.exit_code == 0 and "5 points with non-finite coordinates get the ignore label" in r.stdout
-    labels = read_points(tmp_path / "out.npz").attributes["label"]
+    labels = read_points(tmp_path / "out.npz").attributes["pred_label"]
     assert labels.shape == (3000,) and (labels[:5] == 0).all() and (labels[5:] > 0).all()
 
 
@@ -180,7 +190,8 @@ def test_shipped_model_on_the_kitti_scan(tmp_path):
     )
     assert r.returncode == 0, r.stderr.decode()
     out = read_points(tmp_path / "out.ply")
-    assert len(out) == 123389 and out.attributes["label"].shape == (123389,)
+    assert len(out) == 123389 and out.attributes["pred_label"].shape == (123389,)
+    assert json.loads(r.stdout)["domain_warnings"] == []  # the held-out scan is in the training domain
     truth = np.fromfile(KITTI.with_suffix(".label"), np.uint32) & 0xFFFF
-    road = out.attributes["label"][truth == 40]  # raw 40 = road -> learning id 9
+    road = out.attributes["pred_label"][truth == 40]  # raw 40 = road -> learning id 9
     assert (road == 9).mean() > 0.5

@@ -45,7 +45,7 @@ def test_label_colours_and_names_come_from_the_ply_comments():
 
 
 def test_render_errors():
-    with pytest.raises(ValueError, match="needs a 'label' attribute"):
+    with pytest.raises(ValueError, match="needs one of the attributes pred_label, label, classification"):
         render_cloud(PointCloud(np.zeros((3, 3)), {}), color="label")
     with pytest.raises(ValueError, match="--color must be one of"):
         render_cloud(_cloud(), color="rainbow")

@@ -10,6 +10,8 @@
   ``FeatureSpec``, ``Outputs``, ``ClassInfo``, ``Quantization``) and ``BundleError``;
 - :mod:`lattice.models.predict` — ``predict_cloud`` / ``predict_points``: preprocess as
   the bundle says, run, map the voxel outputs back to every input point;
+- :mod:`lattice.models.domain` — ``domain_stats`` (what the training inputs looked like,
+  stored as ``model.json``'s ``domain``) and ``check_domain`` (warnings for inputs far from it);
 - :mod:`lattice.models.metrics` — confusion matrix, per-class IoU, mIoU, accuracy.
 
 See ``docs/models.md``; ``lattice model-run`` is the command-line front end.
@@ -24,6 +26,7 @@ from lattice.models.bundle import (
     read_model_json,
     save_model,
 )
+from lattice.models.domain import check_domain, domain_stats
 from lattice.models.metrics import SegmentationScores, format_scores, segmentation_scores
 from lattice.models.predict import Prediction, point_features, predict_cloud, predict_points
 from lattice.models.resnet import RESNET_PRESETS, ResNetConfig, SparseResNet, sparse_resnet
@@ -31,10 +34,12 @@ from lattice.models.spec import (
     BUNDLE_FORMAT,
     BundleError,
     ClassInfo,
+    Domain,
     FeatureSpec,
     Outputs,
     Preprocessing,
     Quantization,
+    ValueStats,
 )
 from lattice.models.unet import UNET_PRESETS, MinkUNet, UNetConfig, minkunet
 
@@ -47,6 +52,7 @@ __all__ = [
     "BundleError",
     "ClassInfo",
     "ConvBNReLU",
+    "Domain",
     "FeatureSpec",
     "MinkUNet",
     "ModelBundle",
@@ -59,7 +65,10 @@ __all__ = [
     "SparseResNet",
     "UNetConfig",
     "UpBlock",
+    "ValueStats",
     "build_model",
+    "check_domain",
+    "domain_stats",
     "format_scores",
     "load_model",
     "minkunet",

@@ -32,6 +32,7 @@ from lattice.models.spec import (
     BUNDLE_FORMAT,
     TASKS,
     BundleError,
+    Domain,
     Outputs,
     Preprocessing,
     Quantization,
@@ -77,6 +78,7 @@ class ModelBundle:
     quantization: Quantization | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    domain: Domain | None = None
 
     @property
     def num_parameters(self) -> int:
@@ -134,13 +136,15 @@ def save_model(
     name: str | None = None,
     metadata: dict[str, Any] | None = None,
     dtype: str = "float32",
+    domain: Domain | None = None,
 ) -> Path:
     """Write ``model`` as a bundle directory ``path`` (created if needed); returns the path.
 
     ``dtype``: how float tensors are stored (``float32``, ``float16`` or ``bfloat16``; they
     are loaded back as float32). Packed (quantized) weights are stored as they are, and
     their bits and group size go into ``model.json``. ``metadata`` is free-form JSON
-    (training data, metrics, licence).
+    (training data, metrics, licence). ``domain``: the statistics of the training inputs
+    (``lattice.models.domain.domain_stats``), which ``model-run`` compares every input with.
     """
     arch, config = _architecture_of(model)
     if dtype not in _SAVE_DTYPES:
@@ -181,6 +185,7 @@ def save_model(
             "values": sum(int(a.size) for a in arrays.values()),
             "sha256": digest,
         },
+        **({} if domain is None else {"domain": domain.to_json()}),
         "metadata": metadata or {},
     }
     with atomic_write(out / MODEL_JSON) as f:
@@ -298,6 +303,7 @@ def load_model(
         pre = Preprocessing.from_json(doc["preprocessing"])
         outputs = Outputs.from_json(doc["outputs"])
         stored_quant = Quantization.from_json(doc.get("quantization"))
+        domain = Domain.from_json(doc.get("domain"))
     except BundleError as err:
         raise BundleError(f"{root / MODEL_JSON}: {err}") from err
     task = doc.get("task", ARCHITECTURES[arch["name"]][2])
@@ -337,6 +343,7 @@ def load_model(
         quantization=quant,
         metadata=doc.get("metadata") or {},
         path=root,
+        domain=domain,
     )
 
 

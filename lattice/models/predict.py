@@ -62,7 +62,8 @@ class Prediction:
         return int(self.voxel_labels.shape[0])
 
 
-def _attribute(spec: FeatureSpec, attributes: Mapping[str, np.ndarray]) -> np.ndarray:
+def feature_attribute(spec: FeatureSpec, attributes: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The float64 values of the point attribute that feeds ``spec`` (its name or an alias)."""
     lower = {k.lower(): k for k in attributes}
     for name in (spec.name, *spec.aliases):
         key = name if name in attributes else lower.get(name.lower())
@@ -98,7 +99,7 @@ def point_features(
                 local = u - np.floor(u) - 0.5
             v = local[:, _LOCAL[spec.name]]
         else:
-            v = _attribute(spec, attributes)
+            v = feature_attribute(spec, attributes)
         cols.append((v - spec.mean) / spec.std)
     return np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((len(pts), 0), np.float32)
 
@@ -206,4 +207,4 @@ def predict_cloud(bundle: ModelBundle, cloud: PointCloud, **kwargs) -> Predictio
     return predict_points(bundle, cloud.points, cloud.attributes, **kwargs)
 
 
-__all__ = ["DEVICES", "Prediction", "point_features", "predict_cloud", "predict_points"]
+__all__ = ["DEVICES", "Prediction", "feature_attribute", "point_features", "predict_cloud", "predict_points"]

@@ -12,13 +12,15 @@
         "features": [{"name": "ones"}, {"name": "z", "mean": -1.0, "std": 1.2}, ...]
       },
       "outputs": {
-        "classes": [{"id": 1, "name": "car", "color": [100, 150, 245]}, ...],
+        "classes": [{"id": 1, "name": "car", "color": [100, 150, 245], "asprs": 1}, ...],
         "ignore": {"id": 0, "name": "unlabeled", "color": [0, 0, 0]},
         "interpolation": "nearest"
       },
       "quantization": null,                          # or {"bits": 8, "group_size": null}
       "weights": {"file": "weights.safetensors", "dtype": "float32", "tensors": 123,
                   "parameters": 456789, "sha256": "..."},
+      "domain": {"scans": 5, "voxel_size": [...], "values": {"z": {"mean", "std", "min", "max"}, ...},
+                 "extent": {"x": {...}, "y": {...}, "z": {...}}, "points_per_voxel": {...}},  # optional
       "metadata": {...}                              # free-form: training data, metrics, licence
     }
 
@@ -69,6 +71,12 @@ def _name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise BundleError(f"{where} must be a non-empty string, got {value!r}")
     return value
+
+
+def _asprs(code: Any, where: str) -> int | None:
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255):
+        raise BundleError(f"{where}.asprs must be an int in 0..255 (an ASPRS LAS class code), got {code!r}")
+    return code
 
 
 @dataclass(frozen=True)
@@ -153,15 +161,24 @@ class Preprocessing:
 
 @dataclass(frozen=True)
 class ClassInfo:
-    """One output class: the label ``id`` written for it, its ``name`` and RGB ``color`` (0..255)."""
+    """One output class: the label ``id`` written for it, its ``name``, RGB ``color`` (0..255)
+    and ``asprs``: the ASPRS LAS classification code it becomes with ``--to-classification``
+    (None: no code, written as 1, unclassified)."""
 
     id: int
     name: str
     color: tuple[int, int, int] = (128, 128, 128)
+    asprs: int | None = None
+
+    def __post_init__(self) -> None:
+        _asprs(self.asprs, f"class {self.name!r}")
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> ClassInfo:
         d = _object(d, where)
+        unknown = set(d) - {"id", "name", "color", "asprs"}
+        if unknown:
+            raise BundleError(f"{where} has unknown keys {sorted(unknown)}")
         cid, color = d.get("id"), d.get("color", [128, 128, 128])
         if isinstance(cid, bool) or not isinstance(cid, int):
             raise BundleError(f"{where}.id must be an int, got {cid!r}")
@@ -171,11 +188,15 @@ class ClassInfo:
             or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in color)
         ):
             raise BundleError(f"{where}.color must be three ints in 0..255, got {color!r}")
-        return cls(cid, _name(d.get("name"), f"{where}.name"), tuple(color))
+        code = _asprs(d.get("asprs"), where)
+        return cls(cid, _name(d.get("name"), f"{where}.name"), tuple(color), code)
 
     def to_json(self) -> dict:
         """The class entry of ``model.json``."""
-        return {"id": self.id, "name": self.name, "color": list(self.color)}
+        d: dict[str, Any] = {"id": self.id, "name": self.name, "color": list(self.color)}
+        if self.asprs is not None:
+            d["asprs"] = self.asprs
+        return d
 
 
 DEFAULT_IGNORE = ClassInfo(-1, "unlabeled", (0, 0, 0))
@@ -205,6 +226,12 @@ class Outputs:
     def names(self) -> tuple[str, ...]:
         """Class names in logit order."""
         return tuple(c.name for c in self.classes)
+
+    @property
+    def asprs_map(self) -> dict[int, int]:
+        """Class id -> ASPRS LAS classification code, for every class and the ignore class
+        (1, unclassified, where a class has no ``asprs`` code)."""
+        return {c.id: 1 if c.asprs is None else c.asprs for c in (*self.classes, self.ignore)}
 
     @classmethod
     def from_json(cls, d: Any) -> Outputs:
@@ -253,6 +280,100 @@ class Quantization:
         return {"bits": self.bits, "group_size": self.group_size}
 
 
+_STATS_KEYS = ("mean", "std", "min", "max")
+
+
+@dataclass(frozen=True)
+class ValueStats:
+    """Mean, standard deviation, minimum and maximum of one quantity (``name``) of the
+    training data: a coordinate or input attribute over all points, or a per-scan value
+    (extent, points per voxel) over the scans."""
+
+    name: str
+    mean: float
+    std: float
+    min: float
+    max: float
+
+    def __post_init__(self) -> None:
+        for key in _STATS_KEYS:
+            object.__setattr__(self, key, _number(getattr(self, key), f"domain {self.name}.{key}"))
+        if self.std < 0 or self.min > self.max:
+            raise BundleError(
+                f"domain {self.name}: needs std >= 0 and min <= max, got std {self.std}, "
+                f"min {self.min}, max {self.max}"
+            )
+
+    @classmethod
+    def from_json(cls, name: str, d: Any, where: str) -> ValueStats:
+        d = _object(d, where)
+        if set(d) != set(_STATS_KEYS):
+            raise BundleError(f"{where} must have exactly the keys {list(_STATS_KEYS)}, got {sorted(d)}")
+        return cls(name, *(d[k] for k in _STATS_KEYS))
+
+    def to_json(self) -> dict:
+        """``{"mean", "std", "min", "max"}`` (rounded to 6 significant digits)."""
+        return {k: float(f"{getattr(self, k):.6g}") for k in _STATS_KEYS}
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What the training inputs looked like (``model.json``'s optional ``domain``).
+
+    ``values``: per coordinate (``x``, ``y``, ``z``) and per input attribute the model reads
+    (e.g. ``intensity``), statistics over every point of every training scan. ``extent``:
+    the bounding-box size per axis, statistics over the scans. ``points_per_voxel``: points
+    divided by occupied voxels at ``voxel_size``, statistics over the scans. ``scans``: the
+    number of training scans. ``lattice.models.domain`` computes it and compares inputs.
+    """
+
+    scans: int
+    voxel_size: tuple[float, float, float]
+    values: tuple[ValueStats, ...]
+    extent: tuple[ValueStats, ValueStats, ValueStats]
+    points_per_voxel: ValueStats
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scans, bool) or not isinstance(self.scans, int) or self.scans < 1:
+            raise BundleError(f"domain.scans must be a positive int, got {self.scans!r}")
+        object.__setattr__(self, "voxel_size", _triple(self.voxel_size, "domain.voxel_size", positive=True))
+        if tuple(e.name for e in self.extent) != ("x", "y", "z"):
+            raise BundleError(f"domain.extent must give x, y and z, got {[e.name for e in self.extent]}")
+
+    def value(self, name: str) -> ValueStats | None:
+        """The statistics of coordinate or attribute ``name``, or None when not recorded."""
+        return next((v for v in self.values if v.name == name), None)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Domain | None:
+        if d is None:
+            return None
+        d = _object(d, "domain")
+        want = {"scans", "voxel_size", "values", "extent", "points_per_voxel"}
+        if set(d) != want:
+            raise BundleError(f"domain must have exactly the keys {sorted(want)}, got {sorted(d)}")
+        values, extent = _object(d["values"], "domain.values"), _object(d["extent"], "domain.extent")
+        if set(extent) != {"x", "y", "z"}:
+            raise BundleError(f"domain.extent must have the keys x, y, z, got {sorted(extent)}")
+        return cls(
+            d["scans"],
+            _triple(d["voxel_size"], "domain.voxel_size", positive=True),
+            tuple(ValueStats.from_json(k, v, f"domain.values.{k}") for k, v in values.items()),
+            tuple(ValueStats.from_json(k, extent[k], f"domain.extent.{k}") for k in ("x", "y", "z")),
+            ValueStats.from_json("points_per_voxel", d["points_per_voxel"], "domain.points_per_voxel"),
+        )
+
+    def to_json(self) -> dict:
+        """The ``domain`` object of ``model.json``."""
+        return {
+            "scans": self.scans,
+            "voxel_size": list(self.voxel_size),
+            "values": {v.name: v.to_json() for v in self.values},
+            "extent": {e.name: e.to_json() for e in self.extent},
+            "points_per_voxel": self.points_per_voxel.to_json(),
+        }
+
+
 __all__ = [
     "BUNDLE_FORMAT",
     "GEOMETRIC_FEATURES",
@@ -261,8 +382,10 @@ __all__ = [
     "DEFAULT_IGNORE",
     "BundleError",
     "ClassInfo",
+    "Domain",
     "FeatureSpec",
     "Outputs",
     "Preprocessing",
     "Quantization",
+    "ValueStats",
 ]

@@ -1,21 +1,26 @@
-"""``model_run_file``: read a point cloud, run a model bundle, write one label per point.
+"""``model_run_file``: read a point cloud, run a model bundle, write the cloud with its predictions.
 
-The output is the input cloud (points and attributes, in input order) plus:
+The output is the input cloud, every attribute kept (colours and an input ``label`` or
+``classification`` included), in input order, plus the prediction fields of
+:mod:`lattice.pipeline.model_fields`: ``pred_label`` (int32 class id; the bundle's ignore id
+for points with a non-finite coordinate), ``pred_class`` names in NPZ,
+``pred_prob_<class>`` with ``probabilities``, class colours with ``colorize`` and, for
+LAS/LAZ with ``to_classification``, ASPRS codes in ``classification``. Writing over an
+input attribute needs ``replace_field``.
 
-- ``label`` int32 ``(N,)``: the class id of every point (the bundle's ignore id for
-  points with a non-finite coordinate);
-- ``red``/``green``/``blue``: the class colour (uint8; uint16 scaled by 257 for LAS/LAZ),
-  replacing any input colour, unless ``colors=False``;
-- ``probabilities`` float32 ``(N, K)`` with ``probabilities=True`` (PLY writes it as
-  ``probabilities_0 … probabilities_{K-1}``, in the order of the bundle's classes);
-- for LAS/LAZ, a fractional float ``intensity`` (KITTI's remission in [0, 1], which
-  LAS's uint16 intensity cannot hold) is kept as the extra-bytes dimension ``remission``;
-- the class table: PLY comments ``class <id> <name> <r> <g> <b>``; in NPZ a JSON string
-  ``classes`` and ``class_names`` (K,). LAS and PCD carry the labels and colours only.
+Before the network runs, the input is compared with the bundle's training ``domain``
+(:func:`lattice.models.check_domain`); the summary lists what is far outside as
+``domain_warnings``, and ``strict_domain`` turns any into a :class:`DomainError` with
+nothing written.
+
+Also: for LAS/LAZ, a fractional float ``intensity`` (KITTI's remission in [0, 1], which
+LAS's uint16 intensity cannot hold) is kept as the extra-bytes dimension ``remission``;
+the class table goes to PLY comments ``class <id> <name> <r> <g> <b>`` and, in NPZ, to a
+JSON string ``classes`` and ``class_names`` (K,).
 
 Outputs are PLY, NPZ, LAS/LAZ or PCD (KITTI / nuScenes ``.bin`` cannot hold labels),
-written atomically. The summary has the time of every stage: read, voxelize, network,
-map_back, write.
+written atomically. The summary has the time of every stage: read, domain, voxelize,
+network, map_back, write.
 """
 
 from __future__ import annotations
@@ -31,12 +36,31 @@ import numpy as np
 from lattice.io import PointCloud, format_from_name, read_points, write_points
 from lattice.io._common import open_output
 from lattice.io.npz import save_npz
-from lattice.models import ModelBundle, Prediction, load_model, predict_cloud
+from lattice.models import ModelBundle, Prediction, check_domain, load_model, predict_cloud
 from lattice.models.spec import Outputs
+from lattice.pipeline.model_fields import (
+    CLASS_FIELD,
+    LAS_FORMATS,
+    FieldOptions,
+    class_names_of,
+    plan_fields,
+    prediction_fields,
+)
 
 OUTPUT_FORMATS = ("ply", "npz", "las", "laz", "pcd")
 QUANTIZE = {"int8": 8, "int4": 4}
 PathOrStream = str | os.PathLike | BinaryIO
+
+
+class DomainError(ValueError):
+    """An input outside the bundle's training domain with ``strict_domain``: nothing was written."""
+
+    def __init__(self, source: str, warnings: tuple[str, ...]):
+        self.warnings = warnings
+        super().__init__(
+            f"{source}: outside the model's training domain ({len(warnings)} statistics far off, "
+            f"first: {warnings[0]}); nothing written (--strict-domain)"
+        )
 
 
 @functools.lru_cache(maxsize=4)
@@ -48,35 +72,22 @@ def cached_bundle(path: str, quantize: str | None = None) -> ModelBundle:
 
 
 def labelled_cloud(
-    cloud: PointCloud, pred: Prediction, outputs: Outputs, *, colors: bool = True, fmt: str = "ply"
+    cloud: PointCloud, pred: Prediction, outputs: Outputs, opts: FieldOptions, fmt: str = "ply"
 ) -> PointCloud:
-    """``cloud`` with ``label``, class colours and (if predicted) ``probabilities`` attributes."""
-    attrs = dict(cloud.attributes)
-    for name in ("label", "probabilities"):
-        attrs.pop(name, None)
-    attrs["label"] = pred.labels
-    if colors:
-        table = {c.id: c.color for c in (*outputs.classes, outputs.ignore)}
-        ids = np.array(sorted(table), np.int64)
-        palette = np.array([table[i] for i in ids], np.uint16)
-        rgb = palette[np.searchsorted(ids, pred.labels)]
-        rgb = rgb * 257 if fmt in ("las", "laz") else rgb.astype(np.uint8)
-        for key in ("rgb", "rgba", "r", "g", "b"):
-            attrs.pop(key, None)
-        attrs.update(red=rgb[:, 0], green=rgb[:, 1], blue=rgb[:, 2])
-    if pred.probabilities is not None:
-        attrs["probabilities"] = pred.probabilities
-    if fmt in ("las", "laz") and "remission" not in attrs:
+    """``cloud`` with the numeric prediction fields added (the caller checked them with ``plan_fields``)."""
+    attrs = {**cloud.attributes, **prediction_fields(cloud, pred, outputs, opts, fmt)}
+    if fmt in LAS_FORMATS and "remission" not in attrs:
         v = np.asarray(attrs.get("intensity", np.zeros(0, np.uint16)))
         if v.dtype.kind == "f" and np.any(v != np.round(v)):  # KITTI's float remission: not LAS's uint16
-            attrs["remission"] = attrs.pop("intensity")
+            attrs = {("remission" if k == "intensity" else k): a for k, a in attrs.items()}
     meta = dict(cloud.metadata) if cloud.format == fmt else {}
     if fmt == "ply":
         rows = [
             f"class {c.id} {c.name} {' '.join(map(str, c.color))}" for c in (*outputs.classes, outputs.ignore)
         ]
-        meta["comments"] = [*meta.get("comments", []), "lattice model-run labels", *rows]
-    return PointCloud(cloud.points, attrs, format=fmt, metadata=meta)
+        meta["comments"] = [*meta.get("comments", []), f"lattice model-run labels: {opts.label_field}", *rows]
+    kinds = {k: v for k, v in cloud.kinds.items() if k in attrs}
+    return PointCloud(cloud.points, attrs, format=fmt, metadata=meta, kinds=kinds)
 
 
 def resolve_output_format(dst: PathOrStream, requested: str | None) -> str:
@@ -97,13 +108,17 @@ def resolve_output_format(dst: PathOrStream, requested: str | None) -> str:
     return fmt
 
 
-def write_labelled(dst: PathOrStream, cloud: PointCloud, outputs: Outputs, fmt: str) -> str:
-    """Write a :func:`labelled_cloud` result atomically; NPZ also gets the class table."""
+def write_labelled(
+    dst: PathOrStream, cloud: PointCloud, outputs: Outputs, fmt: str, class_names: np.ndarray | None = None
+) -> str:
+    """Write a :func:`labelled_cloud` result atomically; NPZ also gets ``pred_class`` and the class table."""
     if fmt == "npz":
         classes = [c.to_json() for c in (*outputs.classes, outputs.ignore)]
+        names = {} if class_names is None else {CLASS_FIELD: class_names}
         arrays = {
             "points": cloud.points,
             **cloud.attributes,
+            **names,
             "classes": np.array(json.dumps(classes)),
             "class_names": np.array(outputs.names),
         }
@@ -122,6 +137,35 @@ def class_counts(labels: np.ndarray, outputs: Outputs) -> dict[str, int]:
     return {names.get(int(ids[i]), str(int(ids[i]))): int(counts[i]) for i in order}
 
 
+def _run(bundle: ModelBundle, cloud: PointCloud, dst, fmt, opts, strict_domain, label, **predict_kw):
+    """Plan the fields, check the domain, predict, write; returns (summary parts, timings)."""
+    plan = plan_fields(cloud, bundle.outputs, opts, fmt)
+    t0 = time.perf_counter()
+    warnings = check_domain(cloud, bundle.domain, bundle.preprocessing)
+    t_domain = time.perf_counter() - t0
+    if warnings and strict_domain:
+        raise DomainError(label, warnings)
+    pred = predict_cloud(bundle, cloud, probabilities=opts.probabilities, **predict_kw)
+    t0 = time.perf_counter()
+    out = labelled_cloud(cloud, pred, bundle.outputs, opts, fmt)
+    names = class_names_of(pred.labels, bundle.outputs) if fmt == "npz" else None
+    written = write_labelled(dst, out, bundle.outputs, fmt, names)
+    timings = {"domain": t_domain, **pred.timings, "write": time.perf_counter() - t0}
+    parts = {
+        "output": written,
+        "voxels": pred.num_voxels,
+        "nonfinite_points": pred.nonfinite,
+        "label_field": opts.label_field,
+        "replaced_field": opts.label_field if opts.label_field in plan.replaced else None,
+        "written_fields": list(plan.written),
+        "replaced_fields": list(plan.replaced),
+        "domain_checked": bundle.domain is not None,
+        "domain_warnings": list(warnings),
+        "classes": class_counts(pred.labels, bundle.outputs),
+    }
+    return parts, timings
+
+
 def model_run_file(
     src: PathOrStream,
     dst: PathOrStream,
@@ -131,37 +175,41 @@ def model_run_file(
     format: str | None = None,
     output_format: str | None = None,
     probabilities: bool = False,
-    colors: bool = True,
+    label_field: str = "pred_label",
+    replace_field: bool = False,
+    colorize: bool = False,
+    to_classification: bool = False,
+    strict_domain: bool = False,
     interpolation: str | None = None,
     device: str | None = None,
 ) -> dict:
-    """Read ``src``, run the bundle (a ``ModelBundle`` or a bundle path), write ``dst``; returns the summary."""
+    """Read ``src``, run the bundle (a ``ModelBundle`` or a bundle path), write ``dst``; returns the summary.
+
+    Raises ``ValueError`` for a field that exists without ``replace_field``, for
+    ``to_classification`` with a non-LAS output, and :class:`DomainError` for an input
+    outside the training domain with ``strict_domain`` (nothing is written then).
+    """
     t_start = time.perf_counter()
     bundle = model if isinstance(model, ModelBundle) else cached_bundle(os.fspath(model), quantize)
     fmt = resolve_output_format(dst, output_format)
+    opts = FieldOptions(label_field, replace_field, probabilities, colorize, to_classification)
+    label = "-" if hasattr(src, "read") else os.fspath(src)
     t0 = time.perf_counter()
     cloud = read_points(src, format=format)
     t_read = time.perf_counter() - t0
-    pred = predict_cloud(
-        bundle, cloud, probabilities=probabilities, interpolation=interpolation, device=device
+    parts, stage_times = _run(
+        bundle, cloud, dst, fmt, opts, strict_domain, label, interpolation=interpolation, device=device
     )
-    t0 = time.perf_counter()
-    out = labelled_cloud(cloud, pred, bundle.outputs, colors=colors, fmt=fmt)
-    written = write_labelled(dst, out, bundle.outputs, fmt)
-    t_write = time.perf_counter() - t0
-    timings = {"read": t_read, **pred.timings, "write": t_write, "total": time.perf_counter() - t_start}
+    timings = {"read": t_read, **stage_times, "total": time.perf_counter() - t_start}
     return {
-        "input": "-" if hasattr(src, "read") else os.fspath(src),
-        "output": written,
+        "input": label,
         "output_format": fmt,
         "model": bundle.name,
         "quantization": None if bundle.quantization is None else f"int{bundle.quantization.bits}",
         "points": len(cloud),
-        "voxels": pred.num_voxels,
-        "nonfinite_points": pred.nonfinite,
         "interpolation": interpolation or bundle.outputs.interpolation,
         "probabilities": probabilities,
-        "classes": class_counts(pred.labels, bundle.outputs),
+        **parts,
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "seconds": round(timings["total"], 4),
     }
@@ -170,6 +218,7 @@ def model_run_file(
 __all__ = [
     "OUTPUT_FORMATS",
     "QUANTIZE",
+    "DomainError",
     "cached_bundle",
     "class_counts",
     "labelled_cloud",

@@ -1,4 +1,4 @@
-"""`lattice model-run`: run a model bundle on point clouds, write one label per point."""
+"""`lattice model-run`: run a model bundle on point clouds, write the predictions beside the input's fields."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from lattice_cli.common import (
     WorkersOpt,
     error_message,
     fail,
+    plural,
     warn,
 )
 
@@ -51,10 +52,51 @@ def describe(s: dict) -> str:
     quant = f" ({s['quantization']})" if s["quantization"] else ""
     bad = s["nonfinite_points"]
     note = f"; {bad} points with non-finite coordinates get the ignore label" if bad else ""
+    far = len(s["domain_warnings"])
+    note += f"; {plural(far, 'statistic')} outside the training domain (warnings above)" if far else ""
     return (
-        f"{s['input']}: {s['points']} points -> {s['voxels']} voxels -> {s['model']}{quant} -> labels "
-        f"({share}) -> {s['output']} [ms: {ms}]{note}"
+        f"{s['input']}: {s['points']} points -> {s['voxels']} voxels -> {s['model']}{quant} -> "
+        f"{s['label_field']} ({share}) -> {s['output']} [ms: {ms}]{note}"
     )
+
+
+def run_and_warn(src, dst, **kwargs) -> dict:
+    """``model_run_file`` plus one ``lattice: warning:`` line per training-domain warning."""
+    from lattice.pipeline.model_run import DomainError, model_run_file
+
+    name = "<stdin>" if src == "-" else str(src)
+    try:
+        summary = model_run_file(src, dst, **kwargs)
+    except DomainError as err:
+        for line in err.warnings:
+            warn(f"{name}: {line}")
+        raise
+    for line in summary["domain_warnings"]:
+        warn(f"{name}: {line}")
+    return summary
+
+
+def check_usage(output: str | None, output_format: str | None, to_classification: bool) -> None:
+    """Usage errors (exit 2) of the output options, before the bundle is loaded."""
+    from lattice.io import format_from_name
+    from lattice.pipeline.model_run import OUTPUT_FORMATS
+
+    if output_format is not None:
+        if output_format not in OUTPUT_FORMATS:
+            fail(
+                f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}",
+                EXIT_USAGE,
+            )
+        if output is None and output_format != "npz":
+            fail("batch mode writes <name>.npz files; --output-format applies to -o only", EXIT_USAGE)
+    if to_classification:
+        fmt = output_format or (format_from_name(output) if output not in (None, "-") else None) or "npz"
+        if fmt not in ("las", "laz"):
+            fail(
+                f"--to-classification writes the LAS/LAZ classification field; the output would be {fmt} "
+                "(give -o OUT.las or --output-format las)",
+                EXIT_USAGE,
+            )
 
 
 def model_run(
@@ -73,12 +115,40 @@ def model_run(
             help="ply, npz, las, laz or pcd (default: the -o extension; npz for - and in batch mode).",
         ),
     ] = None,
-    probabilities: Annotated[
-        bool, typer.Option("--probabilities", "-p", help="Also write per-point class probabilities (N, K).")
+    label_field: Annotated[
+        str, typer.Option("--label-field", help="Name of the predicted class-id field.")
+    ] = "pred_label",
+    replace_field: Annotated[
+        bool,
+        typer.Option("--replace-field", help="Allow writing over an input attribute of the same name."),
     ] = False,
-    colors: Annotated[
-        bool, typer.Option("--colors/--no-colors", help="Colour points by class (replaces input colours).")
-    ] = True,
+    probabilities: Annotated[
+        bool,
+        typer.Option("--probabilities", "-p", help="Also write pred_prob_<class> (float32) per class."),
+    ] = False,
+    colorize: Annotated[
+        bool,
+        typer.Option(
+            "--colorize",
+            help="Write class colours: pred_red/green/blue, or red/green/blue if the input has none.",
+        ),
+    ] = False,
+    no_colors: Annotated[
+        bool, typer.Option("--no-colors", hidden=True, help="Deprecated: colours are off unless --colorize.")
+    ] = False,
+    to_classification: Annotated[
+        bool,
+        typer.Option(
+            "--to-classification",
+            help="LAS/LAZ output: write the ASPRS codes of the classes into classification.",
+        ),
+    ] = False,
+    strict_domain: Annotated[
+        bool,
+        typer.Option(
+            "--strict-domain", help="Fail (exit 1, nothing written) for inputs outside the training domain."
+        ),
+    ] = False,
     interpolation: Annotated[
         str | None,
         typer.Option(
@@ -97,11 +167,13 @@ def model_run(
 ) -> None:
     """Run a model bundle on point clouds: preprocess as model.json says, predict, map back to every point.
 
-    Writes the input cloud plus `label` (class id per point), class colours and, with
-    --probabilities, `probabilities`; PLY/NPZ also record the class names.
+    Writes the input cloud, every attribute kept, plus `pred_label` (class id per point),
+    `pred_class` names (NPZ), and on request `pred_prob_<class>`, class colours
+    (--colorize) and LAS `classification` (--to-classification). Warns about inputs far
+    from the bundle's training domain.
     """
     from lattice.models.spec import INTERPOLATIONS
-    from lattice.pipeline.model_run import OUTPUT_FORMATS, QUANTIZE, cached_bundle, model_run_file
+    from lattice.pipeline.model_run import QUANTIZE, cached_bundle
 
     if quantize is not None and quantize not in QUANTIZE:
         fail(f"--quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}", EXIT_USAGE)
@@ -111,13 +183,9 @@ def model_run(
         fail(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got {interpolation!r}", EXIT_USAGE)
     if output_format is not None:
         output_format = output_format.lower().lstrip(".")
-        if output_format not in OUTPUT_FORMATS:
-            fail(
-                f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}",
-                EXIT_USAGE,
-            )
-        if output is None and output_format != "npz":
-            fail("batch mode writes <name>.npz files; --output-format applies to -o only", EXIT_USAGE)
+    check_usage(output, output_format, to_classification)
+    if no_colors:
+        warn("--no-colors is deprecated and does nothing: class colours are written only with --colorize")
     try:
         bundle = cached_bundle(str(model), quantize)  # a bad bundle fails once, before any input is read
     except Exception as err:  # one clear line, never a traceback
@@ -129,14 +197,20 @@ def model_run(
             fail("--device gpu: no GPU is available to MLX on this machine")
     if bundle.task == "classification":
         warn(f"{model}: a classifier gives every point of a cloud the cloud's label")
+    if strict_domain and bundle.domain is None:
+        warn(f"{model}: the bundle records no training domain; --strict-domain checks nothing")
     job = functools.partial(
-        model_run_file,
+        run_and_warn,
         model=str(model),
         quantize=quantize,
         format=fmt,
         output_format=output_format,
         probabilities=probabilities,
-        colors=colors,
+        label_field=label_field,
+        replace_field=replace_field,
+        colorize=colorize,
+        to_classification=to_classification,
+        strict_domain=strict_domain,
         interpolation=interpolation,
         device=device,
     )
