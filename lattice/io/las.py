@@ -243,14 +243,17 @@ def _keep_header_fields(laspy, header, meta: dict, version: str) -> None:
     header.file_source_id = int(meta.get("file_source_id") or 0)
     if meta.get("guid"):
         header.uuid = UUID(str(meta["guid"]))
-    vlrs, evlrs = records_of(meta, "vlrs"), records_of(meta, "evlrs")
+    try:
+        vlrs, evlrs = records_of(meta, "vlrs"), records_of(meta, "evlrs")
+    except ValueError as e:
+        raise PointCloudError(f"metadata: {e}") from e
     for r in vlrs:
         desc = r.description.encode("ascii", "replace")
         header.vlrs.append(laspy.VLR(r.user_id, r.record_id, desc, r.data))
     has_wkt = any(r.user_id == "LASF_Projection" and r.record_id == 2112 for r in vlrs + evlrs)
     header.global_encoding = laspy.header.GlobalEncoding(_global_encoding(meta, version, has_wkt))
     if evlrs:
-        header.evlrs = laspy.VLRList(
+        header.evlrs = laspy.vlrs.vlrlist.VLRList(
             [
                 laspy.VLR(r.user_id, r.record_id, r.description.encode("ascii", "replace"), r.data)
                 for r in evlrs
