@@ -28,3 +28,26 @@ def lzf_decompress_reference(data: bytes) -> bytes:
             out.append(out[ref])
             ref += 1
     return bytes(out)
+
+
+def las_records_reference(path) -> list[tuple[str, int, bytes]]:
+    """Every VLR and EVLR of a LAS/LAZ file as ``(user_id, record_id, data)``, read field by field."""
+    import struct
+
+    raw = Path(path).read_bytes()
+    header_size, _, n_vlrs = struct.unpack_from("<HII", raw, 94)
+    out, pos = [], header_size
+    for _ in range(n_vlrs):
+        user = raw[pos + 2 : pos + 18].split(b"\0")[0].decode()
+        record_id, length = struct.unpack_from("<HH", raw, pos + 18)
+        out.append((user, record_id, raw[pos + 54 : pos + 54 + length]))
+        pos += 54 + length
+    if raw[25] >= 4:
+        pos, n_evlrs = struct.unpack_from("<QI", raw, 235)
+        for _ in range(n_evlrs):
+            user = raw[pos + 2 : pos + 18].split(b"\0")[0].decode()
+            (record_id,) = struct.unpack_from("<H", raw, pos + 18)
+            (length,) = struct.unpack_from("<Q", raw, pos + 20)
+            out.append((user, record_id, raw[pos + 60 : pos + 60 + length]))
+            pos += 60 + length
+    return out

@@ -4,6 +4,9 @@
 >>> cloud = read_points("scan.pcd")          # PointCloud(points (N, 3), attributes {...})
 >>> write_points("scan.ply", cloud)          # atomic: temp file + rename
 
+LAS/LAZ keep their header, records and CRS (``lattice.io.crs``) through a read and a write;
+``ASPRS_CLASSES`` names the standard LAS classification codes.
+
 Every reading problem is a ``PointCloudError`` (a ``ValueError``) with one line that
 names the file. See ``docs/io.md``.
 
@@ -14,17 +17,23 @@ names the file. See ``docs/io.md``.
 from lattice.io._common import PointCloudError, opt
 from lattice.io._points import PointCloud, pack_rgb, unpack_rgb
 from lattice.io.atomic import atomic_write
+from lattice.io.classes import ASPRS_CLASSES, asprs_class_name
+from lattice.io.crs import CRS, CRSError
 from lattice.io.formats import FORMATS, Format, format_from_name, read_points, write_points
 from lattice.io.open3d import from_open3d, to_open3d  # imports open3d only when called
 from lattice.io.sparse import SPARSE_FORMAT, SparseFile, read_sparse, write_sparse
 
 __all__ = [
+    "ASPRS_CLASSES",
+    "CRS",
+    "CRSError",
     "FORMATS",
     "SPARSE_FORMAT",
     "Format",
     "PointCloud",
     "PointCloudError",
     "SparseFile",
+    "asprs_class_name",
     "atomic_write",
     "format_from_name",
     "from_open3d",

@@ -1,9 +1,15 @@
-"""`lattice backend` (what this build can run on) and `lattice info` (what a file holds)."""
+"""`lattice backend` (what this build can run on) and `lattice info` (what a file holds).
+
+``info`` prints ``lattice.pipeline.describe_file``'s dict: as JSON with ``--json`` (full
+precision), else as aligned text, one fact per line, never wrapped (pipes and logs get the
+same lines a terminal does).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
@@ -30,7 +36,8 @@ def info(
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show what a file holds: points, attributes and bounds, or a sparse tensor's rows, stride and channels."""
+    """Show what a file holds: points, bounds, attribute kinds, statistics and class counts, a LAS
+    header and its CRS; or a sparse tensor's rows, stride, channels, provenance and source."""
     from lattice.pipeline import describe_file
 
     try:
@@ -41,41 +48,171 @@ def info(
     if as_json:
         typer.echo(json.dumps(d))
         return
-    typer.echo("\n".join(_points_text(d) if d["kind"] == "points" else _sparse_text(d)))
+    typer.echo("\n".join(points_text(d) if d["kind"] == "points" else sparse_text(d)))
 
 
-def _fmt(v) -> str:
+# ---- text -------------------------------------------------------------------------------
+
+
+def num(v) -> str:
+    """A number as the JSON holds it: ints plainly, floats by their shortest exact text."""
     if isinstance(v, list):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
+        return "[" + ", ".join(num(x) for x in v) + "]"
+    if v is None:
+        return "-"
+    return repr(v) if isinstance(v, float) else str(v)
 
 
-def _points_text(d: dict) -> list[str]:
+def _mean(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_mean(x) for x in v) + "]"
+    return "-" if v is None else f"{v:.10g}"
+
+
+def table(rows: Sequence[Sequence[str]], indent: int = 4, right: Sequence[int] = ()) -> list[str]:
+    """``rows`` as lines of left-aligned columns (``right``: indices of right-aligned ones)."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(map(len, rows)))]
+    lines = []
+    for r in rows:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append((" " * indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _bounds(b: dict) -> list[str]:
+    rows = [["", "x", "y", "z"], ["min", *map(num, b["min"])], ["max", *map(num, b["max"])]]
+    return ["  bounds", *table(rows, right=(1, 2, 3))]
+
+
+def _kind(a: dict) -> str:
+    kind = a.get("kind") or "-"
+    return f"{kind} ({a['scale']:g})" if a.get("scale") is not None else kind
+
+
+def _attributes(attrs: list[dict], title: str = "attributes") -> list[str]:
+    if not attrs:
+        return [f"  {title:<13} none"]
+    rows = [["name", "kind", "dtype", "reduce", "min", "max", "mean"]]
+    for a in attrs:
+        dtype = a.get("source_dtype") or a["dtype"]
+        dtype += f"x{a['shape'][0]}" if a.get("shape") else ""
+        rows.append(
+            [
+                a["name"],
+                _kind(a),
+                dtype,
+                a.get("reduction") or "-",
+                num(a["min"]),
+                num(a["max"]),
+                _mean(a["mean"]),
+            ]
+        )
+    return [f"  {title}", *table(rows, right=(4, 5, 6))]
+
+
+def _histogram(name: str, h: dict) -> list[str]:
+    bins = h["bins"]
+    if not bins and not h["nan"]:
+        return []
+    if len(bins) == 1 and not h["other_values"] and not h["nan"]:
+        label = f"{num(bins[0]['value'])}" + (f" {bins[0]['name']}" if bins[0].get("name") else "")
+        return [f"  {name}: all {label} ({bins[0]['count']:,})"]
+    head = f"  {name}: {h['distinct']} values" + (
+        f", the {len(bins)} most frequent:" if h["other_values"] else ""
+    )
+    named = any("name" in b for b in bins)
+    rows = [[num(b["value"]), *([b.get("name") or ""] if named else []), f"{b['count']:,}"] for b in bins]
+    if h["other_values"]:
+        rows.append([f"{h['other_values']} others", *([""] if named else []), f"{h['other_count']:,}"])
+    if h["nan"]:
+        rows.append(["NaN", *([""] if named else []), f"{h['nan']:,}"])
+    return [head, *table(rows, right=(0, len(rows[-1]) - 1))]
+
+
+def _records(title: str, records: list[dict]) -> list[str]:
+    rows = [
+        [r["user_id"] or "", str(r["record_id"]), r["description"] or "", f"{r['bytes']} bytes"]
+        for r in records
+    ]
+    return [f"    {title:<13} {len(records) or 'none'}", *table(rows, indent=6, right=(1, 3))]
+
+
+def _las(h: dict) -> list[str]:
+    fields = [
+        ("version", h["version"]),
+        ("point format", h["point_format"]),
+        ("point count", h["points"]),
+        ("scale", " ".join(map(num, h["scales"]))),
+        ("offset", " ".join(map(num, h["offsets"]))),
+        ("system id", h["system_identifier"]),
+        ("software", h["generating_software"]),
+        ("created", h["creation_date"] or "not stated"),
+        ("encoding", h["global_encoding"]),
+        ("file source", h["file_source_id"]),
+        ("project id", h["guid"]),
+    ]
+    lines = ["  LAS header", *(f"    {k:<13} {v}" for k, v in fields)]
+    return lines + _records("VLRs", h["vlrs"]) + (_records("EVLRs", h["evlrs"]) if h["evlrs"] else [])
+
+
+def _crs(d: dict) -> list[str]:
+    crs = d.get("crs")
+    lines = []
+    if crs:
+        lines.append(f"  CRS           {crs['name'] or '(no name stated)'}")
+        lines.append(f"    EPSG        {crs['epsg'] if crs['epsg'] is not None else 'not stated'}")
+        for key, label in (
+            ("geographic_epsg", "base EPSG"),
+            ("vertical_epsg", "vertical EPSG"),
+            ("units", "units"),
+        ):
+            if crs.get(key) is not None:
+                lines.append(f"    {label:<11} {crs[key]}")
+        lines.append(f"    from        {'the WKT record' if crs['source'] == 'wkt' else 'the GeoTIFF keys'}")
+    elif "crs" in d:
+        lines.append("  CRS           " + ("none parsed" if d.get("crs_error") else "none stated"))
+    if d.get("crs_error"):
+        lines.append(f"    error       {d['crs_error']}")
+    return lines
+
+
+def points_text(d: dict) -> list[str]:
+    """The text ``lattice info`` prints for a point cloud."""
     lines = [
         f"{d['file']}: point cloud ({d['format']})",
         f"  points      {d['points']} ({d['dtype']}), {d['nonfinite']} with NaN/Inf coordinates",
     ]
     if d["bounds"]:
-        lines.append(f"  bounds      min {_fmt(d['bounds']['min'])}  max {_fmt(d['bounds']['max'])}")
-    if not d["attributes"]:
-        lines.append("  attributes  none")
+        lines += _bounds(d["bounds"])
+    if "las" in d:
+        lines += _las(d["las"])
+    lines += _crs(d) + _attributes(d["attributes"])
     for a in d["attributes"]:
-        shape = f"x{a['shape'][0]}" if a["shape"] else ""
-        lines.append(f"  {a['name']:<11} {a['dtype']}{shape}  min {_fmt(a['min'])}  max {_fmt(a['max'])}")
+        if "histogram" in a:
+            lines += _histogram(a["name"], a["histogram"])
     return lines
 
 
-def _sparse_text(d: dict) -> list[str]:
+def sparse_text(d: dict) -> list[str]:
+    """The text ``lattice info`` prints for a sparse tensor."""
     lines = [
         f"{d['file']}: sparse tensor ({d['format']})",
         f"  rows        {d['rows']} in {d['batches']} batch(es) {d['rows_per_batch']}",
-        f"  stride      {d['stride']}   voxel size {_fmt(d['voxel_size'])}   origin {_fmt(d['origin'])}",
+        f"  stride      {d['stride']}   voxel size {num(d['voxel_size'])}   origin {num(d['origin'])}",
         f"  channels    {d['channels']} ({d['feats_dtype']}): {', '.join(d['feature_names']) or 'none'}",
     ]
     if d["bounds"]:
         b = d["bounds"]
         lines.append(f"  coords      {b['coords_min']} .. {b['coords_max']}")
-        lines.append(f"  bounds      min {_fmt(b['min'])}  max {_fmt(b['max'])}")
+        lines.append(f"  bounds      min {num(b['min'])}  max {num(b['max'])}")
+    if d.get("source_format"):
+        lines.append(f"  source      {d['source_format']}")
+    if d.get("provenance"):
+        lines.append(f"  provenance  {json.dumps(d['provenance'])}")
+    lines += _crs(d) + _attributes(d["channel_stats"], "per channel")
     for c in d["channel_stats"]:
-        lines.append(f"  {c['name']:<11} min {_fmt(c['min'])}  max {_fmt(c['max'])}  mean {_fmt(c['mean'])}")
+        if "histogram" in c:
+            lines += _histogram(c["name"], c["histogram"])
     return lines
