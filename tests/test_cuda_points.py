@@ -383,7 +383,10 @@ def test_explain_names_the_cuda_routes_without_running_them(fake_cuda):
     assert lattice.explain(devoxelize, pts, x, 0.5, device="cpu").name == "cpu.hash_corner_lookup"
 
 
-def test_cli_explain_names_the_point_routes(fake_cuda):
+def test_cli_explain_names_the_point_routes(fake_cuda, monkeypatch):
+    import lattice_cli.commands.explain as explain_cmd
+
+    monkeypatch.setattr(explain_cmd, "gpu_available", lambda: True)  # the faked CUDA device
     runner = CliRunner()
     for op, route in (("voxelize", "cuda.hash_quantize"), ("devoxelize", "cuda.corner_lookup")):
         res = runner.invoke(app, ["explain", op, "--device", "gpu", "--rows", "500", "--json"])

@@ -80,7 +80,8 @@ def labelled_cloud(
         v = np.asarray(attrs.get("intensity", np.zeros(0, np.uint16)))
         if v.dtype.kind == "f" and np.any(v != np.round(v)):  # KITTI's float remission: not LAS's uint16
             attrs = {("remission" if k == "intensity" else k): a for k, a in attrs.items()}
-    meta = dict(cloud.metadata) if cloud.format == fmt else {}
+    same = cloud.format == fmt or {cloud.format, fmt} <= {"las", "laz"}  # a LAS header fits LAZ too
+    meta = dict(cloud.metadata) if same else {}
     if fmt == "ply":
         rows = [
             f"class {c.id} {c.name} {' '.join(map(str, c.color))}" for c in (*outputs.classes, outputs.ignore)

@@ -37,9 +37,7 @@ def explain(
     if device is not None and device not in ("cpu", "gpu"):
         fail(f"--device must be cpu or gpu, got {device!r}", code=2)
     if device == "gpu":
-        import mlx.core as mx
-
-        if not mx.is_available(mx.gpu):
+        if not gpu_available():
             fail("--device gpu: no GPU is available to MLX on this machine (lattice backend lists the devices)")
     bits = {None: None, "int8": 8, "int4": 4}.get(quantize, -1)
     if bits == -1:
@@ -69,11 +67,18 @@ def explain(
     _print_table(result)
 
 
+def gpu_available() -> bool:
+    """Whether MLX has a GPU in this process (``--device gpu`` needs one)."""
+    import mlx.core as mx
+
+    return bool(mx.is_available(mx.gpu))
+
+
 def _print_table(result: dict) -> None:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
-
-    import sys
 
     # a terminal gets rich's layout; a pipe or file gets whole lines (never wrapped mid-word or mid-filename)
     console = Console() if sys.stdout.isatty() else Console(width=100_000, soft_wrap=True)
