@@ -110,6 +110,16 @@ def error_message(err: BaseException) -> str:
     return " ".join(text.split()) or type(err).__name__
 
 
+def stdout_console(**kwargs):
+    """A rich console for stdout: rich's layout on a terminal, whole lines in a pipe or file
+    (never hard-wrapped at 80 columns, mid-word or mid-filename)."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(**kwargs)
+    return Console(width=100_000, soft_wrap=True, **kwargs)
+
+
 def plural(n: int, word: str) -> str:
     """``1 channel``, ``5 channels``."""
     return f"{n} {word}" + ("" if n == 1 else "s")

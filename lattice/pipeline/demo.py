@@ -24,7 +24,7 @@ def run_demo(
     seed: int = 0,
     output_dir: str | os.PathLike | None = None,
 ) -> dict:
-    """Voxelize the synthetic room (mean of its attributes), max-pool (kernel 2, stride 2),
+    """Voxelize the synthetic room (each attribute by its kind), max-pool (kernel 2, stride 2),
     upsample back onto the voxel support (trilinear), and report rows, channels and times.
 
     With ``output_dir`` the cloud (``room.ply``) and the three tensors (``voxels.npz``,
@@ -37,7 +37,7 @@ def run_demo(
     cloud = synthetic_room(points, seed)
     stages.append({"stage": "sample", "rows": len(cloud), "seconds": time.perf_counter() - t0})
 
-    voxels, vs = voxelize_cloud(cloud, voxel_size, reduction="mean")
+    voxels, vs = voxelize_cloud(cloud, voxel_size)  # each attribute by its kind: labels by their mode
     stages.append({"stage": "voxelize", "rows": voxels.num_rows, "seconds": vs["seconds"]})
     pooled, ps = pool_sparse(voxels, "max", 2, 2)
     stages.append({"stage": "pool max k2 s2", "rows": pooled.num_rows, "seconds": ps["seconds"]})

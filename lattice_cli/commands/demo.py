@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.common import JsonOpt, error_message, fail
+from lattice_cli.common import JsonOpt, error_message, fail, stdout_console
 
 
 def demo(
@@ -37,10 +37,9 @@ def demo(
 
 
 def _print(r: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = stdout_console(highlight=False)
     console.print(f"[bold]lattice demo[/] on a {r['sample']}")
     table = Table("stage", "rows", "stride", "ms", box=None, pad_edge=False)
     strides = [None, r["stride"]["voxels"], r["stride"]["pooled"], r["stride"]["upsampled"]]

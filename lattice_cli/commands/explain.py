@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from lattice_cli.common import fail, parse_int_list
+from lattice_cli.common import fail, parse_int_list, stdout_console
 
 
 def explain(
@@ -75,13 +75,9 @@ def gpu_available() -> bool:
 
 
 def _print_table(result: dict) -> None:
-    import sys
-
-    from rich.console import Console
     from rich.table import Table
 
-    # a terminal gets rich's layout; a pipe or file gets whole lines (never wrapped mid-word or mid-filename)
-    console = Console() if sys.stdout.isatty() else Console(width=100_000, soft_wrap=True)
+    console = stdout_console()
     console.print(f"[bold]{result['op']}[/] on {result['input']}")
     console.print(f"route  [bold green]{result['route']}[/]")
     console.print(f"why    {result['reason']}")
