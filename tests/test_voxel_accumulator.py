@@ -232,3 +232,32 @@ def test_table_rows_writer_keeps_every_check_but_uniqueness(tmp_path):
     with pytest.raises(PointCloudError, match="feats must be a numeric"):
         _write_table_rows(tmp_path / "s.npz", short)
     assert not (tmp_path / "b.npz").exists() and not (tmp_path / "s.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        lambda rng, n: rng.integers(0, 4, n),  # small range: the dense table
+        lambda rng, n: rng.integers(-3, 2, n),  # negative ids
+        lambda rng, n: rng.integers(0, 10**6, n) * 1000,  # wide range: pairs
+        lambda rng, n: rng.integers(0, 3, n).astype(np.float64),  # floats: pairs
+        lambda rng, n: np.where(rng.random(n) < 0.3, np.nan, rng.integers(0, 3, n)),  # NaN skipped
+        lambda rng, n: np.concatenate([rng.integers(0, 3, n // 2), rng.integers(500, 900, n - n // 2)]),
+    ],
+    ids=["small", "negative", "wide", "float", "nan", "range-grows"],
+)
+@pytest.mark.parametrize("chunk", [1, 13, 1000])
+def test_mode_accumulator_equals_the_loop_oracle(values, chunk):
+    """Dense table, pairs, and a switch from one to the other mid-stream: the same modes, ties to the smallest."""
+    from lattice.pipeline.modes import ModeAccumulator, mode_reference
+
+    rng = np.random.default_rng(chunk)
+    n = 600
+    rows = np.sort(rng.integers(0, 40, n)) if chunk == 13 else rng.integers(0, 40, n)
+    v = values(rng, n)
+    acc = ModeAccumulator(v.dtype)
+    seen = 0
+    for s in range(0, n, chunk):
+        seen = max(seen, int(rows[: s + chunk].max()) + 1)
+        acc.add(rows[s : s + chunk], v[s : s + chunk], seen)
+    np.testing.assert_array_equal(acc.result(45), mode_reference(rows, v, 45))  # voxels 40..44: no points
