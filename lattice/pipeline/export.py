@@ -116,7 +116,8 @@ def sparse_to_cloud(sf: SparseFile, *, position: str = "centre") -> PointCloud:
     """The voxels of ``sf`` as a ``PointCloud``: one point per voxel, every channel an attribute.
 
     A tensor of several batch members gets a ``batch`` attribute. The cloud's format and
-    metadata are the voxelized input's (``sf.source``), so writers keep e.g. a LAS header.
+    metadata are the voxelized input's (``sf.source``), so writers keep e.g. a LAS header;
+    positions are float32 when the input's points were.
     """
     attrs: dict[str, np.ndarray] = {}
     if len(sf.coords) and sf.coords[:, 0].max() > 0:
@@ -129,7 +130,10 @@ def sparse_to_cloud(sf: SparseFile, *, position: str = "centre") -> PointCloud:
     source = sf.source or {}
     meta = dict(source.get("metadata") or {})
     meta.pop("width", None), meta.pop("height", None)  # voxels are not an organised grid
-    return PointCloud(voxel_positions(sf, position), attrs, format=source.get("format"), metadata=meta, kinds=kinds)
+    points = voxel_positions(sf, position)
+    if source.get("points_dtype") == "float32":  # the input's coordinate type (PLY/PCD keep float32)
+        points = points.astype(np.float32)
+    return PointCloud(points, attrs, format=source.get("format"), metadata=meta, kinds=kinds)
 
 
 def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:

@@ -314,8 +314,10 @@ def voxelize_source(source: PointSource, options: VoxelizeOptions) -> tuple[Spar
         options.voxel_size, origin, [i.reduction for i in infos], cols, centroids=options.centroids
     )
     seen = dropped = 0
+    points_dtype = None
     for pts, attrs in source.chunks(options.chunk_points):
         n = len(pts)
+        points_dtype = points_dtype or pts.dtype.name
         if n == 0:
             continue
         pts, attrs, bad, lo, hi = _finite(pts, attrs, seen, options.strict, source.label)
@@ -345,7 +347,7 @@ def voxelize_source(source: PointSource, options: VoxelizeOptions) -> tuple[Spar
         names,
         schema=tuple(infos),
         provenance=make_record("voxelize", options.parameters()),
-        source=_source_record(source),
+        source=_source_record(source, points_dtype),
         centroids=centroids,
     )
     reductions = {i.name: i.reduction for i in infos}
@@ -369,8 +371,8 @@ def voxelize_source(source: PointSource, options: VoxelizeOptions) -> tuple[Spar
     return sf, summary
 
 
-def _source_record(source: PointSource) -> dict:
-    """The input's format and JSON-ready metadata, kept so a voxel export can restore them."""
+def _source_record(source: PointSource, points_dtype: str | None) -> dict:
+    """The input's format, point type and JSON-ready metadata, kept so a voxel export can restore them."""
     meta = {}
     for k, v in source.metadata.items():
         try:
@@ -378,7 +380,10 @@ def _source_record(source: PointSource) -> dict:
         except (TypeError, ValueError):
             continue
         meta[k] = v
-    return {"format": source.format, "metadata": meta}
+    record = {"format": source.format, "metadata": meta}
+    if points_dtype in ("float32", "float64"):
+        record["points_dtype"] = points_dtype
+    return record
 
 
 def voxelize_cloud(cloud: PointCloud, voxel_size=1.0, **options) -> tuple[SparseFile, dict]:
