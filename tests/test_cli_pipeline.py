@@ -212,7 +212,7 @@ def test_voxelize_file_writes_the_sparse_format(tmp_path):
 
 def _mode_over(rows_out, values, m):
     """The mode per output row, point by point (ties to the smallest value)."""
-    from lattice.pipeline.modes import mode_reference
+    from lattice.core.modes import mode_reference
 
     return mode_reference(np.asarray(rows_out), np.asarray(values), m)
 

@@ -249,7 +249,7 @@ def test_table_rows_writer_keeps_every_check_but_uniqueness(tmp_path):
 @pytest.mark.parametrize("chunk", [1, 13, 1000])
 def test_mode_accumulator_equals_the_loop_oracle(values, chunk):
     """Dense table, pairs, and a switch from one to the other mid-stream: the same modes, ties to the smallest."""
-    from lattice.pipeline.modes import ModeAccumulator, mode_reference
+    from lattice.core.modes import ModeAccumulator, mode_reference
 
     rng = np.random.default_rng(chunk)
     n = 600

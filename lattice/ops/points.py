@@ -68,15 +68,40 @@ def _host_segment_sum(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
     return segment_sum(feats, inverse)
 
 
-def voxelize_features(feats: mx.array, quantization: SparseQuantization, reduction: str = "mean") -> mx.array:
-    """Reduce point features onto the voxels of ``quantization`` (differentiable for mean/sum/max/first)."""
+def voxelize_features(feats: mx.array, quantization: SparseQuantization, reduction="mean") -> mx.array:
+    """Reduce point features onto the voxels of ``quantization``.
+
+    ``reduction``: one of mean | sum | max | min | first | mode | count for every channel,
+    or a sequence of them, one per channel. Differentiable for mean, sum, max, min and
+    first; ``mode`` (the most frequent value, ties to the smallest) passes no gradient.
+    """
     return _voxelize_features(feats, quantization, reduction, host_sums=False)
 
 
-def _voxelize_features(feats, quantization: SparseQuantization, reduction: str, *, host_sums: bool):
+def _reductions(reduction, channels: int | None, op: str) -> str | tuple[str, ...]:
+    """``reduction`` checked: one name, or one name per channel (a sequence of ``channels``)."""
+    if isinstance(reduction, str):
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"[{op}] reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        return reduction
+    names = tuple(reduction)
+    bad = [r for r in names if r not in REDUCTIONS or r == "count"]
+    if bad:
+        raise ValueError(f"[{op}] per-channel reductions must be among {REDUCTIONS[:-1]}, got {bad[0]!r}")
+    if channels is not None and len(names) != channels:
+        raise ValueError(f"[{op}] {len(names)} reductions for {channels} feature channels")
+    return names[0] if len(set(names)) == 1 else names
+
+
+def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, host_sums: bool):
     op = "voxelize_features"
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"[{op}] reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    channels = feats.shape[1] if feats is not None and feats.ndim == 2 else None
+    reduction = _reductions(reduction, channels, op)
+    if not isinstance(reduction, str):  # one reduction per channel: each group once, channels in order
+        parts = []
+        for k, r in enumerate(reduction):
+            parts.append(_voxelize_features(feats[:, k : k + 1], quantization, r, host_sums=host_sums))
+        return mx.concatenate(parts, axis=1)
     m = quantization.active_rows
     inv = quantization.inverse_rows
     counts = quantization.counts
@@ -102,13 +127,31 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction: str, 
     if reduction == "first":
         first = mx.full((m,), n, dtype=mx.int32).at[inv].minimum(rows)
         return feats[first]
-    # max: the value of the first point (smallest row) holding each channel's maximum; the
-    # gradient flows to that point only.
+    if reduction == "mode":
+        return _segment_mode(feats, inv, m)
+    # max / min: the value of the first point (smallest row) holding each channel's extreme;
+    # the gradient flows to that point only.
     fixed = mx.stop_gradient(feats)
-    peak = mx.full((m, c), -mx.inf, dtype=feats.dtype).at[inv].maximum(fixed)
+    if reduction == "max":
+        peak = mx.full((m, c), -mx.inf, dtype=feats.dtype).at[inv].maximum(fixed)
+    else:
+        peak = mx.full((m, c), mx.inf, dtype=feats.dtype).at[inv].minimum(fixed)
     holder = mx.where(fixed == peak[inv], rows[:, None], n)
     arg = mx.full((m, c), n, dtype=mx.int32).at[inv].minimum(holder.astype(mx.int32))
     return mx.take_along_axis(feats, arg, axis=0)
+
+
+def _segment_mode(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
+    """Per voxel and channel the most frequent value (ties: the smallest; NaN not counted), on the host."""
+    from lattice.core.modes import ModeAccumulator
+
+    x, inv = np.asarray(mx.stop_gradient(feats)), np.asarray(inverse)
+    out = np.empty((m, x.shape[1]), np.float64)
+    for k in range(x.shape[1]):
+        acc = ModeAccumulator(x.dtype)
+        acc.add(inv, x[:, k], m)
+        out[:, k] = acc.result(m)
+    return mx.stop_gradient(mx.array(out.astype(np.dtype(str(feats.dtype).split(".")[-1]), copy=False)))
 
 
 @dataclass(frozen=True)
@@ -143,8 +186,7 @@ def _voxelize_plan(
     device=None,
 ) -> VoxelizePlan:
     op = "voxelize"
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"[{op}] reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    reduction = _reductions(reduction, None, op)
     level = int_triple(stride, "stride", op, minimum=1)
     if feats is None and reduction != "count":
         raise ValueError(f"[{op}] feats are required for reduction {reduction!r}")
@@ -154,11 +196,13 @@ def _voxelize_plan(
         points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
     )
     channels = 1 if feats is None else (feats.shape[1] if feats.ndim == 2 else -1)
+    if not isinstance(reduction, str):
+        reduction = _reductions(reduction, channels, op)
     req = PointsRequest(
         op,
         int(inputs.points.shape[0]),
         channels,
-        reduction,
+        reduction if isinstance(reduction, str) else "/".join(dict.fromkeys(reduction)),
         device=requested_device(device),
         points_dtype=dtype_name(inputs.points.dtype),
         dtype="float32" if feats is None else dtype_name(feats.dtype),
@@ -205,8 +249,11 @@ def voxelize(
 ):
     """Points (N, 3) and their features (N, C) -> a SparseTensor of voxels.
 
-    ``reduction``: mean | sum | max | first | count (count needs no features: one channel
-    of point counts). With ``return_index=True`` also returns the voxel row of every
+    ``reduction``: mean | sum | max | min | first | mode | count (count needs no features:
+    one channel of point counts), or one of the others per channel (a sequence of C names,
+    e.g. ``("mean", "mean", "mode")`` for two measurements and a class id; ``mode`` is the
+    most frequent value, ties to the smallest, and passes no gradient). ``lattice.io.kinds``
+    says which reduction each kind of attribute gets by default in the file pipeline. With ``return_index=True`` also returns the voxel row of every
     point (int32 (N,)), to map voxel results back to the original points. On the CUDA
     route (``device`` or MLX's default a CUDA GPU) everything stays on the GPU.
     """

@@ -70,8 +70,8 @@ def _categorical(sf: SparseFile) -> list[int]:
 
 def _pool_modes(x: SparseTensor, out: SparseFile, sf: SparseFile, k, s) -> SparseFile:
     """``out`` with every categorical channel the mode over the pooling relation's edges."""
+    from lattice.core.modes import ModeAccumulator
     from lattice.ops import kernel_relation
-    from lattice.pipeline.modes import ModeAccumulator
 
     cats = _categorical(sf)
     if not cats or out.num_rows == 0:

@@ -21,10 +21,10 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice import _ext
+from lattice.core.modes import ModeAccumulator
 from lattice.io import PointCloud, PointCloudError, SparseFile, write_sparse
 from lattice.io.kinds import DEFAULT_REDUCTION, NORMAL_GROUPS, AttributeInfo, attribute_kind
 from lattice.io.kinds import REDUCTIONS as KIND_REDUCTIONS
-from lattice.pipeline.modes import ModeAccumulator
 from lattice.pipeline.provenance import make_record
 from lattice.pipeline.sources import DEFAULT_CHUNK_POINTS, PointSource, memory_source, open_source
 from lattice.routing.points import PointsRequest, route_points
@@ -164,7 +164,7 @@ class StreamingVoxelizer:
     persists across chunks (grown by rehashing only when it fills up) and per-voxel
     float64 state for every column reduced by mean, sum, min, max, first or count, updated
     in place in buffers that grow without copying; columns reduced by ``mode`` are counted
-    per (voxel, value) pair beside it (``lattice.pipeline.modes``). Memory is the voxels
+    per (voxel, value) pair beside it (``lattice.core.modes``). Memory is the voxels
     plus one chunk. ``centroids``: also the mean point of every voxel.
     """
 

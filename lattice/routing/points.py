@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from lattice.routing.device import Capability, capability, gpu_kernels
 from lattice.routing.types import Route, RouteBuilder
 
-REDUCTIONS = ("mean", "sum", "max", "first", "count")
+REDUCTIONS = ("mean", "sum", "max", "min", "first", "mode", "count")
 GPU_POINT_DTYPES = ("float32", "float16", "bfloat16")
 
 
