@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -264,3 +265,20 @@ def test_convert_keeps_every_attribute(tmp_path):
     assert lattice("convert", src, tmp_path / "direct.las").returncode == 0  # LAS -> LAS: raw values kept
     np.testing.assert_array_equal(np.asarray(laspy.read(tmp_path / "direct.las").red), np.asarray(a.red))
     np.testing.assert_allclose(np.asarray(b.gps_time), np.asarray(a.gps_time), rtol=0, atol=1e-6)
+
+
+def test_model_run_batch_knows_its_parameters(tmp_path):
+    """model-run batches skip only outputs made with the same bundle and options; -F chooses the format."""
+    bundle = Path(__file__).resolve().parents[1] / "examples" / "models" / "minkunet14-semantickitti"
+    scans = [data_file("semantickitti/sqsv3_seq00_000000.bin"), data_file("semantickitti/sqsv3_seq00_000001.bin")]
+    out = tmp_path / "labels"
+    first = json.loads(lattice("model-run", bundle, *scans, "-d", out, "-F", "ply", "--json").stdout)
+    assert first["done"] == 2 and sorted(p.name for p in out.glob("*.ply")) == [
+        "sqsv3_seq00_000000.ply",
+        "sqsv3_seq00_000001.ply",
+    ]
+    again = json.loads(lattice("model-run", bundle, *scans, "-d", out, "-F", "ply", "--json").stdout)
+    assert again["skipped"] == 2
+    other = json.loads(lattice("model-run", bundle, *scans, "-d", out, "-F", "ply", "-p", "--json").stdout)
+    assert other["redone"] == 2
+    assert any(k.startswith("pred_prob_") for k in read_points(out / "sqsv3_seq00_000000.ply").attributes)

@@ -149,8 +149,9 @@ def test_batch_mode(tmp_path, model_dir):
     assert read_points(tmp_path / "out" / "sub" / "b.npz").attributes["pred_label"].shape == (2000,)
     again = json.loads(run(model_dir, d, "-d", tmp_path / "out", "--json").stdout)
     assert (again["done"], again["skipped"]) == (0, 2)
-    r = run(model_dir, d, "-d", tmp_path / "out", "-F", "ply")
-    assert r.exit_code == 2 and "--output-format applies to -o only" in r.output
+    r = run(model_dir, d, "-d", tmp_path / "out", "-F", "ply", "--json")  # batch in another format
+    assert r.exit_code == 1 and json.loads(r.stdout)["done"] == 2
+    assert read_points(tmp_path / "out" / "sub" / "b.ply").attributes["pred_label"].shape == (2000,)
 
 
 def test_errors_exit_codes_and_no_partial_output(tmp_path, model_dir):

@@ -46,6 +46,7 @@ from lattice.pipeline.model_fields import (
     plan_fields,
     prediction_fields,
 )
+from lattice.pipeline.provenance import make_record, write_sidecar
 
 OUTPUT_FORMATS = ("ply", "npz", "las", "laz", "pcd")
 QUANTIZE = {"int8": 8, "int4": 4}
@@ -167,6 +168,20 @@ def _run(bundle: ModelBundle, cloud: PointCloud, dst, fmt, opts, strict_domain, 
     return parts, timings
 
 
+def model_run_parameters(*, model: str | os.PathLike, output_format: str = "npz", **options) -> dict:
+    """What a ``model_run_file`` output records as its parameters: the bundle (its path and the
+    weights' sha256 from model.json, so a retrained bundle at the same path is not mistaken for
+    the old one) and every option that changes the output."""
+    path = os.path.abspath(os.fspath(model))
+    try:
+        with open(os.path.join(path, "model.json"), encoding="utf-8") as f:
+            weights = json.load(f).get("weights", {})
+        digest = weights.get("sha256") if isinstance(weights, dict) else None
+    except (OSError, ValueError, AttributeError):
+        digest = None
+    return {"model": path, "weights_sha256": digest, "output_format": output_format, **dict(sorted(options.items()))}
+
+
 def model_run_file(
     src: PathOrStream,
     dst: PathOrStream,
@@ -183,8 +198,13 @@ def model_run_file(
     strict_domain: bool = False,
     interpolation: str | None = None,
     device: str | None = None,
+    sidecar: bool = False,
 ) -> dict:
     """Read ``src``, run the bundle (a ``ModelBundle`` or a bundle path), write ``dst``; returns the summary.
+
+    ``sidecar`` (batch mode): record the parameters beside the output
+    (``<dst>.lattice.json``, see ``lattice.pipeline.provenance``), so a re-run with the same
+    bundle and options skips it.
 
     Raises ``ValueError`` for a field that exists without ``replace_field``, for
     ``to_classification`` with a non-LAS output, and :class:`DomainError` for an input
@@ -202,6 +222,14 @@ def model_run_file(
         bundle, cloud, dst, fmt, opts, strict_domain, label, interpolation=interpolation, device=device
     )
     timings = {"read": t_read, **stage_times, "total": time.perf_counter() - t_start}
+    if sidecar and not hasattr(dst, "write") and not isinstance(model, ModelBundle):
+        params = model_run_parameters(
+            model=os.fspath(model), quantize=quantize, output_format=fmt, probabilities=probabilities,
+            label_field=label_field, replace_field=replace_field, colorize=colorize,
+            to_classification=to_classification, strict_domain=strict_domain,
+            interpolation=interpolation, device=device,
+        )  # fmt: skip
+        write_sidecar(dst, make_record("model-run", params, src))
     return {
         "input": label,
         "output_format": fmt,
@@ -224,6 +252,7 @@ __all__ = [
     "class_counts",
     "labelled_cloud",
     "model_run_file",
+    "model_run_parameters",
     "resolve_output_format",
     "write_labelled",
 ]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import run_files
+from lattice_cli.batch import Expect, run_files
 from lattice_cli.common import (
     EXIT_USAGE,
     FormatOpt,
@@ -87,8 +87,6 @@ def check_usage(output: str | None, output_format: str | None, to_classification
                 f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}",
                 EXIT_USAGE,
             )
-        if output is None and output_format != "npz":
-            fail("batch mode writes <name>.npz files; --output-format applies to -o only", EXIT_USAGE)
     if to_classification:
         fmt = output_format or (format_from_name(output) if output not in (None, "-") else None) or "npz"
         if fmt not in ("las", "laz"):
@@ -214,6 +212,22 @@ def model_run(
         interpolation=interpolation,
         device=device,
     )
+    from lattice.pipeline.export import extension_of
+    from lattice.pipeline.model_run import model_run_parameters
+
+    parameters = model_run_parameters(
+        model=str(model),
+        quantize=quantize,
+        output_format=output_format or "npz",
+        probabilities=probabilities,
+        label_field=label_field,
+        replace_field=replace_field,
+        colorize=colorize,
+        to_classification=to_classification,
+        strict_domain=strict_domain,
+        interpolation=interpolation,
+        device=device,
+    )
     run_files(
         job,
         inputs,
@@ -224,4 +238,6 @@ def model_run(
         overwrite=overwrite,
         workers=workers,
         accept=is_point_file,
+        extension=extension_of(output_format or "npz"),
+        expect=Expect("model-run", parameters),
     )
