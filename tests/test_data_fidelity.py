@@ -282,3 +282,21 @@ def test_model_run_batch_knows_its_parameters(tmp_path):
     other = json.loads(lattice("model-run", bundle, *scans, "-d", out, "-F", "ply", "-p", "--json").stdout)
     assert other["redone"] == 2
     assert any(k.startswith("pred_prob_") for k in read_points(out / "sqsv3_seq00_000000.ply").attributes)
+
+
+def test_training_script_writes_a_new_folder_by_default(tmp_path, monkeypatch):
+    """Seen 13: examples/train_semantickitti.py wrote by default into the shipped bundle folder."""
+    import argparse
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "train_semantickitti.py"
+    spec = importlib.util.spec_from_file_location("train_semantickitti", script)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    monkeypatch.chdir(tmp_path)
+    out = train.output_folder(argparse.Namespace(output=None, overwrite=False))
+    assert out.parts[0] == "runs" and out.name.startswith("minkunet14-") and not out.exists()
+    shipped = script.parent / "models" / "minkunet14-semantickitti"
+    with pytest.raises(SystemExit, match="exists and is not empty; pass --overwrite"):
+        train.output_folder(argparse.Namespace(output=shipped, overwrite=False))
+    assert train.output_folder(argparse.Namespace(output=shipped, overwrite=True)) == shipped
