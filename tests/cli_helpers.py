@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from io_helpers import DATA
 
 # The console script when it is on PATH (what a user runs), else the same entry point by module.

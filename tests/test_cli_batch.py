@@ -31,7 +31,7 @@ def scans(tmp_path):
         write_points(d / name, cloud)
     (d / "bad.ply").write_bytes(b"ply\nformat ascii 1.0\nelement vertex 9\nproperty float x\nend_header\n1\n")
     (d / "empty.npz").write_bytes(b"")
-    (d / "notes.txt").write_text("not a point cloud")
+    (d / "notes.md").write_text("not a point cloud")  # .txt is a point-cloud extension (text tables)
     (d / ".hidden.ply").write_bytes(b"")
     return d
 
