@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import zipfile
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import numpy as np
@@ -96,8 +97,10 @@ def describe_sparse(sf: SparseFile) -> dict:
     }
 
 
-def describe_file(src: str | os.PathLike | BinaryIO, *, format: str | None = None) -> dict:
-    """Read ``src`` (a path or a binary stream) and describe it; the format is detected as in ``read_points``.
+def describe_file(
+    src: str | os.PathLike | BinaryIO, *, format: str | None = None, columns: str | Sequence[str] | None = None
+) -> dict:
+    """Read ``src`` (a path or a binary stream) and describe it (``format``, ``columns``: see ``read_points``).
 
     A ``lattice.sparse/1`` NPZ is described as a sparse tensor, anything else as points.
     Raises ``PointCloudError`` with one line for unreadable input.
@@ -109,7 +112,7 @@ def describe_file(src: str | os.PathLike | BinaryIO, *, format: str | None = Non
         stream.name = getattr(src, "name", "<stdin>")
         if data[:4] == b"PK\x03\x04" and format in (None, "npz") and _is_sparse_npz(stream):
             return {"file": label, **describe_sparse(read_sparse(stream))}
-        return {"file": label, **describe_cloud(read_points(stream, format=format))}
+        return {"file": label, **describe_cloud(read_points(stream, format=format, columns=columns))}
     is_npz = (format or "").lower().lstrip(".") == "npz" or (
         format is None and format_from_name(label) == "npz"
     )
@@ -118,7 +121,7 @@ def describe_file(src: str | os.PathLike | BinaryIO, *, format: str | None = Non
             sparse = _is_sparse_npz(f)
         if sparse:
             return {"file": label, **describe_sparse(read_sparse(src))}
-    return {"file": label, **describe_cloud(read_points(src, format=format))}
+    return {"file": label, **describe_cloud(read_points(src, format=format, columns=columns))}
 
 
 __all__ = ["describe_cloud", "describe_file", "describe_sparse"]

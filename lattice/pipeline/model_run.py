@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import numpy as np
@@ -129,6 +130,7 @@ def model_run_file(
     model: ModelBundle | str | os.PathLike,
     quantize: str | None = None,
     format: str | None = None,
+    columns: str | Sequence[str] | None = None,
     output_format: str | None = None,
     probabilities: bool = False,
     colors: bool = True,
@@ -140,7 +142,7 @@ def model_run_file(
     bundle = model if isinstance(model, ModelBundle) else cached_bundle(os.fspath(model), quantize)
     fmt = resolve_output_format(dst, output_format)
     t0 = time.perf_counter()
-    cloud = read_points(src, format=format)
+    cloud = read_points(src, format=format, columns=columns)
     t_read = time.perf_counter() - t0
     pred = predict_cloud(
         bundle, cloud, probabilities=probabilities, interpolation=interpolation, device=device

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -273,9 +274,12 @@ def voxelize_file(
     options: VoxelizeOptions,
     *,
     format: str | None = None,
+    columns: str | Sequence[str] | None = None,
 ) -> dict:
-    """Read ``src`` (streamed where the format allows), voxelize, write the sparse NPZ to ``dst``."""
-    sf, summary = voxelize_source(open_source(src, format=format), options)
+    """Read ``src`` (streamed where the format allows), voxelize, write the sparse NPZ to ``dst``.
+
+    ``format`` and ``columns`` as for ``lattice.io.read_points``."""
+    sf, summary = voxelize_source(open_source(src, format=format, columns=columns), options)
     _write_table_rows(dst, sf)  # the voxelizer's table rows: unique by construction, not re-checked
     summary["output"] = _output_label(dst)
     return summary
