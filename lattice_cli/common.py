@@ -47,7 +47,16 @@ FormatOpt = Annotated[
     str | None,
     typer.Option(
         "--format",
-        help="Input format when the extension does not tell: ply, npz, las, laz, pcd, kitti, nuscenes.",
+        help="Input format when the extension does not tell: "
+        "ply, npz, las, laz, pcd, kitti, nuscenes, npy, text.",
+    ),
+]
+ColumnsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--columns",
+        help="Name each column of a .npy, text or raw float32 .bin input, e.g. x,y,z,red,green,blue "
+        "(_ skips a column).",
     ),
 ]
 StrictOpt = Annotated[

@@ -11,6 +11,7 @@ import typer
 from lattice_cli.batch import run_files
 from lattice_cli.common import (
     EXIT_USAGE,
+    ColumnsOpt,
     FormatOpt,
     InputsArg,
     JsonOpt,
@@ -91,6 +92,7 @@ def model_run(
     ] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or gpu (for MLX's own ops).")] = "cpu",
     fmt: FormatOpt = None,
+    columns: ColumnsOpt = None,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
     as_json: JsonOpt = False,
@@ -134,6 +136,7 @@ def model_run(
         model=str(model),
         quantize=quantize,
         format=fmt,
+        columns=columns,
         output_format=output_format,
         probabilities=probabilities,
         colors=colors,

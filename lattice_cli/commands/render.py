@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from lattice_cli.common import fail
+from lattice_cli.common import ColumnsOpt, error_message, fail
 
 
 def render(
@@ -16,6 +16,7 @@ def render(
     width: int = typer.Option(1600, "--width", min=200, max=8000),
     height: int = typer.Option(800, "--height", min=100, max=8000),
     fmt: str | None = typer.Option(None, "--format", help="Input format when the extension does not tell."),
+    columns: ColumnsOpt = None,
 ) -> None:
     """Top-down and perspective views of a point cloud, coloured by label (with a legend) or a value."""
     from lattice.io import PointCloudError, atomic_write, read_points
@@ -24,9 +25,11 @@ def render(
     if output.suffix.lower() != ".png":
         fail(f"--output must be a .png file, got {output}", code=2)
     try:
-        image = render_cloud(read_points(input, format=fmt), color=color, width=width, height=height)
+        image = render_cloud(
+            read_points(input, format=fmt, columns=columns), color=color, width=width, height=height
+        )
         with atomic_write(output) as f:
             image.save(f, format="PNG")
     except (PointCloudError, ValueError, OSError) as err:
-        fail(str(err))
+        fail(error_message(err))
     typer.echo(f"{input} -> {output} ({width}x{height}, colour {color})")

@@ -10,6 +10,7 @@ import typer
 
 from lattice_cli.batch import run_files
 from lattice_cli.common import (
+    ColumnsOpt,
     FormatOpt,
     InputsArg,
     JsonOpt,
@@ -68,6 +69,7 @@ def voxelize(
         ),
     ] = None,
     fmt: FormatOpt = None,
+    columns: ColumnsOpt = None,
     strict: StrictOpt = False,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
@@ -82,7 +84,7 @@ def voxelize(
         options = VoxelizeOptions(size, grid_origin, reduce, parse_names(features), strict)
     except ValueError as err:
         fail(error_message(err))
-    job = functools.partial(voxelize_file, options=options, format=fmt)
+    job = functools.partial(voxelize_file, options=options, format=fmt, columns=columns)
     run_files(
         job,
         inputs,
