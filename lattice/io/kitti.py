@@ -102,10 +102,11 @@ def _column_problems(name: str, col: np.ndarray, strict_colours: bool) -> list[s
     if not np.isfinite(col).all():
         return [f"{name} has non-finite values"]
     lo, hi = float(col.min()), float(col.max())
-    top = 255 if name in ("red", "green", "blue") else 65535
+    colour = name in ("red", "green", "blue")
+    top = 255 if colour else 65535
     if lo < 0 or hi > top:
         return [f"{name} values {lo:.6g}..{hi:.6g} are outside 0..{top}"]
-    if (name == "ring" or strict_colours) and not (col == np.floor(col)).all():
+    if (name == "ring" or (colour and strict_colours)) and not (col == np.floor(col)).all():
         return [f"{name} values are not whole numbers"]
     return []
 

@@ -23,6 +23,7 @@ colour channels as 0..255 integers (``kinds.as_8bit_colours``).
 
 from __future__ import annotations
 
+import codecs
 import io
 import itertools
 import warnings
@@ -177,6 +178,7 @@ class TextTable:
         try:
             self.layout, head = sniff(self._lines, label, columns)
         except BaseException:
+            self._lines.close()
             self._text.detach()
             raise
         self._rest = itertools.chain(head, self._lines)
@@ -185,15 +187,16 @@ class TextTable:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._lines.close()
         self._text.detach()  # leave the caller's binary file open
 
     def _guard(self, text: io.TextIOWrapper) -> Iterator[str]:
-        n = 0
         try:
-            for n, line in enumerate(text, 1):  # noqa: B007 (n is read in the handler)
+            for line in text:  # not ``yield from``: closing this must not close ``text``
                 yield line
         except UnicodeDecodeError as e:
-            raise PointCloudError(f"{self.label}: line {n + 1} is not UTF-8 text ({e.reason})") from e
+            line = _bad_utf8_line(text.buffer)
+            raise PointCloudError(f"{self.label}: line {line} is not UTF-8 text ({e.reason})") from e
 
     def blocks(self, chunk_lines: int = CHUNK_LINES) -> Iterator[np.ndarray]:
         """Yield float64 ``(n, width)`` tables of up to ``chunk_lines`` lines each (comments skipped)."""
@@ -206,6 +209,20 @@ class TextTable:
             lineno += len(block)
             if len(table):
                 yield table
+
+
+def _bad_utf8_line(f: BinaryIO) -> int:
+    """The line holding the first byte that is not UTF-8 (a block scan from the start, on error only)."""
+    f.seek(0)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines = 1
+    while block := f.read(1 << 20):
+        try:
+            decoder.decode(block)
+        except UnicodeDecodeError as e:
+            return lines + block.count(b"\n", 0, max(e.start, 0))
+        lines += block.count(b"\n")
+    return lines
 
 
 def _parse(block: list[str], lineno: int, layout: TextLayout, label: str) -> np.ndarray:
