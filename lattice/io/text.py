@@ -174,35 +174,41 @@ class TextTable:
     def __init__(self, f: BinaryIO, label: str, columns: tuple[str, ...] | None = None):
         self.label = label
         self._text = io.TextIOWrapper(f, encoding="utf-8-sig", newline=None)
-        self._lines = self._guard(self._text)
+        head_lines = self._guard(self._text)
         try:
-            self.layout, head = sniff(self._lines, label, columns)
+            self.layout, head = sniff(head_lines, label, columns)
         except BaseException:
-            self._lines.close()
+            head_lines.close()
             self._text.detach()
             raise
-        self._rest = itertools.chain(head, self._lines)
+        head_lines.close()  # the rest is read straight from the wrapper (no Python step per line)
+        self._rest = itertools.chain(head, self._text)
 
     def __enter__(self) -> TextTable:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._lines.close()
         self._text.detach()  # leave the caller's binary file open
 
     def _guard(self, text: io.TextIOWrapper) -> Iterator[str]:
         try:
-            for line in text:  # not ``yield from``: closing this must not close ``text``
+            for line in text:  # noqa: UP028 (``yield from`` would close ``text`` on close())
                 yield line
         except UnicodeDecodeError as e:
-            line = _bad_utf8_line(text.buffer)
-            raise PointCloudError(f"{self.label}: line {line} is not UTF-8 text ({e.reason})") from e
+            raise self._not_utf8(e) from e
+
+    def _not_utf8(self, e: UnicodeDecodeError) -> PointCloudError:
+        line = _bad_utf8_line(self._text.buffer)
+        return PointCloudError(f"{self.label}: line {line} is not UTF-8 text ({e.reason})")
 
     def blocks(self, chunk_lines: int = CHUNK_LINES) -> Iterator[np.ndarray]:
         """Yield float64 ``(n, width)`` tables of up to ``chunk_lines`` lines each (comments skipped)."""
         lineno = self.layout.first_line
         while True:
-            block = list(itertools.islice(self._rest, chunk_lines))
+            try:
+                block = list(itertools.islice(self._rest, chunk_lines))
+            except UnicodeDecodeError as e:
+                raise self._not_utf8(e) from e
             if not block:
                 return
             table = _parse(block, lineno, self.layout, self.label)
@@ -231,8 +237,10 @@ def _parse(block: list[str], lineno: int, layout: TextLayout, label: str) -> np.
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": comments only
+            # one comment marker keeps NumPy's C parser on its fast path; "//" needs the general one
+            comments = COMMENTS if "//" in "".join(lines) else "#"
             table = np.loadtxt(
-                lines, dtype=np.float64, delimiter=layout.delimiter, comments=COMMENTS, ndmin=2
+                lines, dtype=np.float64, delimiter=layout.delimiter, comments=comments, ndmin=2
             )
     except ValueError as e:
         _diagnose(block, lineno, layout, label, str(e))
