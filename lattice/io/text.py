@@ -29,7 +29,7 @@ import itertools
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 import numpy as np
 
@@ -159,7 +159,7 @@ def _layout(lineno, fields, line, count, header, comment, label, columns) -> Tex
     return TextLayout(names, _delimiter(line), lineno, declared, count_line, '"' in line)
 
 
-def _no_data(label: str, lines: int, count, header) -> None:
+def _no_data(label: str, lines: int, count, header) -> NoReturn:
     if header is not None:
         raise PointCloudError(f"{label}: only a header row (line {header[0]}), no data rows")
     if count is not None:
