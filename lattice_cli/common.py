@@ -67,7 +67,16 @@ FormatOpt = Annotated[
     str | None,
     typer.Option(
         "--format",
-        help="Input format when the extension does not tell: ply, npz, las, laz, pcd, kitti, nuscenes.",
+        help="Input format when the extension does not tell: "
+        "ply, npz, las, laz, pcd, kitti, nuscenes, npy, text.",
+    ),
+]
+ColumnsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--columns",
+        help="Name each column of a .npy, text or raw float32 .bin input, e.g. x,y,z,red,green,blue "
+        "(_ skips a column).",
     ),
 ]
 StrictOpt = Annotated[
@@ -131,6 +140,14 @@ def emit(summary: dict, text: str, *, as_json: bool, data_on_stdout: bool = Fals
 
 
 # ---- parsing --------------------------------------------------------------------------
+
+
+def is_point_input(path: Path) -> bool | str:
+    """Directory scans of the point commands: True for a file to try, else why it is skipped
+    (``lattice.io.formats.scan_reason``)."""
+    from lattice.io.formats import scan_reason
+
+    return scan_reason(path) or True
 
 
 def parse_reductions(values: list[str] | None, known: tuple[str, ...]) -> tuple[str | None, dict[str, str]]:

@@ -92,7 +92,7 @@ BAD_POINT_FILES = [
         [],
         "NPZ contains pickled objects",
     ),
-    ("a.xyz", b"1 2 3\n", [], "unknown point-cloud file extension .xyz"),
+    ("a.obj", b"v 1 2 3\n", [], "unknown point-cloud file extension .obj"),
     ("fmt.ply", b"1 2 3\n", ["--format", "pointz"], "unknown format 'pointz'"),
     ("sparse.npz", _sparse_missing_keys(), [], "NPZ has no 'points' array"),
 ]

@@ -31,7 +31,7 @@ def scans(tmp_path):
         write_points(d / name, cloud)
     (d / "bad.ply").write_bytes(b"ply\nformat ascii 1.0\nelement vertex 9\nproperty float x\nend_header\n1\n")
     (d / "empty.npz").write_bytes(b"")
-    (d / "notes.txt").write_text("not a point cloud")
+    (d / "notes.md").write_text("not a point cloud")  # .txt is a point-cloud extension (text tables)
     (d / ".hidden.ply").write_bytes(b"")
     return d
 
@@ -48,9 +48,9 @@ def test_directory_batch_mixed_good_and_bad(tmp_path, scans):
     assert (s["done"], s["skipped"], s["redone"], s["failed"]) == (3, 1, 0, 2)
     by_input = {f["input"]: f for f in s["files"]}
     # a file of the directory the command cannot read is reported, with the reason
-    assert by_input[str(scans / "notes.txt")]["status"] == "skipped"
-    assert "not a point-cloud extension" in by_input[str(scans / "notes.txt")]["reason"]
-    assert f"skipped {scans / 'notes.txt'}: not a point-cloud extension" in r.stderr
+    assert by_input[str(scans / "notes.md")]["status"] == "skipped"
+    assert "not a point-cloud extension" in by_input[str(scans / "notes.md")]["reason"]
+    assert f"skipped {scans / 'notes.md'}: not a point-cloud extension" in r.stderr
     assert by_input[str(scans / "bad.ply")]["status"] == "failed"
     assert "no x/y/z" in by_input[str(scans / "bad.ply")]["error"]
     assert "file is empty" in by_input[str(scans / "empty.npz")]["error"]

@@ -300,3 +300,26 @@ def test_training_script_writes_a_new_folder_by_default(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="exists and is not empty; pass --overwrite"):
         train.output_folder(argparse.Namespace(output=shipped, overwrite=False))
     assert train.output_folder(argparse.Namespace(output=shipped, overwrite=True)) == shipped
+
+
+def test_directory_mode_reports_what_it_skips(tmp_path):
+    """Seen 6: directory mode skipped .npy files without a word; now points .npy are read, and label
+    arrays, calibration and time tables are skipped with the reason."""
+    d = tmp_path / "seq"
+    d.mkdir()
+    for name in ("kitti_01_points_000000.npy", "kitti_01_labels_000000.npy"):
+        (d / name).symlink_to(data_file(f"semantickitti/{name}"))
+    (d / "calib.txt").write_text("P0: 7.1 0 6.0 0\nP1: 7.1 0 6.0 -3.8\n")
+    (d / "times.txt").write_text("0.000000e+00\n1.037359e-01\n")
+    (d / "poses.xyz").write_text("1 2 3\n4 5 6\n")
+    r = lattice("voxelize", d, "-d", tmp_path / "out", "-s", "0.5", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    status = {Path(f["input"]).name: (f["status"], f.get("reason", "")) for f in s["files"]}
+    assert status["kitti_01_points_000000.npy"][0] == status["poses.xyz"][0] == "done"
+    assert status["kitti_01_labels_000000.npy"] == ("skipped", "a .npy of one value per row (per-point labels?), not points")
+    assert status["calib.txt"][0] == status["times.txt"][0] == "skipped"
+    assert "does not look like a point table" in status["calib.txt"][1]
+    assert r.stderr.count("lattice: warning: skipped ") == 3
+    r = lattice("voxelize", d / "calib.txt", "-o", tmp_path / "c.npz", "-s", "1")  # named: tried, fails
+    assert r.returncode == 1 and "'P0:' is not a number" in r.stderr

@@ -388,13 +388,14 @@ def test_missing_directory_empty(tmp_path):
 
 
 def test_unknown_extension_and_format(tmp_path):
-    (tmp_path / "a.xyz").write_text("1 2 3\n")
-    msg = _error("unknown point-cloud file extension .xyz", read_points, tmp_path / "a.xyz")
+    (tmp_path / "a.obj").write_text("v 1 2 3\n")
+    msg = _error("unknown point-cloud file extension .obj", read_points, tmp_path / "a.obj")
     assert "format=" in msg
-    _error("unknown format 'obj'", read_points, tmp_path / "a.xyz", format="obj")
-    _error("unknown point-cloud file extension", write_points, tmp_path / "o.xyz", _cloud(3))
-    (tmp_path / "s.pcd.bin").write_bytes(b"\0" * 40)
-    _error("format='nuscenes'", read_points, tmp_path / "s.pcd.bin")
+    _error("unknown format 'obj'", read_points, tmp_path / "a.obj", format="obj")
+    _error("unknown point-cloud file extension", write_points, tmp_path / "o.obj", _cloud(3))
+    # *.pcd.bin is nuScenes by its name (issue 16), no longer an ambiguity error
+    (tmp_path / "s.pcd.bin").write_bytes(np.arange(10, dtype=np.float32).tobytes())
+    assert read_points(tmp_path / "s.pcd.bin").format == "nuscenes"
 
 
 @pytest.mark.parametrize("binary", [True, False])
@@ -665,8 +666,8 @@ def test_write_points_type_and_format_names(tmp_path):
 
     with pytest.raises(TypeError, match="PointCloud"):
         write_points(tmp_path / "a.ply", np.zeros((3, 3)))
-    names = ("A.PLY", "b.laz", "c.bin", "d.txt")
-    assert [format_from_name(n) for n in names] == ["ply", "laz", "kitti", None]
+    names = ("A.PLY", "b.laz", "c.bin", "d.txt", "e.PCD.BIN", "f.npy", "g.obj")
+    assert [format_from_name(n) for n in names] == ["ply", "laz", "kitti", "text", "nuscenes", "npy", None]
     write_points(tmp_path / "a.data", _cloud(4), format=".PLY")
     assert read_points(tmp_path / "a.data", format="ply").num_points == 4
 

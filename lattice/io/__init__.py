@@ -1,4 +1,5 @@
-"""Point-cloud and sparse-tensor files: PLY, NPZ, LAS/LAZ, PCD, KITTI ``.bin``.
+"""Point-cloud and sparse-tensor files: PLY, NPZ, LAS/LAZ, PCD, KITTI ``.bin``, nuScenes
+``.pcd.bin``, NumPy ``.npy`` and text tables (``.xyz``, ``.txt``, ``.csv``, ``.pts``, ``.asc``).
 
 >>> from lattice.io import read_points, write_points
 >>> cloud = read_points("scan.pcd")          # PointCloud(points (N, 3), attributes {...})

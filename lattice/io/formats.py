@@ -1,14 +1,19 @@
 """``read_points`` / ``write_points``: choose the format from ``format=``, the extension, or
-(for unnamed input streams) the first bytes, and call that format's reader or writer."""
+(for unnamed input streams) the first bytes, and call that format's reader or writer.
+
+``columns=`` names the columns of formats that do not name their own (``npy``, ``text`` and
+the raw float32 ``kitti`` / ``nuscenes``); other formats refuse it."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from lattice.io import kitti, las, npz, pcd, ply
+import numpy as np
+
+from lattice.io import kitti, las, npy, npz, pcd, ply, text
 from lattice.io._common import (
     PathOrFile,
     PointCloudError,
@@ -19,6 +24,7 @@ from lattice.io._common import (
     opt,
 )
 from lattice.io._points import PointCloud
+from lattice.io.columns import parse_columns
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,10 @@ class Format:
     read: Callable[[BinaryIO, str], PointCloud]
     write: Callable[[BinaryIO, PointCloud, bool, bool], None]
     description: str
+    # the reader that takes ``columns=`` (None: the format names its own fields)
+    read_columns: Callable[[BinaryIO, str, tuple[str, ...]], PointCloud] | None = None
+    # a writer that also takes the target's name (text: commas for ``.csv``), used instead of ``write``
+    write_named: Callable[[BinaryIO, PointCloud, str], None] | None = None
 
 
 def _pcd_write(f: BinaryIO, cloud: PointCloud, binary: bool, compress: bool) -> None:
@@ -38,6 +48,7 @@ def _pcd_write(f: BinaryIO, cloud: PointCloud, binary: bool, compress: bool) -> 
     )
 
 
+TEXT_EXTENSIONS = (".xyz", ".txt", ".csv", ".pts", ".asc")
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
@@ -51,18 +62,61 @@ FORMATS: dict[str, Format] = {
         Format("laz", (".laz",), las.read_las, lambda f, c, b, z: las.write_las(f, c, compress=True), "LAZ"),
         Format("pcd", (".pcd",), pcd.read_pcd, _pcd_write, "PCL PCD"),
         Format(
-            "kitti", (".bin",), kitti.read_kitti, lambda f, c, b, z: kitti.write_kitti(f, c), "KITTI .bin"
+            "kitti",
+            (".bin",),
+            kitti.read_kitti,
+            lambda f, c, b, z: kitti.write_kitti(f, c),
+            "KITTI .bin",
+            read_columns=kitti.read_kitti,
         ),
         Format(
-            "nuscenes", (), kitti.read_nuscenes, lambda f, c, b, z: kitti.write_nuscenes(f, c), "nuScenes"
+            "nuscenes",
+            (".pcd.bin",),
+            kitti.read_nuscenes,
+            lambda f, c, b, z: kitti.write_nuscenes(f, c),
+            "nuScenes",
+            read_columns=kitti.read_nuscenes,
+        ),
+        Format(
+            "npy",
+            (".npy",),
+            npy.read_npy,
+            lambda f, c, b, z: npy.write_npy(f, c),
+            "NumPy .npy array",
+            read_columns=npy.read_npy,
+        ),
+        Format(
+            "text",
+            TEXT_EXTENSIONS,
+            text.read_text,
+            lambda f, c, b, z: text.write_text(f, c),
+            "text table",
+            read_columns=text.read_text,
+            write_named=lambda f, c, name: text.write_text(
+                f, c, "," if name.lower().endswith(".csv") else " "
+            ),
         ),
     )
 }
-_ALIASES = {"bin": "kitti", "velodyne": "kitti", "pcd.bin": "nuscenes"}
-_MAGIC = ((b"ply", "ply"), (b"PK\x03\x04", "npz"), (b"PK\x05\x06", "npz"), (b"LASF", "las"))
+_ALIASES = {
+    "bin": "kitti",
+    "velodyne": "kitti",
+    "pcd.bin": "nuscenes",
+    **{e.lstrip("."): "text" for e in TEXT_EXTENSIONS},
+}
+_MAGIC = (
+    (b"ply", "ply"),
+    (b"PK\x03\x04", "npz"),
+    (b"PK\x05\x06", "npz"),
+    (b"LASF", "las"),
+    (npy.MAGIC, "npy"),
+)
+_TEXT_BYTES = frozenset(range(32, 127)) | {9, 10, 13}
 
 
-def _named(fmt: str, label: str) -> str:
+def canonical_format(fmt: str, label: str) -> str:
+    """The registered name of format ``fmt`` (case-insensitive, a leading dot and aliases such as
+    ``bin`` or ``csv`` allowed); an unknown name raises ``PointCloudError`` naming ``label``."""
     key = fmt.lower().lstrip(".")
     key = _ALIASES.get(key, key)
     if key not in FORMATS:
@@ -70,20 +124,43 @@ def _named(fmt: str, label: str) -> str:
     return key
 
 
-def format_from_name(name: str) -> str | None:
-    """The format implied by a file name's extension, or None when it implies none.
+def format_from_name(name: str | os.PathLike) -> str | None:
+    """The format implied by a file name's extension (the longest that matches), or None.
 
-    ``*.pcd.bin`` (nuScenes) is ambiguous with KITTI ``.bin`` and raises ``PointCloudError``.
+    ``*.pcd.bin`` is nuScenes (float32 x, y, z, intensity, ring), any other ``*.bin`` KITTI.
     """
     lower = os.fspath(name).lower()
-    if lower.endswith(".pcd.bin"):
-        raise PointCloudError(
-            f"{name}: '.pcd.bin' is ambiguous; pass {opt('format', 'nuscenes')} (float32 x, y, z, intensity, ring) "
-            f"or {opt('format', 'kitti')} (float32 x, y, z, intensity)"
-        )
-    for f in FORMATS.values():
-        if lower.endswith(f.extensions):
-            return f.name
+    found = [(len(e), f.name) for f in FORMATS.values() for e in f.extensions if lower.endswith(e)]
+    return max(found)[1] if found else None
+
+
+def scan_reason(path: str | os.PathLike) -> str | None:
+    """Why a file met in a directory scan is not a point cloud to read, or None when it may be.
+
+    Cheap checks, on the name and the first bytes only: an extension no reader knows; a
+    ``.npy`` holding one value per row (per-point labels, as SemanticKITTI ships them); a
+    text file whose first lines are not a table of points (``calib.txt``, ``times.txt``).
+    Files given one by one are always tried; only directory and pattern scans skip.
+    """
+    fmt = format_from_name(path)
+    if fmt is None:
+        return "not a point-cloud extension"
+    try:
+        if fmt == "npy":
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                shape, _, dtype = read.get(version, np.lib.format.read_array_header_2_0)(f)
+            if dtype.names is None and (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
+                return "a .npy of one value per row (per-point labels?), not points"
+        elif fmt == "text":
+            with open(path, "rb") as f:
+                head = f.read(1 << 16).decode("utf-8", errors="replace").splitlines()
+            text.sniff(iter(head[:-1] if len(head) > 1 else head), os.fspath(path), None)
+    except PointCloudError as e:
+        return "does not look like a point table (" + str(e).split(": ", 1)[-1] + ")"
+    except (OSError, ValueError):
+        return None  # unreadable: let the run say why
     return None
 
 
@@ -106,26 +183,46 @@ def _sniff(f: BinaryIO, label: str) -> str:
     for magic, name in _MAGIC:
         if head.startswith(magic):
             return name
-    text = head.lstrip()
-    if text.startswith((b"# .PCD", b"VERSION", b"FIELDS")):
+    stripped = head.lstrip()
+    if stripped.startswith((b"# .PCD", b"VERSION", b"FIELDS")):
         return "pcd"
+    if head and set(head) <= _TEXT_BYTES:
+        return "text"
     raise PointCloudError(f"{label}: cannot tell the point-cloud format of this stream; pass {opt('format')}")
 
 
-def read_points(path_or_file: PathOrFile, *, format: str | None = None) -> PointCloud:
+def read_points(
+    path_or_file: PathOrFile, *, format: str | None = None, columns: str | Sequence[str] | None = None
+) -> PointCloud:
     """Read a point cloud from a path or a binary stream.
 
-    ``format``: one of ``ply``, ``npz``, ``las``, ``laz``, ``pcd``, ``kitti``, ``nuscenes``;
-    by default the path's extension (``.bin`` means KITTI) or, for a stream without a
-    name, its first bytes (KITTI and nuScenes streams need ``format=``).
+    ``format``: one of ``ply``, ``npz``, ``las``, ``laz``, ``pcd``, ``kitti``, ``nuscenes``,
+    ``npy``, ``text``; by default the path's extension (``.bin`` means KITTI, ``.pcd.bin``
+    nuScenes) or, for a stream without a name, its first bytes (KITTI and nuScenes streams
+    need ``format=``). ``columns``: the name of each column (a list or ``"x,y,z,red,green,blue"``;
+    ``_`` skips one) of a ``npy``, ``text`` or raw float32 ``.bin`` file; other formats refuse it.
     Raises ``PointCloudError`` (a ``ValueError``) with a one-line message naming the file.
     """
     label = label_of(path_or_file)
-    fmt = _named(format, label) if format is not None else None
+    fmt = canonical_format(format, label) if format is not None else None
+    names = parse_columns(columns, label)
     with open_input(path_or_file) as (f, label):
         if fmt is None:
             fmt = _from_extension(path_or_file, label) or _sniff(f, label)
-        return FORMATS[fmt].read(f, label)
+        if names is None:
+            return FORMATS[fmt].read(f, label)
+        return reader_with_columns(fmt, label)(f, label, names)
+
+
+def reader_with_columns(fmt: str, label: str) -> Callable[[BinaryIO, str, tuple[str, ...]], PointCloud]:
+    """The ``columns=`` reader of format ``fmt``, or a ``PointCloudError`` when it has none."""
+    reader = FORMATS[fmt].read_columns
+    if reader is None:
+        takes = ", ".join(f.name for f in FORMATS.values() if f.read_columns is not None)
+        raise PointCloudError(
+            f"{label}: {fmt} files name their own fields; {opt('columns')} applies to {takes} files only"
+        )
+    return reader
 
 
 def write_points(
@@ -138,19 +235,24 @@ def write_points(
 ) -> None:
     """Write ``cloud`` to a path (atomically: temp file + rename) or a binary stream.
 
-    ``format`` as for ``read_points`` (required for a stream without a name).
-    ``binary=False`` writes ascii PLY / PCD. ``compress=True`` writes PCD
+    ``format`` as for ``read_points`` (required for a stream without a name; ``csv`` is
+    ``text`` with commas). ``binary=False`` writes ascii PLY / PCD. ``compress=True`` writes PCD
     ``binary_compressed``, a deflated NPZ, or LAZ for ``.las``. Invalid content raises
     ``PointCloudError``; file-system failures raise ``OSError``.
     """
     if not isinstance(cloud, PointCloud):
         raise TypeError(f"write_points expects a PointCloud, got {type(cloud).__name__}")
     label = label_of(path_or_file)
-    fmt = _named(format, label) if format is not None else _from_extension(path_or_file, label)
+    fmt = canonical_format(format, label) if format is not None else _from_extension(path_or_file, label)
     if fmt is None:
         raise PointCloudError(f"{label}: cannot tell which format to write; pass {opt('format')}")
+    spec = FORMATS[fmt]
     try:
         with open_output(path_or_file) as f:
-            FORMATS[fmt].write(f, cloud, binary, compress)
+            if spec.write_named is not None:  # format="csv" writes as a .csv name does
+                csv = (format or "").lower().lstrip(".") == "csv"
+                spec.write_named(f, cloud, f"{label}.csv" if csv else label)
+            else:
+                spec.write(f, cloud, binary, compress)
     except PointCloudError as e:
         raise PointCloudError(f"{label}: {e.template}") from e

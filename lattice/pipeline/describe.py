@@ -14,7 +14,7 @@ import base64
 import io
 import os
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -238,8 +238,10 @@ def describe_sparse(sf: SparseFile) -> dict:
     return out
 
 
-def describe_file(src: str | os.PathLike | BinaryIO, *, format: str | None = None) -> dict:
-    """Read ``src`` (a path or a binary stream) and describe it; the format is detected as in ``read_points``.
+def describe_file(
+    src: str | os.PathLike | BinaryIO, *, format: str | None = None, columns: str | Sequence[str] | None = None
+) -> dict:
+    """Read ``src`` (a path or a binary stream) and describe it (``format``, ``columns``: see ``read_points``).
 
     A ``lattice.sparse/1`` NPZ is described as a sparse tensor, anything else as points.
     Raises ``PointCloudError`` with one line for unreadable input.
@@ -251,7 +253,7 @@ def describe_file(src: str | os.PathLike | BinaryIO, *, format: str | None = Non
         stream.name = getattr(src, "name", "<stdin>")
         if data[:4] == b"PK\x03\x04" and format in (None, "npz") and _is_sparse_npz(stream):
             return {"file": label, **describe_sparse(read_sparse(stream))}
-        return {"file": label, **describe_cloud(read_points(stream, format=format))}
+        return {"file": label, **describe_cloud(read_points(stream, format=format, columns=columns))}
     is_npz = (format or "").lower().lstrip(".") == "npz" or (
         format is None and format_from_name(label) == "npz"
     )
@@ -260,7 +262,7 @@ def describe_file(src: str | os.PathLike | BinaryIO, *, format: str | None = Non
             sparse = _is_sparse_npz(f)
         if sparse:
             return {"file": label, **describe_sparse(read_sparse(src))}
-    return {"file": label, **describe_cloud(read_points(src, format=format))}
+    return {"file": label, **describe_cloud(read_points(src, format=format, columns=columns))}
 
 
 __all__ = [

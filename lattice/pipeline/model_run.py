@@ -29,6 +29,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import numpy as np
@@ -189,6 +190,7 @@ def model_run_file(
     model: ModelBundle | str | os.PathLike,
     quantize: str | None = None,
     format: str | None = None,
+    columns: str | Sequence[str] | None = None,
     output_format: str | None = None,
     probabilities: bool = False,
     label_field: str = "pred_label",
@@ -216,7 +218,7 @@ def model_run_file(
     opts = FieldOptions(label_field, replace_field, probabilities, colorize, to_classification)
     label = "-" if hasattr(src, "read") else os.fspath(src)
     t0 = time.perf_counter()
-    cloud = read_points(src, format=format)
+    cloud = read_points(src, format=format, columns=columns)
     t_read = time.perf_counter() - t0
     parts, stage_times = _run(
         bundle, cloud, dst, fmt, opts, strict_domain, label, interpolation=interpolation, device=device

@@ -2,11 +2,16 @@
 
 Streamed (read chunk by chunk from disk; memory is one chunk, whatever the file size):
 
-- KITTI ``.bin`` and nuScenes (``format="nuscenes"``): fixed-width float32 rows;
+- KITTI ``.bin`` and nuScenes ``.pcd.bin``: fixed-width float32 rows (checked to look like
+  the layout first, unless ``columns=`` names them);
 - binary PLY (little or big endian) whose first element is ``vertex`` with scalar
   properties only: the vertex block is read record by record after the header;
 - NPZ points archives (stored or deflated) whose arrays are C-ordered: each array
-  member is decompressed progressively, rows in step.
+  member is decompressed progressively, rows in step;
+- ``.npy`` arrays: memory-mapped, rows copied out a chunk at a time;
+- text tables: a first pass counts the rows and decides the column types (whole-number
+  colours and ids become integers, as ``read_points`` does), then each chunk parses at
+  most ``CHUNK_LINES`` lines.
 
 Everything else (ascii PLY, PLY with list properties or elements before ``vertex``, PCD,
 LAS/LAZ, any stream such as stdin) is read whole with ``lattice.io.read_points`` and
@@ -19,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -27,7 +32,11 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import PointCloud, PointCloudError, format_from_name, read_points
-from lattice.io.kitti import LAYOUTS
+from lattice.io.columns import SKIP, XYZ, parse_columns, split_columns
+from lattice.io.formats import canonical_format, reader_with_columns
+from lattice.io.kitti import LAYOUTS, check_scan, layout_columns
+from lattice.io.npy import npy_layout, npy_parts
+from lattice.io.text import CHUNK_LINES, ColumnStats, TextTable, check_count
 
 DEFAULT_CHUNK_POINTS = 2_000_000
 Chunk = tuple[np.ndarray, dict[str, np.ndarray]]
@@ -90,10 +99,18 @@ def memory_source(cloud: PointCloud, label: str | None = None) -> PointSource:
     )
 
 
-def open_source(path_or_file: str | os.PathLike | BinaryIO, *, format: str | None = None) -> PointSource:
-    """A chunked source for a path (streamed where the format allows) or a binary stream (in memory)."""
+def open_source(
+    path_or_file: str | os.PathLike | BinaryIO,
+    *,
+    format: str | None = None,
+    columns: str | Sequence[str] | None = None,
+) -> PointSource:
+    """A chunked source for a path (streamed where the format allows) or a binary stream (in memory).
+
+    ``format`` and ``columns`` as for ``lattice.io.read_points``.
+    """
     if hasattr(path_or_file, "read"):
-        return memory_source(read_points(path_or_file, format=format))
+        return memory_source(read_points(path_or_file, format=format, columns=columns))
     path = Path(path_or_file)
     label = os.fspath(path_or_file)
     if not path.exists():
@@ -102,29 +119,42 @@ def open_source(path_or_file: str | os.PathLike | BinaryIO, *, format: str | Non
         raise PointCloudError(f"{label}: is a directory, expected a file")
     if path.stat().st_size == 0:
         raise PointCloudError(f"{label}: file is empty")
-    fmt = (format or format_from_name(label) or "").lower().lstrip(".")
-    fmt = {"bin": "kitti", "velodyne": "kitti"}.get(fmt, fmt)
+    fmt = canonical_format(format, label) if format is not None else format_from_name(label)
+    names = parse_columns(columns, label)
+    if names is not None and fmt is not None:
+        reader_with_columns(fmt, label)  # refuses columns= for formats that name their fields
     source = None
     if fmt in LAYOUTS:
-        source = _scan_source(path, label, fmt)
+        source = _scan_source(path, label, fmt, names)
+    elif fmt == "text":
+        source = _text_source(path, label, names)
+    elif fmt == "npy":
+        source = _npy_source(path, label, names)
     elif fmt == "ply":
         source = _ply_source(path, label)
     elif fmt == "npz":
         source = _npz_source(path, label)
-    return source or memory_source(read_points(path, format=format), label)
+    return source or memory_source(read_points(path, format=format, columns=names), label)
 
 
-# ---- KITTI / nuScenes ------------------------------------------------------------------
+def _attribute_names(names: tuple[str, ...]) -> list[str]:
+    return [a for a in names if a not in XYZ and a != SKIP]
 
 
-def _scan_source(path: Path, label: str, layout: str) -> PointSource:
-    extra = LAYOUTS[layout]
-    width = 3 + len(extra)
+# ---- KITTI / nuScenes / raw float32 columns ---------------------------------------------
+
+
+def _scan_source(path: Path, label: str, layout: str, names: tuple[str, ...] | None) -> PointSource:
     size = path.stat().st_size
+    if names is None:
+        with open(path, "rb") as f:
+            check_scan(f, label, layout)
+        names = layout_columns(layout)
+    width = len(names)
     if size % (4 * width):
         raise PointCloudError(
-            f"{label}: {size} bytes is not a whole number of {layout} points "
-            f"(float32 x, y, z, {', '.join(extra)} = {4 * width} bytes each)"
+            f"{label}: {size} bytes is not a whole number of rows of {width} float32 values "
+            f"({','.join(names)} = {4 * width} bytes each)"
         )
     n = size // (4 * width)
 
@@ -132,16 +162,62 @@ def _scan_source(path: Path, label: str, layout: str) -> PointSource:
         raw = np.fromfile(f, dtype="<f4", count=m * width)
         if raw.size != m * width:
             raise PointCloudError(f"{label}: file shrank while reading ({s + raw.size // width} of {n})")
-        raw = raw.reshape(m, width).astype(np.float32, copy=False)
-        return np.ascontiguousarray(raw[:, :3]), {a: raw[:, 3 + i].copy() for i, a in enumerate(extra)}
+        return split_columns(raw.reshape(m, width).astype(np.float32, copy=False), names)
 
     def read(k: int) -> Iterator[Chunk]:
         with open(path, "rb") as f:
             for s in range(0, n, k):
                 yield chunk(f, s, min(k, n - s))  # the raw rows are freed before the chunk is used
 
-    schema = {a: (np.dtype(np.float32), ()) for a in extra}
+    schema = {a: (np.dtype(np.float32), ()) for a in _attribute_names(names)}
     return PointSource(label, layout, n, schema, True, read)
+
+
+# ---- text tables -------------------------------------------------------------------------
+
+
+def _text_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointSource:
+    """Two passes: one to check every line, count the rows and type the columns; one per ``chunks``."""
+    with open(path, "rb") as f, TextTable(f, label, names) as table:
+        layout = table.layout
+        stats = ColumnStats(len(layout.names))
+        for block in table.blocks():
+            stats.add(block)
+    check_count(layout, stats.rows, label)
+    dtypes = stats.dtypes(layout.names)
+
+    def read(k: int) -> Iterator[Chunk]:
+        with open(path, "rb") as f, TextTable(f, label, names) as t:
+            for block in t.blocks(min(k, CHUNK_LINES)):
+                yield split_columns(block, layout.names, dtypes)
+
+    schema = {a: (dt, ()) for a, dt in dtypes.items()}
+    return PointSource(label, "text", stats.rows, schema, True, read)
+
+
+# ---- .npy --------------------------------------------------------------------------------
+
+
+def _npy_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointSource | None:
+    """A memory-mapped ``.npy`` (None when it cannot be mapped: ``read_points`` explains)."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    if not isinstance(array, np.ndarray) or array.ndim == 0:
+        return None
+    layout = npy_layout(array.dtype, array.shape, label, names)
+    n = array.shape[0]
+    _, sample = npy_parts(np.array(array[:1]), layout)
+    del array
+
+    def read(k: int) -> Iterator[Chunk]:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+        for s in range(0, n, k):
+            yield npy_parts(np.array(mapped[s : s + k]), layout)
+
+    schema = {a: (v.dtype, v.shape[1:]) for a, v in sample.items()}
+    return PointSource(label, "npy", n, schema, True, read)
 
 
 # ---- binary PLY ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
@@ -430,6 +431,7 @@ def voxelize_file(
     output_format: str | None = None,
     position: str = "centre",
     sidecar: bool = False,
+    columns: str | Sequence[str] | None = None,
 ) -> dict:
     """Read ``src`` (streamed where the format allows), voxelize, write ``dst``.
 
@@ -437,6 +439,7 @@ def voxelize_file(
     tensor, any other point format the voxels as points at ``position`` (``centre`` or
     ``centroid``; see ``lattice.pipeline.export``). ``sidecar``: record the provenance of a
     non-NPZ output beside it (batch mode does, so re-runs can compare parameters).
+    ``format`` and ``columns`` as for ``lattice.io.read_points``.
     """
     from lattice.pipeline.export import output_format as resolve
     from lattice.pipeline.export import write_result
@@ -444,7 +447,7 @@ def voxelize_file(
     fmt = resolve(dst, output_format)  # an unknown extension fails before anything is read
     if position == "centroid" and not options.centroids:
         options = replace(options, centroids=True)
-    sf, summary = voxelize_source(open_source(src, format=format), options)
+    sf, summary = voxelize_source(open_source(src, format=format, columns=columns), options)
     sf = replace(sf, provenance=make_record("voxelize", voxelize_parameters(options, position, fmt), src))
     # the voxelizer's table rows are unique by construction: not re-checked
     summary["output"] = write_result(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,16 +18,8 @@ from lattice_cli.common import (
     WorkersOpt,
     check_output,
     check_position,
+    is_point_input,
 )
-
-
-def _is_input(path: Path) -> bool | str:
-    from lattice.io import PointCloudError, format_from_name
-
-    try:
-        return format_from_name(path.name) is not None or "not a point-cloud extension"
-    except PointCloudError:
-        return True
 
 
 def describe(s: dict) -> str:
@@ -81,7 +72,7 @@ def convert(
         as_json=as_json,
         overwrite=overwrite,
         workers=workers,
-        accept=_is_input,
+        accept=is_point_input,
         extension=extension_of(out_fmt),
         expect=Expect("convert", convert_parameters(where, out_fmt, None)),
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from lattice_cli.common import fail, parse_int_list, stdout_console
+from lattice_cli.common import ColumnsOpt, error_message, fail, parse_int_list, stdout_console
 
 
 def explain(
@@ -24,6 +24,7 @@ def explain(
     voxel_size: float = typer.Option(0.05, "--voxel-size", help="Voxel size for a point-cloud input."),
     rows: int = typer.Option(100_000, "--rows", help="Active rows of the synthetic input."),
     fmt: str | None = typer.Option(None, "--format", help="Input format when the extension does not tell."),
+    columns: ColumnsOpt = None,
     quantize: str | None = typer.Option(
         None, "--quantize", help="int8 | int4: explain with a packed weight."
     ),
@@ -49,7 +50,7 @@ def explain(
         if input is not None:
             from lattice.io import read_points
 
-            cloud = read_points(input, format=fmt).drop_nan()
+            cloud = read_points(input, format=fmt, columns=columns).drop_nan()
             x = ex.points_input(op, request, cloud.points, voxel_size)
             source = f"{input} at {voxel_size} voxel size"
         else:
@@ -59,7 +60,7 @@ def explain(
         route = ex.explain_on(op, x, request)
         plan_ms = (time.perf_counter() - t0) * 1e3
     except (ValueError, TypeError, OSError) as err:
-        fail(str(err))
+        fail(error_message(err))
     result = route.as_dict() | {"input": source, "plan_ms": round(plan_ms, 2)}
     if as_json:
         typer.echo(json.dumps(result))

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.common import FormatOpt, JsonOpt, error_message, fail, input_stream
+from lattice_cli.common import ColumnsOpt, FormatOpt, JsonOpt, error_message, fail, input_stream
 
 
 def backend(
@@ -34,6 +34,7 @@ def backend(
 def info(
     input: Annotated[str, typer.Argument(help="A point-cloud or sparse-tensor file; - reads stdin.")],
     fmt: FormatOpt = None,
+    columns: ColumnsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what a file holds: points, bounds, attribute kinds, statistics and class counts, a LAS
@@ -41,7 +42,7 @@ def info(
     from lattice.pipeline import describe_file
 
     try:
-        d = describe_file(input_stream(input), format=fmt)
+        d = describe_file(input_stream(input), format=fmt, columns=columns)
     except Exception as err:  # one clear line, never a traceback
         fail(error_message(err))
     d["file"] = input

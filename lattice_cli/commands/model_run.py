@@ -11,6 +11,7 @@ import typer
 from lattice_cli.batch import Expect, run_files
 from lattice_cli.common import (
     EXIT_USAGE,
+    ColumnsOpt,
     FormatOpt,
     InputsArg,
     JsonOpt,
@@ -19,6 +20,7 @@ from lattice_cli.common import (
     WorkersOpt,
     error_message,
     fail,
+    is_point_input,
     plural,
     warn,
 )
@@ -32,16 +34,6 @@ OutputOpt = Annotated[
     ),
 ]
 _STAGES = ("read", "voxelize", "network", "map_back", "write")
-
-
-def is_point_file(path: Path) -> bool:
-    """Directory scans take files with a point-cloud extension (``*.pcd.bin`` too: the run says why)."""
-    from lattice.io import PointCloudError, format_from_name
-
-    try:
-        return format_from_name(path.name) is not None
-    except PointCloudError:
-        return True
 
 
 def describe(s: dict) -> str:
@@ -159,6 +151,7 @@ def model_run(
     ] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or gpu (for MLX's own ops).")] = "cpu",
     fmt: FormatOpt = None,
+    columns: ColumnsOpt = None,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
     as_json: JsonOpt = False,
@@ -202,6 +195,7 @@ def model_run(
         model=str(model),
         quantize=quantize,
         format=fmt,
+        columns=columns,
         output_format=output_format,
         probabilities=probabilities,
         label_field=label_field,
@@ -237,7 +231,7 @@ def model_run(
         as_json=as_json,
         overwrite=overwrite,
         workers=workers,
-        accept=is_point_file,
+        accept=is_point_input,
         extension=extension_of(output_format or "npz"),
         expect=Expect("model-run", parameters),
     )

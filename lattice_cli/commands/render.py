@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from lattice_cli.common import fail
+from lattice_cli.common import ColumnsOpt, error_message, fail
 
 
 def render(
@@ -20,6 +20,7 @@ def render(
     width: int = typer.Option(1600, "--width", min=200, max=8000),
     height: int = typer.Option(800, "--height", min=100, max=8000),
     fmt: str | None = typer.Option(None, "--format", help="Input format when the extension does not tell."),
+    columns: ColumnsOpt = None,
 ) -> None:
     """Top-down and perspective views of a point cloud, coloured by label (with a legend) or a value."""
     from lattice.io import PointCloudError, atomic_write, read_points
@@ -28,11 +29,11 @@ def render(
     if output.suffix.lower() != ".png":
         fail(f"--output must be a .png file, got {output}", code=2)
     try:
-        cloud = read_points(input, format=fmt)
+        cloud = read_points(input, format=fmt, columns=columns)
         image = render_cloud(cloud, color=color, width=width, height=height)
         with atomic_write(output) as f:
             image.save(f, format="PNG")
     except (PointCloudError, ValueError, OSError) as err:
-        fail(str(err))
+        fail(error_message(err))
     shown = f"label ({label_field(cloud)})" if color == "label" else color
     typer.echo(f"{input} -> {output} ({width}x{height}, colour {shown})")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from lattice_cli.batch import Expect, run_files
 from lattice_cli.common import (
+    ColumnsOpt,
     FormatOpt,
     InputsArg,
     JsonOpt,
@@ -24,20 +24,12 @@ from lattice_cli.common import (
     check_position,
     error_message,
     fail,
+    is_point_input,
     parse_names,
     parse_reductions,
     parse_triple,
     plural,
 )
-
-
-def _is_point_file(path: Path) -> bool | str:
-    from lattice.io import PointCloudError, format_from_name
-
-    try:
-        return format_from_name(path.name) is not None or "not a point-cloud extension"
-    except PointCloudError:  # an ambiguous name: let the run say so
-        return True
 
 
 def describe(s: dict) -> str:
@@ -83,6 +75,7 @@ def voxelize(
     position: PositionOpt = "centre",
     output_format: OutputFormatOpt = None,
     fmt: FormatOpt = None,
+    columns: ColumnsOpt = None,
     strict: StrictOpt = False,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
@@ -110,7 +103,7 @@ def voxelize(
     except ValueError as err:
         fail(error_message(err))
     job = functools.partial(
-        voxelize_file, options=options, format=fmt, output_format=out_fmt, position=where
+        voxelize_file, options=options, format=fmt, output_format=out_fmt, position=where, columns=columns
     )
     run_files(
         job,
@@ -121,7 +114,7 @@ def voxelize(
         as_json=as_json,
         overwrite=overwrite,
         workers=workers,
-        accept=_is_point_file,
+        accept=is_point_input,
         extension=extension_of(out_fmt),
         expect=Expect("voxelize", voxelize_parameters(options, where, out_fmt)),
     )
