@@ -8,7 +8,7 @@ With ``columns=`` either reads any float32 columns (``x,y,z,red,green,blue``), u
 A raw file has no header, so without ``columns=`` it is checked before it is read
 (``check_scan``, on up to 64 evenly spaced runs of 6,000 values): the size must be whole
 rows, and the rows must look like the layout. x, y, z must be finite (or all three
-non-finite), of sane magnitude, and not a mix of whole and fractional numbers: in real
+non-finite), of sane magnitude, and, judged on 64 rows or more, not a mix of whole and fractional numbers: in real
 scans each coordinate has ~0 % whole values, while an N x 6 x, y, z, r, g, b file read as
 N x 4 puts its whole-valued colours into every column (33 % / 67 % whole). Intensity must be
 finite and in 0..65535, a ring a whole number in 0..65535. A file that fails is refused with
@@ -35,6 +35,7 @@ RGB = ("x", "y", "z", "red", "green", "blue")
 SAMPLE_RUNS = 64
 RUN_FLOATS = 6000  # whole rows of 4, 5 and 6 values
 _MIXED = (0.1, 0.9)  # a whole-number share of a coordinate in this range means misaligned rows
+_MIN_ROWS_FOR_SHARES = 64
 
 
 def layout_columns(layout: str) -> tuple[str, ...]:
@@ -83,7 +84,7 @@ def layout_problems(rows: np.ndarray, names: tuple[str, ...], *, strict_colours:
     if ((v > 1e10) | ((v > 0) & (v < 1e-30))).any():
         problems.append("x, y, z values of absurd magnitude (below 1e-30 or above 1e10)")
     ok = xyz[finite.all(axis=1)]
-    if len(ok):
+    if len(ok) >= _MIN_ROWS_FOR_SHARES:  # a share of a handful of rows tells nothing
         whole = ok == np.floor(ok)
         share, nonzero = whole.mean(axis=0), (whole & (ok != 0)).mean(axis=0)
         if any(_MIXED[0] < s < _MIXED[1] and z > _MIXED[0] for s, z in zip(share, nonzero, strict=True)):

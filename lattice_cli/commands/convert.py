@@ -9,6 +9,7 @@ import typer
 
 from lattice_cli.batch import Expect, run_files
 from lattice_cli.common import (
+    ColumnsOpt,
     FormatOpt,
     JsonOpt,
     OutputDirOpt,
@@ -45,6 +46,7 @@ def convert(
     output_format: OutputFormatOpt = None,
     position: PositionOpt = "centre",
     fmt: FormatOpt = None,
+    columns: ColumnsOpt = None,
     overwrite: OverwriteOpt = False,
     workers: WorkersOpt = 1,
     as_json: JsonOpt = False,
@@ -62,7 +64,7 @@ def convert(
         inputs, output = [inputs[0]], inputs[1]
     where = check_position(position)
     out_fmt = check_output(output, output_format, output_dir)
-    job = functools.partial(convert_file, format=fmt, output_format=out_fmt, position=where)
+    job = functools.partial(convert_file, format=fmt, output_format=out_fmt, position=where, columns=columns)
     run_files(
         job,
         inputs,
@@ -74,5 +76,5 @@ def convert(
         workers=workers,
         accept=is_point_input,
         extension=extension_of(out_fmt),
-        expect=Expect("convert", convert_parameters(where, out_fmt, None)),
+        expect=Expect("convert", convert_parameters(where, out_fmt, columns)),
     )
