@@ -323,3 +323,15 @@ def test_directory_mode_reports_what_it_skips(tmp_path):
     assert r.stderr.count("lattice: warning: skipped ") == 3
     r = lattice("voxelize", d / "calib.txt", "-o", tmp_path / "c.npz", "-s", "1")  # named: tried, fails
     assert r.returncode == 1 and "'P0:' is not a number" in r.stderr
+
+
+def test_convert_an_organised_frame_to_las_drops_the_invalid_pixels(tmp_path):
+    laspy = pytest.importorskip("laspy")
+    src = data_file("osd_labeled/learn0.pcd")
+    r = lattice("convert", src, tmp_path / "l.las", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "dropped 124908 points with non-finite coordinates (LAS cannot store them)" in r.stderr
+    las, cloud = laspy.read(tmp_path / "l.las"), read_points(src).drop_nan()
+    assert len(las.points) == 182292
+    np.testing.assert_array_equal(np.asarray(las.label), cloud.attributes["label"])
+    np.testing.assert_array_equal(np.asarray(las.red), cloud.attributes["red"].astype(np.uint16) * 257)

@@ -140,9 +140,16 @@ def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:
     """``cloud`` made writable as ``fmt`` without losing values, and what was changed (one line each).
 
     LAS's ``intensity`` is a 16-bit integer: a float intensity that is not (KITTI's remission
-    in [0, 1], a voxel mean) is written as the extra-bytes dimension ``remission``.
+    in [0, 1], a voxel mean) is written as the extra-bytes dimension ``remission``. LAS has no
+    NaN coordinates: points without finite x, y, z (invalid pixels of organised clouds) are
+    dropped, and counted in the note.
     """
     notes = []
+    if fmt in ("las", "laz"):
+        finite = cloud.finite_mask()
+        if not finite.all():
+            notes.append(f"dropped {int((~finite).sum())} points with non-finite coordinates (LAS cannot store them)")
+            cloud = cloud.select(finite)
     attrs = dict(cloud.attributes)
     if fmt in ("las", "laz"):
         v = attrs.get("intensity")
@@ -153,7 +160,7 @@ def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:
             ):
                 attrs["remission"] = attrs.pop("intensity")
                 notes.append("float intensity does not fit LAS's 16-bit intensity: written as 'remission'")
-    if not notes:
+    if attrs.keys() == cloud.attributes.keys():
         return cloud, notes
     return replace(cloud, attributes=attrs, kinds={k: v for k, v in cloud.kinds.items() if k in attrs}), notes
 
