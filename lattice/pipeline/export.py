@@ -165,6 +165,25 @@ def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:
     return replace(cloud, attributes=attrs, kinds={k: v for k, v in cloud.kinds.items() if k in attrs}), notes
 
 
+def write_tensor(dst: PathOrStream, sf: SparseFile) -> str:
+    """Write ``sf`` as a ``lattice.sparse/1`` NPZ with all its records (schema, provenance,
+    source, centroids), atomically for a path; returns the path, or ``-``."""
+    write_sparse(
+        dst,
+        sf.coords,
+        sf.feats,
+        stride=sf.stride,
+        voxel_size=sf.voxel_size,
+        origin=sf.origin,
+        feature_names=sf.feature_names,
+        schema=sf.schema,
+        provenance=sf.provenance,
+        source=sf.source,
+        centroids=sf.centroids,
+    )
+    return "-" if hasattr(dst, "write") else os.fspath(dst)
+
+
 def write_result(
     dst: PathOrStream,
     sf: SparseFile,
@@ -186,19 +205,7 @@ def write_result(
         if rows_unique:
             _write_table_rows(dst, sf)
         else:
-            write_sparse(
-                dst,
-                sf.coords,
-                sf.feats,
-                stride=sf.stride,
-                voxel_size=sf.voxel_size,
-                origin=sf.origin,
-                feature_names=sf.feature_names,
-                schema=sf.schema,
-                provenance=sf.provenance,
-                source=sf.source,
-                centroids=sf.centroids,
-            )
+            write_tensor(dst, sf)
     else:
         cloud, _ = fit_for(sparse_to_cloud(sf, position=position), fmt)
         write_points(dst, cloud, format=fmt)
@@ -217,4 +224,5 @@ __all__ = [
     "sparse_to_cloud",
     "voxel_positions",
     "write_result",
+    "write_tensor",
 ]

@@ -169,6 +169,12 @@ def _run(bundle: ModelBundle, cloud: PointCloud, dst, fmt, opts, strict_domain, 
     return parts, timings
 
 
+_RECORDED = (  # the model_run_file options that change an output (its provenance records them)
+    "quantize", "probabilities", "label_field", "replace_field", "colorize", "to_classification",
+    "strict_domain", "interpolation", "device",
+)  # fmt: skip
+
+
 def model_run_parameters(*, model: str | os.PathLike, output_format: str = "npz", **options) -> dict:
     """What a ``model_run_file`` output records as its parameters: the bundle (its path and the
     weights' sha256 from model.json, so a retrained bundle at the same path is not mistaken for
@@ -225,12 +231,9 @@ def model_run_file(
     )
     timings = {"read": t_read, **stage_times, "total": time.perf_counter() - t_start}
     if sidecar and not hasattr(dst, "write") and not isinstance(model, ModelBundle):
-        params = model_run_parameters(
-            model=os.fspath(model), quantize=quantize, output_format=fmt, probabilities=probabilities,
-            label_field=label_field, replace_field=replace_field, colorize=colorize,
-            to_classification=to_classification, strict_domain=strict_domain,
-            interpolation=interpolation, device=device,
-        )  # fmt: skip
+        arguments = locals()  # this call's own arguments, by name
+        options = {k: arguments[k] for k in _RECORDED}
+        params = model_run_parameters(model=os.fspath(model), output_format=fmt, **options)
         write_sidecar(dst, make_record("model-run", params, src))
     return {
         "input": label,

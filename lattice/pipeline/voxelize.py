@@ -23,7 +23,7 @@ import numpy as np
 
 from lattice import _ext
 from lattice.core.modes import ModeAccumulator
-from lattice.io import PointCloud, PointCloudError, SparseFile, write_sparse
+from lattice.io import PointCloud, PointCloudError, SparseFile
 from lattice.io.kinds import DEFAULT_REDUCTION, NORMAL_GROUPS, AttributeInfo, attribute_kind
 from lattice.io.kinds import REDUCTIONS as KIND_REDUCTIONS
 from lattice.pipeline.provenance import make_record
@@ -395,26 +395,12 @@ def voxelize_cloud(cloud: PointCloud, voxel_size=1.0, **options) -> tuple[Sparse
 def write_sparse_file(dst: str | os.PathLike | BinaryIO, sf: SparseFile) -> str:
     """Write ``sf`` as a ``lattice.sparse/1`` NPZ (atomically for a path); returns the path, or ``-``.
 
-    Its records (schema, provenance, source, centroids) are written too.
+    Its records (schema, provenance, source, centroids) are written too
+    (``lattice.pipeline.export.write_tensor``).
     """
-    write_sparse(
-        dst,
-        sf.coords,
-        sf.feats,
-        stride=sf.stride,
-        voxel_size=sf.voxel_size,
-        origin=sf.origin,
-        feature_names=sf.feature_names,
-        schema=sf.schema,
-        provenance=sf.provenance,
-        source=sf.source,
-        centroids=sf.centroids,
-    )
-    return _output_label(dst)
+    from lattice.pipeline.export import write_tensor
 
-
-def _output_label(dst: str | os.PathLike | BinaryIO) -> str:
-    return "-" if hasattr(dst, "write") else os.fspath(dst)
+    return write_tensor(dst, sf)
 
 
 def voxelize_parameters(options: VoxelizeOptions, position: str = "centre", output_format: str = "npz") -> dict:

@@ -182,46 +182,32 @@ def model_run(
     except Exception as err:  # one clear line, never a traceback
         fail(error_message(err))
     if device == "gpu":
-        import mlx.core as mx
+        from lattice_cli.commands.explain import gpu_available
 
-        if not mx.is_available(mx.gpu):
-            fail("--device gpu: no GPU is available to MLX on this machine")
+        if not gpu_available():
+            fail("--device gpu: no GPU is available to MLX on this machine (lattice backend lists the devices)")
     if bundle.task == "classification":
         warn(f"{model}: a classifier gives every point of a cloud the cloud's label")
     if strict_domain and bundle.domain is None:
         warn(f"{model}: the bundle records no training domain; --strict-domain checks nothing")
-    job = functools.partial(
-        run_and_warn,
-        model=str(model),
-        quantize=quantize,
-        format=fmt,
-        columns=columns,
-        output_format=output_format,
-        probabilities=probabilities,
-        label_field=label_field,
-        replace_field=replace_field,
-        colorize=colorize,
-        to_classification=to_classification,
-        strict_domain=strict_domain,
-        interpolation=interpolation,
-        device=device,
-    )
     from lattice.pipeline.export import extension_of
     from lattice.pipeline.model_run import model_run_parameters
 
-    parameters = model_run_parameters(
-        model=str(model),
-        quantize=quantize,
-        output_format=output_format or "npz",
-        probabilities=probabilities,
-        label_field=label_field,
-        replace_field=replace_field,
-        colorize=colorize,
-        to_classification=to_classification,
-        strict_domain=strict_domain,
-        interpolation=interpolation,
-        device=device,
+    options = {  # what changes the output: passed to the job and recorded by its outputs
+        "quantize": quantize,
+        "probabilities": probabilities,
+        "label_field": label_field,
+        "replace_field": replace_field,
+        "colorize": colorize,
+        "to_classification": to_classification,
+        "strict_domain": strict_domain,
+        "interpolation": interpolation,
+        "device": device,
+    }
+    job = functools.partial(
+        run_and_warn, model=str(model), format=fmt, columns=columns, output_format=output_format, **options
     )
+    parameters = model_run_parameters(model=str(model), output_format=output_format or "npz", **options)
     run_files(
         job,
         inputs,
