@@ -211,8 +211,9 @@ def describe_sparse(sf: SparseFile) -> dict:
         bounds = {
             "coords_min": lo.tolist(),
             "coords_max": hi.tolist(),
-            "min": (sf.origin + lo * scale).tolist(),
-            "max": (sf.origin + (hi + 1) * scale).tolist(),
+            # voxel faces in world units, without the float noise of the product (1.15, not 1.1500000000000001)
+            "min": [float(f"{v:.12g}") for v in sf.origin + lo * scale],
+            "max": [float(f"{v:.12g}") for v in sf.origin + (hi + 1) * scale],
         }
     src_meta = sf.source.get("metadata") if isinstance(sf.source.get("metadata"), dict) else {}
     las = sf.source.get("format") in ("las", "laz")
