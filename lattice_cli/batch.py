@@ -40,6 +40,7 @@ from lattice_cli.common import (
     fail,
     input_stream,
     output_target,
+    refuse_input_as_output,
     warn,
 )
 
@@ -371,11 +372,17 @@ def _warnings(summary: dict) -> None:
 def _run_single(job: Job, src: str, dst: str, describe: Callable[[dict], str], as_json: bool) -> None:
     if src != STDIO and Path(src).is_dir():
         fail(f"{src}: is a directory, expected a file (use --output-dir to process the files in it)")
+    refuse_input_as_output(dst, [src])
     target = output_target(dst)
     try:
         summary = job(input_stream(src), target)
-    except Exception as err:  # one clear line, never a traceback
-        fail(error_message(err))
+    except Exception as err:  # one clear line naming the file, never a traceback
+        message = error_message(err)
+        named = (src, dst, "<stdin>", "<stdout>", "<stream>")
+        fail(message if message.startswith(named) else f"{src if src != STDIO else '<stdin>'}: {message}")
+    finally:
+        if hasattr(target, "close") and target is not sys.stdout.buffer:
+            target.close()
     summary["input"] = src
     _warnings(summary)
     emit(summary, describe(summary), as_json=as_json, data_on_stdout=dst == STDIO)

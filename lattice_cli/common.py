@@ -119,6 +119,35 @@ def error_message(err: BaseException) -> str:
     return " ".join(text.split()) or type(err).__name__
 
 
+def _is_terminal(name: str) -> bool:
+    """A character device that is a terminal (a FIFO is never one: opening it to look would
+    signal end-of-file to its reader)."""
+    import stat
+
+    try:
+        if not stat.S_ISCHR(os.stat(name).st_mode):
+            return False
+        fd = os.open(name, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
+
+
+def refuse_input_as_output(output: str | None, inputs: list[str]) -> None:
+    """A usage error (exit 2) when ``output`` is one of ``inputs``: the same path, a symlink to
+    it or a hard link of it (it would be replaced by its own result)."""
+    if output in (None, STDIO) or not os.path.exists(output):
+        return
+    for item in inputs:
+        if item == STDIO or not os.path.exists(item) or is_stream_output(item):
+            continue
+        if os.path.samefile(output, item):
+            fail(f"output {output} is the input {item}; choose another output file", EXIT_USAGE)
+
+
 def stdout_console(**kwargs):
     """A rich console for stdout: rich's layout on a terminal, whole lines in a pipe or file
     (never hard-wrapped at 80 columns, mid-word or mid-filename)."""
@@ -179,12 +208,13 @@ def check_output(output: str | None, output_format: str | None, output_dir: Path
     from lattice.pipeline.export import OutputFormatError
     from lattice.pipeline.export import output_format as resolve
 
-    if output not in (None, STDIO) and output_format is not None:
-        fail("--output-format applies to -o - and batch mode; with -o FILE the extension decides", EXIT_USAGE)
+    if output not in (None, STDIO) and output_format is not None and not is_stream_output(output):
+        fail("--output-format applies to -o -, a FIFO or device, and batch mode; with -o FILE the extension decides", EXIT_USAGE)
     if output not in (None, STDIO) and Path(output).is_dir():
         fail(f"cannot write {output}: it is a directory")
+    stream = output is None or is_stream_output(output)
     try:
-        return resolve(output if output not in (None, STDIO) else sys.stdout.buffer, output_format)
+        return resolve(sys.stdout.buffer if stream else output, output_format)
     except OutputFormatError as err:
         fail(str(err), EXIT_USAGE)
 
@@ -242,12 +272,28 @@ def input_stream(name: str) -> str | BinaryIO:
     return sys.stdin.buffer if name == STDIO else name
 
 
+def is_stream_output(name: str | None) -> bool:
+    """``-``, or an existing FIFO / device (``/dev/null``, a named pipe): written as a stream,
+    never replaced by a file."""
+    from lattice.io.atomic import is_special
+
+    return name == STDIO or (name is not None and is_special(name))
+
+
 def output_target(name: str) -> str | BinaryIO:
-    """``-`` is stdout (binary, refused on a terminal); a path's directory must exist."""
+    """``-`` is stdout (binary, refused on a terminal); a FIFO or device is opened and written
+    as a stream; a path's directory must exist."""
     if name == STDIO:
         if sys.stdout.isatty():
             fail("refusing to write a binary NPZ to a terminal; redirect stdout or give -o FILE", EXIT_USAGE)
         return sys.stdout.buffer
+    if is_stream_output(name):
+        if _is_terminal(name):
+            fail(f"refusing to write binary data to the terminal {name}; give -o FILE", EXIT_USAGE)
+        try:
+            return open(name, "wb")  # noqa: SIM115 (closed at exit; a stream, never renamed over)
+        except OSError as err:
+            fail(f"cannot write {name}: {err.strerror}")
     path = Path(name)
     if path.is_dir():
         fail(f"cannot write {name}: it is a directory")

@@ -13,6 +13,7 @@ from lattice_cli.commands import pool as pool_cmd
 from lattice_cli.commands import render as render_cmd
 from lattice_cli.commands import upsample as upsample_cmd
 from lattice_cli.commands import voxelize as voxelize_cmd
+from lattice_cli.common import EXIT_USAGE
 
 app = typer.Typer(
     name="lattice",
@@ -51,5 +52,57 @@ app.command("render")(render_cmd.render)
 app.command("explain")(explain_cmd.explain)
 app.command("backend")(info_cmd.backend)
 
+def _terminate(signum, frame) -> None:  # noqa: ARG001
+    """SIGTERM as SIGINT: unwind, so an atomic write removes its temp file, then exit 143."""
+    raise SystemExit(128 + signum)
+
+
+def _click_exceptions():
+    """The click exception classes typer raises (typer >= 0.2x vendors its own click)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - typer on the real click
+        from click import exceptions
+    return exceptions
+
+
+def run() -> None:
+    """The console script: ``app`` with one-line usage errors (exit 2), SIGTERM unwinding like
+    SIGINT, and a closed stdout pipe (``| head``) ending quietly with 0 as Unix tools do."""
+    import signal
+
+    ex = _click_exceptions()
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code = app(standalone_mode=False)
+    except ex.NoArgsIsHelpError as err:  # bare `lattice` / `lattice GROUP`: the help, exit 2 like click
+        typer.echo(err.format_message() if hasattr(err, "format_message") else str(err))
+        code = EXIT_USAGE
+    except ex.UsageError as err:
+        ctx = err.ctx
+        where = f"lattice {ctx.info_name}" if ctx is not None and ctx.parent is not None else "lattice"
+        typer.echo(f"lattice: error: {' '.join(err.format_message().split())} (see '{where} --help')", err=True)
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        typer.echo("lattice: error: interrupted", err=True)
+        code = 130
+    except BrokenPipeError:
+        code = 0
+    except SystemExit as err:  # SIGTERM (143), or rich giving up on a closed pipe
+        code = err.code if isinstance(err.code, int) else 1
+    _exit(code if isinstance(code, int) else 0)
+
+
+def _exit(code: int) -> None:
+    import os
+    import sys
+
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away: nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    run()

@@ -82,6 +82,15 @@ def label_of(path_or_file: PathOrFile) -> str:
     return os.fspath(path_or_file)
 
 
+def output_label(dst: PathOrFile) -> str:
+    """How summaries name an output: ``-`` for stdout, a stream's file name (a FIFO, a device),
+    else the path."""
+    if is_file_like(dst):
+        name = getattr(dst, "name", None)
+        return name if isinstance(name, str) and not name.startswith("<") else "-"
+    return os.fspath(dst)
+
+
 def check_readable_path(path: str | os.PathLike) -> Path:
     """Raise ``PointCloudError`` unless ``path`` is an existing, non-empty regular file."""
     p = Path(path)
@@ -179,9 +188,14 @@ def open_output(path_or_file: PathOrFile) -> Iterator[BinaryIO]:
     if is_file_like(path_or_file):
         buf = io.BytesIO()
         yield buf
-        path_or_file.write(buf.getbuffer())
-        if hasattr(path_or_file, "flush"):
-            path_or_file.flush()
+        try:
+            path_or_file.write(buf.getbuffer())
+            if hasattr(path_or_file, "flush"):
+                path_or_file.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:  # a full disk behind stdout: say where, exit 1
+            raise OSError(e.errno, f"cannot write: {e.strerror}", label_of(path_or_file)) from e
         return
     from lattice.io.atomic import atomic_write
 

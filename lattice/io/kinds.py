@@ -24,14 +24,17 @@ decode packed PCL ``rgb``/``rgba`` fields and PLY ``r/g/b/a`` into them. A colou
 is its full-scale value: 255 for 8-bit channels, 65535 for 16-bit ones (LAS), 1.0 for unit
 floats. A uint16 channel whose values are all <= 255 (an 8-bit colour in a LAS file, as in
 PDAL's Autzen sample) has scale 255, so it is neither dimmed nor brightened when written
-to a format with 8-bit colour. ``convert_colour`` moves values between scales.
+to a format with 8-bit colour. Float channels are unit colours (scale 1) when their values
+lie in [0, 1] and are not all whole numbers; whole-number floats (8-bit values stored as
+float, as in ScanNet's ``.bin`` or a ``.npy``) have scale 255 even when they are all 0 or 1.
+``convert_colour`` moves values between scales.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -116,7 +119,9 @@ def colour_scale(values: np.ndarray) -> float:
     top = float(finite.max()) if finite.size else 0.0
     if a.dtype.kind in "iu":
         return 255.0 if top <= 255 else 65535.0
-    return 1.0 if top <= 1.0 else 255.0 if top <= 255.0 else 65535.0
+    if top <= 1.0 and finite.size and np.any(finite != np.round(finite)):
+        return 1.0  # unit floats; whole-number floats (8-bit values stored as float) are not
+    return 255.0 if top <= 255.0 else 65535.0
 
 
 def convert_colour(values: np.ndarray, scale: float, to_scale: float, dtype: Any) -> np.ndarray:
@@ -184,7 +189,13 @@ def infos_for(
 ) -> dict[str, AttributeInfo]:
     """``info_for`` over every attribute; ``kinds`` gives explicit kinds for some names."""
     kinds = kinds or {}
-    return {n: info_for(n, v, format=format, kind=kinds.get(n)) for n, v in attributes.items()}
+    infos = {n: info_for(n, v, format=format, kind=kinds.get(n)) for n, v in attributes.items()}
+    group = [n for n in COLOUR_CHANNELS if n in infos and infos[n].kind == "colour"]
+    if len(group) > 1:  # one scale for the colour: a channel that happens to be all 0/1 follows the rest
+        joint = colour_scale(np.concatenate([np.asarray(attributes[n]).ravel().astype(np.float64) for n in group]))
+        if all(np.asarray(attributes[n]).dtype.kind == "f" for n in group):
+            infos.update({n: replace(infos[n], scale=joint) for n in group})
+    return infos
 
 
 def check_reductions(reductions: Mapping[str, str] | None, names: Iterable[str], *, flag: str) -> dict:

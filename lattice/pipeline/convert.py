@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import BinaryIO
 
 from lattice.io import PointCloud, read_points, read_sparse, write_points
+from lattice.io._common import output_label
 from lattice.io.sparse import is_sparse_npz
 from lattice.pipeline.export import fit_for, sparse_to_cloud, write_result
 from lattice.pipeline.export import output_format as resolve_output
@@ -80,7 +81,7 @@ def convert_file(
         write_sidecar(dst, record)
     return {
         "input": "-" if hasattr(src, "read") else os.fspath(src),
-        "output": "-" if hasattr(dst, "write") else os.fspath(dst),
+        "output": output_label(dst),
         "input_format": in_fmt,
         "output_format": fmt,
         "kind": kind,

@@ -19,6 +19,7 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import FORMATS, PointCloud, PointCloudError, SparseFile, format_from_name, write_points
+from lattice.io._common import output_label
 from lattice.io.kinds import AttributeInfo, convert_colour, info_for
 from lattice.io.sparse import _write_table_rows, write_sparse
 from lattice.pipeline.provenance import write_sidecar
@@ -181,7 +182,7 @@ def write_tensor(dst: PathOrStream, sf: SparseFile) -> str:
         source=sf.source,
         centroids=sf.centroids,
     )
-    return "-" if hasattr(dst, "write") else os.fspath(dst)
+    return output_label(dst)
 
 
 def write_result(
@@ -211,7 +212,7 @@ def write_result(
         write_points(dst, cloud, format=fmt)
         if sidecar and sf.provenance is not None and not hasattr(dst, "write"):
             write_sidecar(dst, sf.provenance)
-    return "-" if hasattr(dst, "write") else os.fspath(dst)
+    return output_label(dst)
 
 
 __all__ = [

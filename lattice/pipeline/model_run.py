@@ -35,7 +35,7 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import PointCloud, format_from_name, read_points, write_points
-from lattice.io._common import open_output
+from lattice.io._common import open_output, output_label
 from lattice.io.npz import save_npz
 from lattice.models import ModelBundle, Prediction, check_domain, load_model, predict_cloud
 from lattice.models.spec import Outputs
@@ -129,7 +129,7 @@ def write_labelled(
             save_npz(f, arrays)
     else:
         write_points(dst, cloud, format=fmt)
-    return "-" if hasattr(dst, "write") else os.fspath(dst)
+    return output_label(dst)
 
 
 def class_counts(labels: np.ndarray, outputs: Outputs) -> dict[str, int]:
