@@ -38,7 +38,7 @@ from lattice.io.kitti import LAYOUTS, check_scan, layout_columns
 from lattice.io.npy import npy_layout, npy_parts
 from lattice.io.text import CHUNK_LINES, ColumnStats, TextTable, check_count
 
-DEFAULT_CHUNK_POINTS = 2_000_000
+DEFAULT_CHUNK_POINTS = 1_000_000  # 20 M points at 0.05 m: 838 MiB peak (2 M: 918 MiB), 2 % slower
 Chunk = tuple[np.ndarray, dict[str, np.ndarray]]
 
 _PLY_TYPES = {
