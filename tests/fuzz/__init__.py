@@ -1,0 +1,1 @@
+"""Mutation fuzzing of lattice's readers and bundle loader (see harness.py)."""
