@@ -9,7 +9,8 @@ entry's dtype, shape and offsets against the file (inside the data, ``end - begi
 for the shape, no two tensors overlapping). :func:`check_header` then matches it with
 :func:`lattice.models.params.parameter_specs`: a missing, unexpected, mis-shaped or
 wrong-dtype tensor is one line naming it. :func:`check_digest` compares the file's sha256
-with ``model.json``'s. Every error is a :class:`BundleError` that starts with the file.
+with ``model.json``'s, and :func:`read_tensors` reads the tensors once all of that passed.
+Every error is a :class:`BundleError` that starts with the file.
 """
 
 from __future__ import annotations
