@@ -33,7 +33,7 @@ from lattice.models import (
     load_model,
     read_model_json,
 )
-from lattice.models.limits import MAX_VALUES, check_config, check_depth
+from lattice.models.limits import CONFIG_BOUNDS, MAX_VALUES, check_config, check_depth
 from lattice.models.params import parameter_specs
 from lattice.models.weightfile import read_header, sha256_of
 from lattice.nn import QuantizedSubmConv3d, SubmConv3d, from_packed, quantize
@@ -425,8 +425,18 @@ def test_quantization_values_must_be_integers(bundle):
     for bits, group in ((8.0, None), (True, None), (8, 64.0), (8, False)):
         with pytest.raises(BundleError, match="quantization"):
             Quantization(bits, group)
-    with pytest.raises(BundleError, match=r"model.json: quantization.bits must be 4 or 8, got 3"):
+    with pytest.raises(
+        BundleError, match=r"quantize_bits=3, group_size=None: quantization.bits must be 4 or 8"
+    ):
         load_model(bundle, quantize_bits=3)
+    with pytest.raises(BundleError, match=r"quantize_bits=8, group_size=48: quantization.group_size"):
+        load_model(bundle / "nope", quantize_bits=8, group_size=48)  # checked before the bundle is read
+
+
+def test_every_config_field_has_a_bound():
+    for config_cls in (UNetConfig, ResNetConfig):
+        fields = {f for f in config_cls.__dataclass_fields__ if f != "name"}
+        assert fields <= set(CONFIG_BOUNDS), fields - set(CONFIG_BOUNDS)
 
 
 def test_read_header_agrees_with_mlx():

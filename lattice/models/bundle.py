@@ -339,10 +339,15 @@ def load_model(
     line naming the bundle file and the key or tensor.
     """
     root = Path(path)
+    try:
+        at_load = None if quantize_bits is None else Quantization(quantize_bits, group_size)
+    except BundleError as err:
+        raise BundleError(
+            f"{root}: quantize_bits={quantize_bits!r}, group_size={group_size!r}: {err}"
+        ) from None
     doc = read_model_json(root)
     try:
         d = _describe(root, doc)
-        at_load = None if quantize_bits is None else Quantization(quantize_bits, group_size)
     except BundleError as err:
         raise BundleError(f"{root / MODEL_JSON}: {err}") from None
     if at_load is not None and d.quantization is not None:
