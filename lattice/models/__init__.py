@@ -6,6 +6,9 @@
   one label per point cloud, through global average pooling;
 - :mod:`lattice.models.bundle` — ``save_model`` / ``load_model``: a directory with
   ``model.json`` and ``weights.safetensors`` (no pickle, no code execution on load);
+- :mod:`lattice.models.limits` — the bounds a bundle's architecture config must keep;
+  :mod:`lattice.models.params` — the tensors a config implies, computed without building;
+  :mod:`lattice.models.weightfile` — the safetensors header checked before any tensor is read;
 - :mod:`lattice.models.spec` — what ``model.json`` holds (``Preprocessing``,
   ``FeatureSpec``, ``Outputs``, ``ClassInfo``, ``Quantization``) and ``BundleError``;
 - :mod:`lattice.models.predict` — ``predict_cloud`` / ``predict_points``: preprocess as

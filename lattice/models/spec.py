@@ -263,9 +263,14 @@ class Quantization:
     group_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.bits not in (4, 8):
+        def integer(v: Any) -> bool:  # 8.0 == 8 and True == 1: neither is a bit width
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if not integer(self.bits) or self.bits not in (4, 8):
             raise BundleError(f"quantization.bits must be 4 or 8, got {self.bits!r}")
-        if self.group_size not in (None, 32, 64, 128):
+        if self.group_size is not None and (
+            not integer(self.group_size) or self.group_size not in (32, 64, 128)
+        ):
             raise BundleError(f"quantization.group_size must be 32, 64, 128 or null, got {self.group_size!r}")
 
     @classmethod
@@ -273,6 +278,9 @@ class Quantization:
         if d is None:
             return None
         d = _object(d, "quantization")
+        unknown = set(d) - {"bits", "group_size"}
+        if unknown:
+            raise BundleError(f"quantization has unknown keys {sorted(unknown)}")
         return cls(d.get("bits"), d.get("group_size"))
 
     def to_json(self) -> dict:

@@ -38,6 +38,7 @@ __all__ = [
     "QuantizedGenerativeConvTranspose3d",
     "QuantizedLinear",
     "QuantizedSubmConv3d",
+    "from_packed",
     "quantize",
 ]
 
@@ -119,12 +120,7 @@ class _QuantizedConv(KernelGeometry, _Packed):
         if not isinstance(module, cls._float) or normalized:
             why = " (normalised convolutions need the float weight)" if normalized else ""
             raise TypeError(f"[{name}] expected a {cls._float.__name__}, got {type(module).__name__}{why}")
-        q = quantize_weight(module["weight"], group_size=group_size, bits=bits)
-        obj = cls.__new__(cls)
-        nn.Module.__init__(obj)
-        obj.spec = module.spec
-        obj._store(q, module["bias"] if "bias" in module else None)
-        return obj
+        return _twin(cls, module, quantize_weight(module["weight"], group_size=group_size, bits=bits))
 
     def _extra_repr(self) -> str:
         geometry = ", ".join(f"{_REPR_NAMES.get(k, k)}={getattr(self.spec, k)}" for k in self._geometry)
@@ -308,11 +304,7 @@ class QuantizedLinear(_Packed):
             raise TypeError(
                 f"[{cls.__name__}.from_linear] expected an mlx.nn.Linear, got {type(module).__name__}"
             )
-        q = quantize_weight(module["weight"], group_size=group_size, bits=bits)
-        obj = cls.__new__(cls)
-        nn.Module.__init__(obj)
-        obj._store(q, module["bias"] if "bias" in module else None)
-        return obj
+        return _twin(cls, module, quantize_weight(module["weight"], group_size=group_size, bits=bits))
 
     def _extra_repr(self) -> str:
         return (
@@ -344,6 +336,35 @@ def _conversion(module: nn.Module) -> Callable | None:
     if isinstance(module, _NORMALIZED):
         return None
     return next((fn for cls, fn in _CONVERSIONS if isinstance(module, cls)), None)
+
+
+def _twin(cls: type, module: nn.Module, q: QuantizedWeight) -> nn.Module:
+    """A ``cls`` holding packed ``q``, with ``module``'s geometry and float bias."""
+    obj = cls.__new__(cls)
+    nn.Module.__init__(obj)
+    if issubclass(cls, _QuantizedConv):
+        obj.spec = module.spec
+    obj._store(q, module["bias"] if "bias" in module else None)
+    return obj
+
+
+def from_packed(module: nn.Module, weight: QuantizedWeight) -> nn.Module:
+    """The quantized twin of float conv or linear ``module`` holding the already-packed
+    ``weight`` (a stored bundle's tensors): nothing is quantized and ``module``'s float
+    weight is never read, so it may be an unevaluated placeholder. The float bias is kept.
+    ``weight`` must have the logical shape of ``module``'s weight."""
+    fn = _conversion(module)
+    if fn is None:
+        raise TypeError(f"[from_packed] {type(module).__name__} has no quantized form")
+    if not isinstance(weight, QuantizedWeight):
+        raise TypeError(f"[from_packed] weight must be a QuantizedWeight, got {type(weight).__name__}")
+    want = tuple(module["weight"].shape)
+    if weight.shape != want or weight.layout not in ("linear", "dense"):
+        raise ValueError(
+            f"[from_packed] a {type(module).__name__} with weight {want} needs a linear or dense packed "
+            f"weight of that shape, got {weight.layout} {weight.shape}"
+        )
+    return _twin(fn.__self__, module, weight)
 
 
 def quantize(

@@ -89,6 +89,16 @@ def check_usage(output: str | None, output_format: str | None, to_classification
             )
 
 
+def check_checksum(model: Path, bundle, required: bool) -> None:
+    """A warning, or with ``--require-checksum`` an error (exit 1), for weights loaded unchecked."""
+    if bundle.checksum_verified:
+        return
+    missing = f"{model}: model.json records no weights.sha256"
+    if required:
+        fail(f"{missing}, and --require-checksum refuses weights that cannot be checked")
+    warn(f"{missing}: the weights were loaded without an integrity check (--require-checksum refuses such bundles)")
+
+
 def model_run(
     model: Annotated[
         Path,
@@ -150,6 +160,13 @@ def model_run(
         str | None, typer.Option("--quantize", "-q", help="Pack the weights at load: int8 or int4.")
     ] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or gpu (for MLX's own ops).")] = "cpu",
+    require_checksum: Annotated[
+        bool,
+        typer.Option(
+            "--require-checksum",
+            help="Fail (exit 1) for a bundle whose model.json records no weights.sha256 (default: warn).",
+        ),
+    ] = False,
     fmt: FormatOpt = None,
     columns: ColumnsOpt = None,
     overwrite: OverwriteOpt = False,
@@ -181,6 +198,7 @@ def model_run(
         bundle = cached_bundle(str(model), quantize)  # a bad bundle fails once, before any input is read
     except Exception as err:  # one clear line, never a traceback
         fail(error_message(err))
+    check_checksum(model, bundle, require_checksum)
     if device == "gpu":
         from lattice_cli.commands.explain import gpu_available
 
