@@ -376,6 +376,44 @@ def run(
     return report
 
 
+def replay(workdir: Path, paths: list[Path], *, memory_limit: int = 4 << 30, per_mutant: float = 10.0) -> Report:
+    """Run the worker on saved mutants (files, or bundle folders) instead of new ones.
+
+    A saved bundle folder may hold only its ``model.json``: the seed bundle's weights are
+    added (so regression bundles stay a few KB in the repository).
+    """
+    t0 = time.perf_counter()
+    report = Report()
+    seed_bundle = None
+    for i, path in enumerate(paths):
+        target = "bundle" if path.is_dir() else "points"
+        copy = workdir / f"r{i}{''.join(path.suffixes[-2:]) if path.name.endswith('.pcd.bin') else path.suffix}"
+        shutil.copytree(path, copy) if path.is_dir() else shutil.copy(path, copy)
+        if target == "bundle" and not (copy / "weights.safetensors").exists():
+            seed_bundle = seed_bundle or make_bundle(workdir / "seedbundle")
+            shutil.copy(seed_bundle / "weights.safetensors", copy / "weights.safetensors")
+        task = {"i": i, "target": target, "path": str(copy), "name": str(copy), "out": str(workdir / f"o{i}.npz")}
+        proc = _start_worker(memory_limit, per_mutant)
+        try:
+            proc.stdin.write(json.dumps(task) + "\n")
+            proc.stdin.flush()
+            started = _read_line(proc, 60)
+            line = _read_line(proc, per_mutant + 20) if started else None
+        finally:
+            proc.kill()
+            proc.wait()
+        report.mutants += 1
+        if line and '"start"' not in line:
+            res = json.loads(line)
+            report.peak_rss = max(report.peak_rss, res["rss"])
+            if not res["ok"]:
+                report.findings.append(Finding(res["kind"], target, str(path), res["detail"]))
+        else:
+            report.findings.append(Finding("crash" if proc.returncode else "hang", target, str(path), "no answer"))
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
 def _next_task(rng, i, raws, bundle: Path, mutants: Path) -> dict:
     if rng.random() < 0.15:
         out = mutants / f"b{i}"
@@ -384,7 +422,7 @@ def _next_task(rng, i, raws, bundle: Path, mutants: Path) -> dict:
     src, raw = rng.choice(raws)
     name = src.name
     ext = name[name.index(".", 1) if name.endswith(".pcd.bin") else name.rindex(".") :]
-    path = mutants / f"m{i}{ext}"
+    path = mutants / f"m{i}-{name[: len(name) - len(ext)]}{ext}"  # the seed's name: real_* come from ../shared/data
     path.write_bytes(mutate(rng, raw))
     return {"i": i, "target": "points", "path": str(path), "name": str(path), "out": str(mutants / f"o{i}.npz")}
 
@@ -417,4 +455,4 @@ def summary(report: Report) -> str:
     )
 
 
-__all__ = ["Finding", "Report", "make_bundle", "make_seeds", "mutate", "mutate_bundle", "run", "summary"]
+__all__ = ["Finding", "Report", "make_bundle", "make_seeds", "mutate", "mutate_bundle", "replay", "run", "summary"]
