@@ -310,19 +310,26 @@ NB_MODULE(_ext, m) {
 
   m.def("sparse_conv",
         [](const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
-           const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, mx::StreamOrDevice s) {
+           const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, bool distinct,
+           mx::StreamOrDevice s) {
           return lattice::sparse_conv(x, w, in_rows, out_rows, std::make_shared<const std::vector<int64_t>>(bounds),
-                                      n_out, transpose_w, identity_k, s);
+                                      n_out, transpose_w, identity_k, lattice::EdgeFacts{distinct}, s);
         },
         "x"_a, "w"_a, "in_rows"_a, "out_rows"_a, "bounds"_a, "n_out"_a, "transpose_w"_a = false,
-        "identity_k"_a = -1, "stream"_a = nb::none(),
-        "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset (gather -> BLAS GEMM -> scatter-add).");
+        "identity_k"_a = -1, "distinct"_a = false, "stream"_a = nb::none(),
+        "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset (gather -> BLAS GEMM -> scatter-add). Row "
+        "indices, offsets and counts are checked (ValueError). `distinct`: the caller vouches that within each "
+        "kernel offset no two edges share an input row or an output row (lattice's relations do); without it "
+        "the kernel checks that itself and scatters serially where it does not hold.");
   m.def("sparse_conv_weight_grad",
         [](const mx::array& a, const mx::array& b, const mx::array& ra, const mx::array& rb,
-           const std::vector<int64_t>& bounds, mx::StreamOrDevice s) {
-          return lattice::sparse_conv_weight_grad(a, b, ra, rb, std::make_shared<const std::vector<int64_t>>(bounds), s);
+           const std::vector<int64_t>& bounds, bool distinct, mx::StreamOrDevice s) {
+          return lattice::sparse_conv_weight_grad(a, b, ra, rb, std::make_shared<const std::vector<int64_t>>(bounds),
+                                                  lattice::EdgeFacts{distinct}, s);
         },
-        "a"_a, "b"_a, "rows_a"_a, "rows_b"_a, "bounds"_a, "stream"_a = nb::none());
+        "a"_a, "b"_a, "rows_a"_a, "rows_b"_a, "bounds"_a, "distinct"_a = false, "stream"_a = nb::none(),
+        "G[k] = A[rows_a]^T @ B[rows_b] over the edges of offset k (checked as sparse_conv; `distinct` is "
+        "handed on to the convolutions of its gradient).");
   m.def("blas_gemm", &lattice::blas_gemm, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false,
         "stream"_a = nb::none(), "op(A) @ op(B) through the linked BLAS, differentiable.");
   m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,
