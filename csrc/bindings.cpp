@@ -1,6 +1,9 @@
 // The nanobind module lattice._ext: thin bindings over the backend functions.
-// Arguments are validated by the Python semantic layer; the backends re-check
-// only what would otherwise be memory-unsafe.
+// Arguments are validated by the Python semantic layer; the bindings and the ops
+// behind them check again whatever would otherwise be memory-unsafe or crash (row
+// indices, edge offsets, counts, strides: csrc/core/checks.h), since every function
+// here is reachable from Python as lattice._ext.
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -23,6 +26,7 @@
 #include "backend/cpu/neighbors.h"
 #include "backend/cpu/relations.h"
 #include "backend/cpu/voxel_accumulator.h"
+#include "core/checks.h"
 #include "primitives.h"
 
 namespace nb = nanobind;
@@ -181,6 +185,7 @@ NB_MODULE(_ext, m) {
         "table"_a, "queries"_a, release);
   m.def("downsample",
         [](const CoordTable& t, const Int3& stride) {
+          lattice::check_axes(stride, INT32_MAX, "downsample_coords", "stride");
           auto u = lattice::downsample(t, stride);
           std::optional<mx::array> rows, out;
           if (u.grouped) {
@@ -256,6 +261,7 @@ NB_MODULE(_ext, m) {
   m.def("kernel_offsets", &lattice::kernel_offsets, "size"_a, "dilation"_a);
   m.def("relation_submanifold",
         [](const CoordTable& in, const Int3& size, const Int3& dilation) {
+          lattice::check_axes(dilation, INT32_MAX, "submanifold_kernel_relation", "dilation");
           nb::gil_scoped_release g;
           auto r = lattice::relation_submanifold(in, size, dilation);
           nb::gil_scoped_acquire a;
@@ -265,6 +271,8 @@ NB_MODULE(_ext, m) {
   m.def("relation_forward",
         [](const CoordTable& in, const CoordTable& out, const Int3& size, const Int3& stride,
            const Int3& padding, const Int3& dilation) {
+          lattice::check_axes(stride, INT32_MAX, "kernel_relation", "stride");
+          lattice::check_axes(dilation, INT32_MAX, "kernel_relation", "dilation");
           nb::gil_scoped_release g;
           auto r = lattice::relation_forward(in, out, size, stride, padding, dilation);
           nb::gil_scoped_acquire a;
@@ -273,10 +281,14 @@ NB_MODULE(_ext, m) {
         "table"_a, "target"_a, "size"_a, "stride"_a, "padding"_a, "dilation"_a);
   m.def("relation_exclusive",
         [](const CoordTable& in, const mx::array& inverse, const Int3& stride) {
+          // kernel == stride windows: at most 64 per axis, as every kernel size
+          lattice::check_axes(stride, 64, "kernel_relation", "stride");
           mx::array inv = lattice::materialize(inverse);
           if (inv.dtype() != mx::int32 || inv.ndim() != 1 || inv.shape(0) != in.n) {
             throw std::invalid_argument("[kernel_relation] inverse must be int32 (N,) of the input rows");
           }
+          // the downsampled row of every input row: a downsample has at most N rows
+          lattice::check_rows(inv.data<int32_t>(), in.n, in.n, "kernel_relation", "inverse", "the downsample");
           nb::gil_scoped_release g;
           auto r = lattice::relation_exclusive(in, inv.data<int32_t>(), stride);
           nb::gil_scoped_acquire a;
@@ -286,6 +298,8 @@ NB_MODULE(_ext, m) {
   m.def("relation_transposed",
         [](const CoordTable& in, const CoordTable* out, const Int3& size, const Int3& stride,
            const Int3& padding, const Int3& dilation) {
+          lattice::check_axes(stride, INT32_MAX, "transposed_kernel_relation", "stride");
+          lattice::check_axes(dilation, INT32_MAX, "transposed_kernel_relation", "dilation");
           nb::gil_scoped_release g;
           auto r = lattice::relation_transposed(in, out, size, stride, padding, dilation);
           nb::gil_scoped_acquire a;
@@ -296,6 +310,11 @@ NB_MODULE(_ext, m) {
   m.def("radius_neighbors",
         [](const mx::array& s, const mx::array& sb, const mx::array& q, const mx::array& qb,
            double radius, int64_t max_neighbors) {
+          if (!(radius > 0.0) || !std::isfinite(radius)) {
+            lattice::Message msg;
+            msg << "[radius_relation] radius must be positive and finite, got " << radius;
+            lattice::invalid(msg);
+          }
           auto r = lattice::radius_neighbors(s, sb, q, qb, radius, max_neighbors);
           return std::make_tuple(r.offsets, r.source_rows, r.distances);
         },
@@ -303,6 +322,7 @@ NB_MODULE(_ext, m) {
         release);
   m.def("knn_neighbors",
         [](const mx::array& s, const mx::array& sb, const mx::array& q, const mx::array& qb, int64_t k) {
+          if (k < 1) throw std::invalid_argument("[knn_relation] k must be positive, got " + std::to_string(k));
           auto r = lattice::knn_neighbors(s, sb, q, qb, k);
           return std::make_tuple(r.offsets, r.source_rows, r.distances);
         },

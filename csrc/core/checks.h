@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -91,6 +92,18 @@ inline void check_count(int64_t n, const char* op, const char* name) {
     Message msg;
     msg << "[" << op << "] " << name << " must be in [0, 2^31), got " << n;
     invalid(msg);
+  }
+}
+
+// Every entry of a per-axis triple (stride, dilation) at least 1 and at most `most`.
+inline void check_axes(const std::array<int32_t, 3>& v, int64_t most, const char* op, const char* name) {
+  for (int32_t a : v) {
+    if (a < 1 || a > most) {
+      Message msg;
+      msg << "[" << op << "] " << name << " must be in 1.." << most << " on every axis, got (" << v[0] << ", "
+          << v[1] << ", " << v[2] << ")";
+      invalid(msg);
+    }
   }
 }
 
