@@ -205,6 +205,58 @@ BAD_CALLS = {
 }
 
 
+# extreme but valid arguments: they run (or raise), they never crash (and, under
+# tools/sanitize.sh, never read or write out of bounds)
+EDGE_CALLS = {
+    "lookup int32 extremes": "E.lookup(T, mx.array([[2**31 - 1, 2**31 - 1, -2**31, 0]], dtype=mx.int32))",
+    "lookup lazy queries": "E.lookup(T, c + 1)",
+    "downsample huge stride": "E.downsample(T, [2**31 - 1, 2**31 - 1, 2**31 - 1])",
+    "downsample extreme coords": "E.downsample(E.build_table(mx.array([[0, 2**31 - 1, -2**31, 0]], "
+                                 "dtype=mx.int32)), [3, 3, 3])",
+    "empty table": "E.relation_submanifold(E.build_table(mx.zeros((0, 4), dtype=mx.int32)), [3, 3, 3], [1, 1, 1])",
+    "submanifold huge dilation": "E.relation_submanifold(T, [3, 3, 3], [2**31 - 1, 2**31 - 1, 2**31 - 1])",
+    "submanifold 63^3": "E.relation_submanifold(T, [63, 63, 63], [1, 1, 1])",
+    "forward huge padding": "E.relation_forward(T, T, [2, 2, 2], [1, 1, 1], [2**31 - 1, 0, 0], [1, 1, 1])",
+    "forward 64^3": "E.relation_forward(T, T, [64, 64, 64], [1, 1, 1], [0, 0, 0], [1, 1, 1])",
+    "transposed 64^3": "E.relation_transposed(T, None, [64, 64, 64], [1, 1, 1], [0, 0, 0], [1, 1, 1])",
+    "transposed huge stride": "E.relation_transposed(T, None, [2, 2, 2], [2**31 - 1, 1, 1], [0, 0, 0], [1, 1, 1])",
+    "kernel offsets huge dilation": "E.kernel_offsets([3, 3, 3], [2**31 - 1, 1, 1])",
+    "exclusive stride 64": "E.relation_exclusive(T, r(0, 0, 0, 1), [64, 64, 64])",
+    "knn k past the points": "E.knn_neighbors(x[:, :3], r(0, 0, 0, 0), x[:, :3], r(0, 0, 0, 0), 2**62)",
+    "knn empty source": "E.knn_neighbors(mx.zeros((0, 3)), r(), x[:, :3], r(0, 0, 0, 0), 3)",
+    "knn far apart": "E.knn_neighbors(mx.array([[0, 0, 0], [1e30, 1e30, 1e30]]), r(0, 0), mx.zeros((1, 3)), r(0), 2)",
+    "knn batch extremes": "E.knn_neighbors(x[:, :3], r(-1, -5, 2**31 - 1, 0), x[:, :3], r(-1, 3, 0, 7), 2)",
+    "radius huge": "E.radius_neighbors(mx.random.normal((50, 3)), mx.zeros(50, dtype=mx.int32), "
+                   "mx.random.normal((5, 3)), mx.zeros(5, dtype=mx.int32), 1e300, 5)",
+    "radius tiny": "E.radius_neighbors(mx.random.normal((50, 3)) * 1e6, mx.zeros(50, dtype=mx.int32), "
+                   "mx.random.normal((5, 3)), mx.zeros(5, dtype=mx.int32), 1e-30, 5)",
+    "radius batch extremes": "E.radius_neighbors(x[:, :3], r(0, 100000, 2000, 3), x[:, :3], r(0, 100000, 2000, 3), "
+                             "1.0, -7)",
+    "quantize huge batch": "E.sparse_quantize(mx.ones((3, 3)), [1, 1, 1], [0, 0, 0], r(2**31 - 1, 0, 0))",
+    "conv empty": "E.sparse_conv(mx.ones((0, 8)), w, r(), r(), [0, 0], 0)",
+    "conv no offsets": "E.sparse_conv(x, mx.ones((0, 8, 8)), r(), r(), [0], 3)",
+    "conv strided features": "E.sparse_conv(mx.ones((8, 16))[::2, ::2], w, r(3), r(0), [0, 1], 1)",
+    "conv strided rows": "E.sparse_conv(x, w, r(0, 99, 1, 99)[::2], r(0, 0), [0, 2], 1)",
+    "conv uint8 rows": "E.sparse_conv(x, w, mx.array([3], dtype=mx.uint8), r(0), [0, 1], 1)",
+    "conv float16": "E.sparse_conv(x.astype(mx.float16), w, r(3, 2), r(0, 0), [0, 2], 1)",
+    "conv grad": "mx.grad(lambda f: E.sparse_conv(f, w, r(0, 1), r(0, 0), [0, 2], 1).sum())(x)",
+    "wgrad empty": "E.sparse_conv_weight_grad(x, x, r(), r(), [0, 0, 0])",
+    "pool empty": "E.sparse_pool(mx.ones((0, 8)), r(), r(), [0], 0, 'max')",
+    "pool select": "E.sparse_pool(x, r(3), r(0), [0, 1], 1, 'select', values=mx.ones((4, 8)))",
+    "pool double grad": "mx.grad(lambda f: mx.grad(lambda g: (E.sparse_pool(g, r(0, 1), r(0, 0), [0, 2], 1, 'max')"
+                        " * f[:1]).sum())(f).sum())(x)",
+    "global empty member": "E.global_pool(x, r(0, 0, 2, 2), 4, 'avg')",
+    "global max grad": "mx.grad(lambda f: E.global_pool(f, r(0, 0, 1, 1), 2, 'max').sum())(x)",
+    "global strided batch": "E.global_pool(x, mx.array([[0, 9], [0, 9], [1, 9], [1, 9]])[:, 0], 2, 'sum')",
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CALLS))
+def test_extreme_native_call_does_not_crash(child, case):
+    got = child.call(EDGE_CALLS[case])
+    assert got["kind"] != "crash", f"{case}: {EDGE_CALLS[case]} crashed the interpreter ({got['message']})"
+
+
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_bad_native_call_raises_naming_the_op(child, case):
     expr, kind, text = BAD_CALLS[case]
