@@ -15,6 +15,10 @@ throughput as a fraction of that sgemm's; ``fwd/gemm``
 their ratio; ``GFLOP/s`` of the forward pass. Medians.
 
     python benchmarks/bench_conv.py [--quick] [--repeats 5] [--json out.json]
+        [--input kitti] [--op subm] [--channels 32] [--dtype float32]
+
+``--input`` / ``--op`` keep the rows whose input / op name contains the text;
+``--channels`` and ``--dtype`` pick those (e.g. the subm k=3 32->32 row on the scan alone).
 
 ``--quick``: the scan at 0.2 m, 8k-voxel block and random inputs, 16 / 32 channels.
 """
@@ -153,14 +157,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small inputs, 16/32 channels")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--input", default="", help="only inputs whose name contains this")
+    ap.add_argument("--op", default="", help="only ops whose name contains this")
+    ap.add_argument("--channels", type=int, nargs="*", default=None, help="only these channel counts")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), nargs="*", default=None, help="only these dtypes")
     args = ap.parse_args()
     repeats = args.repeats or (3 if args.quick else 5)
-    channels = (16, 32) if args.quick else (16, 32, 64)
+    channels = args.channels or ((16, 32) if args.quick else (16, 32, 64))
     rows = []
     for name, coords in inputs(args.quick):
+        if args.input not in name:
+            continue
         for c in channels:
             for case in cases_for(coords, c):
-                for dtype in DTYPES:
+                if args.op not in case.label:
+                    continue
+                for dtype in args.dtype or DTYPES:
                     rows.append(bench_case(name, case, dtype, repeats))
                     r = rows[-1]
                     print(

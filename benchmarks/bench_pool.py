@@ -99,7 +99,7 @@ def lattice_rows(coords_np: np.ndarray, channels: int, repeats: int) -> list[dic
             def grad_only(rel=rel, dy=dy, mode=mode, walk=walk):
                 mx.eval(_ext.sparse_pool_grad(dy, rel.edges.in_rows, rel.edges.out_rows,
                                               list(rel.edge_offsets_host), n, mode, walk, None,
-                                              feats if mode == "max" else None, stream=mx.cpu))
+                                              feats if mode == "max" else None, distinct=True, stream=mx.cpu))
 
             add(f"{label} backward, {walk}", None, grad_only, n, (rel.out_count, rel.edge_count))
         def pool(f, s=spec, m=mode):

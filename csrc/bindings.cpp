@@ -1,6 +1,9 @@
 // The nanobind module lattice._ext: thin bindings over the backend functions.
-// Arguments are validated by the Python semantic layer; the backends re-check
-// only what would otherwise be memory-unsafe.
+// Arguments are validated by the Python semantic layer; the bindings and the ops
+// behind them check again whatever would otherwise be memory-unsafe or crash (row
+// indices, edge offsets, counts, strides: csrc/core/checks.h), since every function
+// here is reachable from Python as lattice._ext.
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -23,6 +26,7 @@
 #include "backend/cpu/neighbors.h"
 #include "backend/cpu/relations.h"
 #include "backend/cpu/voxel_accumulator.h"
+#include "core/checks.h"
 #include "primitives.h"
 
 namespace nb = nanobind;
@@ -181,6 +185,7 @@ NB_MODULE(_ext, m) {
         "table"_a, "queries"_a, release);
   m.def("downsample",
         [](const CoordTable& t, const Int3& stride) {
+          lattice::check_axes(stride, INT32_MAX, "downsample_coords", "stride");
           auto u = lattice::downsample(t, stride);
           std::optional<mx::array> rows, out;
           if (u.grouped) {
@@ -256,6 +261,7 @@ NB_MODULE(_ext, m) {
   m.def("kernel_offsets", &lattice::kernel_offsets, "size"_a, "dilation"_a);
   m.def("relation_submanifold",
         [](const CoordTable& in, const Int3& size, const Int3& dilation) {
+          lattice::check_axes(dilation, INT32_MAX, "submanifold_kernel_relation", "dilation");
           nb::gil_scoped_release g;
           auto r = lattice::relation_submanifold(in, size, dilation);
           nb::gil_scoped_acquire a;
@@ -265,6 +271,8 @@ NB_MODULE(_ext, m) {
   m.def("relation_forward",
         [](const CoordTable& in, const CoordTable& out, const Int3& size, const Int3& stride,
            const Int3& padding, const Int3& dilation) {
+          lattice::check_axes(stride, INT32_MAX, "kernel_relation", "stride");
+          lattice::check_axes(dilation, INT32_MAX, "kernel_relation", "dilation");
           nb::gil_scoped_release g;
           auto r = lattice::relation_forward(in, out, size, stride, padding, dilation);
           nb::gil_scoped_acquire a;
@@ -273,10 +281,14 @@ NB_MODULE(_ext, m) {
         "table"_a, "target"_a, "size"_a, "stride"_a, "padding"_a, "dilation"_a);
   m.def("relation_exclusive",
         [](const CoordTable& in, const mx::array& inverse, const Int3& stride) {
+          // kernel == stride windows: at most 64 per axis, as every kernel size
+          lattice::check_axes(stride, 64, "kernel_relation", "stride");
           mx::array inv = lattice::materialize(inverse);
           if (inv.dtype() != mx::int32 || inv.ndim() != 1 || inv.shape(0) != in.n) {
             throw std::invalid_argument("[kernel_relation] inverse must be int32 (N,) of the input rows");
           }
+          // the downsampled row of every input row: a downsample has at most N rows
+          lattice::check_rows(inv.data<int32_t>(), in.n, in.n, "kernel_relation", "inverse", "the downsample");
           nb::gil_scoped_release g;
           auto r = lattice::relation_exclusive(in, inv.data<int32_t>(), stride);
           nb::gil_scoped_acquire a;
@@ -286,6 +298,8 @@ NB_MODULE(_ext, m) {
   m.def("relation_transposed",
         [](const CoordTable& in, const CoordTable* out, const Int3& size, const Int3& stride,
            const Int3& padding, const Int3& dilation) {
+          lattice::check_axes(stride, INT32_MAX, "transposed_kernel_relation", "stride");
+          lattice::check_axes(dilation, INT32_MAX, "transposed_kernel_relation", "dilation");
           nb::gil_scoped_release g;
           auto r = lattice::relation_transposed(in, out, size, stride, padding, dilation);
           nb::gil_scoped_acquire a;
@@ -296,6 +310,11 @@ NB_MODULE(_ext, m) {
   m.def("radius_neighbors",
         [](const mx::array& s, const mx::array& sb, const mx::array& q, const mx::array& qb,
            double radius, int64_t max_neighbors) {
+          if (!(radius > 0.0) || !std::isfinite(radius)) {
+            lattice::Message msg;
+            msg << "[radius_relation] radius must be positive and finite, got " << radius;
+            lattice::invalid(msg);
+          }
           auto r = lattice::radius_neighbors(s, sb, q, qb, radius, max_neighbors);
           return std::make_tuple(r.offsets, r.source_rows, r.distances);
         },
@@ -303,6 +322,7 @@ NB_MODULE(_ext, m) {
         release);
   m.def("knn_neighbors",
         [](const mx::array& s, const mx::array& sb, const mx::array& q, const mx::array& qb, int64_t k) {
+          if (k < 1) throw std::invalid_argument("[knn_relation] k must be positive, got " + std::to_string(k));
           auto r = lattice::knn_neighbors(s, sb, q, qb, k);
           return std::make_tuple(r.offsets, r.source_rows, r.distances);
         },
@@ -310,19 +330,26 @@ NB_MODULE(_ext, m) {
 
   m.def("sparse_conv",
         [](const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
-           const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, mx::StreamOrDevice s) {
+           const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, bool distinct,
+           mx::StreamOrDevice s) {
           return lattice::sparse_conv(x, w, in_rows, out_rows, std::make_shared<const std::vector<int64_t>>(bounds),
-                                      n_out, transpose_w, identity_k, s);
+                                      n_out, transpose_w, identity_k, lattice::EdgeFacts{distinct}, s);
         },
         "x"_a, "w"_a, "in_rows"_a, "out_rows"_a, "bounds"_a, "n_out"_a, "transpose_w"_a = false,
-        "identity_k"_a = -1, "stream"_a = nb::none(),
-        "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset (gather -> BLAS GEMM -> scatter-add).");
+        "identity_k"_a = -1, "distinct"_a = false, "stream"_a = nb::none(),
+        "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset (gather -> BLAS GEMM -> scatter-add). Row "
+        "indices, offsets and counts are checked (ValueError). `distinct`: the caller vouches that within each "
+        "kernel offset no two edges share an input row or an output row (lattice's relations do); without it "
+        "the kernel checks that itself and scatters serially where it does not hold.");
   m.def("sparse_conv_weight_grad",
         [](const mx::array& a, const mx::array& b, const mx::array& ra, const mx::array& rb,
-           const std::vector<int64_t>& bounds, mx::StreamOrDevice s) {
-          return lattice::sparse_conv_weight_grad(a, b, ra, rb, std::make_shared<const std::vector<int64_t>>(bounds), s);
+           const std::vector<int64_t>& bounds, bool distinct, mx::StreamOrDevice s) {
+          return lattice::sparse_conv_weight_grad(a, b, ra, rb, std::make_shared<const std::vector<int64_t>>(bounds),
+                                                  lattice::EdgeFacts{distinct}, s);
         },
-        "a"_a, "b"_a, "rows_a"_a, "rows_b"_a, "bounds"_a, "stream"_a = nb::none());
+        "a"_a, "b"_a, "rows_a"_a, "rows_b"_a, "bounds"_a, "distinct"_a = false, "stream"_a = nb::none(),
+        "G[k] = A[rows_a]^T @ B[rows_b] over the edges of offset k (checked as sparse_conv; `distinct` is "
+        "handed on to the convolutions of its gradient).");
   m.def("blas_gemm", &lattice::blas_gemm, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false,
         "stream"_a = nb::none(), "op(A) @ op(B) through the linked BLAS, differentiable.");
   m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,

@@ -1,59 +1,103 @@
 // Graph-building ops for the lattice primitives: shape and dtype checks, then
-// array(shape, dtype, primitive, inputs). Backends trust what passes here.
-#include "core/message.h"
+// array(shape, dtype, primitive, inputs). Backends trust what passes here, except the
+// values of the row indices, which their CPU tasks check (csrc/core/checks.h).
 #include <stdexcept>
 
+#include "core/checks.h"
 #include "primitives.h"
 
 namespace lattice {
 
 namespace {
 
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
-
 bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t == mx::bfloat16; }
 
-mx::array rows_i32(const mx::array& r, mx::StreamOrDevice s) {
-  require(r.ndim() == 1, "[sparse_conv] row indices must be 1-D");
+mx::array rows_i32(const mx::array& r, const char* op, const char* name, mx::StreamOrDevice s) {
+  check_index_array(r, op, name);
   return mx::contiguous(mx::astype(r, mx::int32, s), false, s);
+}
+
+void check_feats(const mx::array& x, const char* op, const char* name) {
+  if (x.ndim() != 2) {
+    Message msg;
+    msg << "[" << op << "] " << name << " must be (N, C), got ndim " << static_cast<int64_t>(x.ndim());
+    invalid(msg);
+  }
+  if (!is_float(x.dtype())) {
+    Message msg;
+    msg << "[" << op << "] " << name << " must be float32, float16 or bfloat16, got " << dtype_name(x.dtype());
+    invalid(msg);
+  }
+}
+
+// The edge arrays and their offsets: as many in rows as out rows, as the offsets say.
+void check_edges(const mx::array& a, const mx::array& b, const EdgeBounds& bounds, int64_t K, const char* op,
+                 const char* name_a, const char* name_b) {
+  check_index_array(a, op, name_a);
+  check_index_array(b, op, name_b);
+  if (a.size() != b.size()) {
+    Message msg;
+    msg << "[" << op << "] " << name_a << " and " << name_b << " must have one entry per edge, got " << a.size()
+        << " and " << b.size();
+    invalid(msg);
+  }
+  check_edge_offsets(bounds.get(), K, static_cast<int64_t>(a.size()), op);
 }
 
 }  // namespace
 
 mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
-                      EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, mx::StreamOrDevice s) {
-  require(x.ndim() == 2, "[sparse_conv] features must be (N, C)");
-  require(is_float(x.dtype()), "[sparse_conv] features must be float32, float16 or bfloat16");
-  require(w.ndim() == 3, "[sparse_conv] weight must be (K, C_in, C_out)");
+                      EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts,
+                      mx::StreamOrDevice s) {
+  const char* op = "sparse_conv";
+  check_feats(x, op, "features");
+  if (w.ndim() != 3) {
+    Message msg;
+    msg << "[sparse_conv] weight must be (K, C_in, C_out), got ndim " << static_cast<int64_t>(w.ndim());
+    invalid(msg);
+  }
+  require(is_float(w.dtype()), "[sparse_conv] weight must be float32, float16 or bfloat16, got " +
+                                   dtype_name(w.dtype()));
   const int K = w.shape(0);
-  require(bounds && static_cast<int>(bounds->size()) == K + 1, "[sparse_conv] relation offsets do not match K");
   const int c_in = transpose_w ? w.shape(2) : w.shape(1);
   const int c_out = transpose_w ? w.shape(1) : w.shape(2);
   if (x.shape(1) != c_in) {
-    lattice::Message msg;
+    Message msg;
     msg << "[sparse_conv] features have " << x.shape(1) << " channels, weight expects " << c_in;
-    throw std::invalid_argument(msg.str());
+    invalid(msg);
   }
-  require(in_rows.size() == out_rows.size() && static_cast<int64_t>(in_rows.size()) == bounds->back(),
-          "[sparse_conv] edge arrays do not match the relation");
+  check_edges(in_rows, out_rows, bounds, K, op, "in_rows", "out_rows");
+  check_count(n_out, op, "n_out");
+  if (identity_k < -1 || identity_k >= K) {
+    Message msg;
+    msg << "[sparse_conv] identity_k must be -1 or a kernel offset in [0, " << K << "), got " << identity_k;
+    invalid(msg);
+  }
+  facts.checked = check_rows_now(in_rows, x.shape(0), op, "in_rows", "the features") &
+                  check_rows_now(out_rows, n_out, op, "out_rows", "the output");
   auto xs = mx::contiguous(x, false, s);
   auto ws = mx::contiguous(mx::astype(w, mx::float32, s), false, s);
   auto stream = mx::to_stream(s);
   return mx::array({n_out, c_out}, x.dtype(),
-                   std::make_shared<SparseConv>(stream, std::move(bounds), n_out, transpose_w, identity_k),
-                   {xs, ws, rows_i32(in_rows, s), rows_i32(out_rows, s)});
+                   std::make_shared<SparseConv>(stream, std::move(bounds), n_out, transpose_w, identity_k, facts),
+                   {xs, ws, rows_i32(in_rows, op, "in_rows", s), rows_i32(out_rows, op, "out_rows", s)});
 }
 
 mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,
-                                  const mx::array& rows_b, EdgeBounds bounds, mx::StreamOrDevice s) {
-  require(a.ndim() == 2 && b.ndim() == 2, "[sparse_conv] weight gradient operands must be 2-D");
+                                  const mx::array& rows_b, EdgeBounds bounds, EdgeFacts facts, mx::StreamOrDevice s) {
+  const char* op = "sparse_conv_weight_grad";
+  check_feats(a, op, "a");
+  check_feats(b, op, "b");
+  check_edges(rows_a, rows_b, bounds, -1, op, "rows_a", "rows_b");
   const int K = static_cast<int>(bounds->size()) - 1;
+  check_count(K, op, "the number of kernel offsets");
+  facts.checked = check_rows_now(rows_a, a.shape(0), op, "rows_a", "a") &
+                  check_rows_now(rows_b, b.shape(0), op, "rows_b", "b");
   auto stream = mx::to_stream(s);
-  return mx::array({K, a.shape(1), b.shape(1)}, mx::float32, std::make_shared<SparseConvWeightGrad>(stream, bounds),
-                   {mx::contiguous(a, false, s), mx::contiguous(b, false, s), rows_i32(rows_a, s),
-                    rows_i32(rows_b, s)});
+  return mx::array({K, a.shape(1), b.shape(1)}, mx::float32,
+                   std::make_shared<SparseConvWeightGrad>(stream, bounds, facts),
+                   {mx::contiguous(a, false, s), mx::contiguous(b, false, s), rows_i32(rows_a, op, "rows_a", s),
+                    rows_i32(rows_b, op, "rows_b", s)});
 }
 
 mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool trans_b, mx::StreamOrDevice s) {

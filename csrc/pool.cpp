@@ -6,16 +6,13 @@
 #include "pool.h"
 
 #include <algorithm>
-#include "core/message.h"
 #include <stdexcept>
+
+#include "core/checks.h"
 
 namespace lattice {
 
 namespace {
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
 
 bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t == mx::bfloat16; }
 
@@ -25,28 +22,51 @@ bool same_weights(const OffsetWeights& a, const OffsetWeights& b) {
   return a == b || (a && b && *a == *b);
 }
 
-mx::array rows_i32(const mx::array& r, const char* op, mx::StreamOrDevice s) {
-  require(r.ndim() == 1, std::string("[") + op + "] row indices must be 1-D");
+mx::array rows_i32(const mx::array& r, const char* op, const char* name, mx::StreamOrDevice s) {
+  check_index_array(r, op, name);
   return mx::contiguous(mx::astype(r, mx::int32, s), false, s);
 }
 
 mx::array feats(const mx::array& x, const char* op, const char* name, mx::StreamOrDevice s) {
-  require(x.ndim() == 2, std::string("[") + op + "] " + name + " must be (N, C)");
-  require(is_float(x.dtype()), std::string("[") + op + "] " + name + " must be float32, float16 or bfloat16");
+  if (x.ndim() != 2) {
+    Message msg;
+    msg << "[" << op << "] " << name << " must be (N, C), got ndim " << static_cast<int64_t>(x.ndim());
+    invalid(msg);
+  }
+  if (!is_float(x.dtype())) {
+    Message msg;
+    msg << "[" << op << "] " << name << " must be float32, float16 or bfloat16, got " << dtype_name(x.dtype());
+    invalid(msg);
+  }
   return mx::contiguous(x, false, s);
 }
 
 void check_relation(const mx::array& in_rows, const mx::array& out_rows, const EdgeBounds& bounds,
                     const OffsetWeights& weights, const char* op) {
-  require(bounds && !bounds->empty() && bounds->front() == 0 &&
-              std::is_sorted(bounds->begin(), bounds->end()),
-          std::string("[") + op + "] relation offsets must start at 0 and never decrease");
-  require(in_rows.size() == out_rows.size() && static_cast<int64_t>(in_rows.size()) == bounds->back(),
-          std::string("[") + op + "] edge arrays do not match the relation");
-  if (weights) {
-    lattice::Message msg;
+  check_index_array(in_rows, op, "in_rows");
+  check_index_array(out_rows, op, "out_rows");
+  if (in_rows.size() != out_rows.size()) {
+    Message msg;
+    msg << "[" << op << "] in_rows and out_rows must have one entry per edge, got " << in_rows.size() << " and "
+        << out_rows.size();
+    invalid(msg);
+  }
+  check_edge_offsets(bounds.get(), -1, static_cast<int64_t>(in_rows.size()), op);
+  if (weights && weights->size() + 1 != bounds->size()) {
+    Message msg;
     msg << "[" << op << "] " << weights->size() << " offset weights for " << bounds->size() - 1 << " offsets";
-    require(weights->size() + 1 == bounds->size(), msg.str());
+    invalid(msg);
+  }
+}
+
+void check_same_shape(const mx::array& a, const mx::array& b, const char* op, const char* what) {
+  if (a.shape() != b.shape()) {
+    Message msg;
+    msg << "[" << op << "] " << what << " must have the features' shape (" << b.shape(0) << ", " << b.shape(1)
+        << "), got (";
+    for (int i = 0; i < static_cast<int>(a.ndim()); ++i) msg << (i ? ", " : "") << a.shape(i);
+    msg << ")";
+    invalid(msg);
   }
 }
 
@@ -68,77 +88,114 @@ const char* pool_mode_name(PoolMode m) {
 
 mx::array sparse_pool(const mx::array& x, const mx::array& in_rows, const mx::array& out_rows, EdgeBounds bounds,
                       OffsetWeights weights, int n_out, PoolMode mode, PoolBackward backward,
-                      const std::optional<mx::array>& v, mx::StreamOrDevice s) {
+                      const std::optional<mx::array>& v, EdgeFacts facts, mx::StreamOrDevice s) {
   const char* op = "sparse_pool";
+  std::vector<mx::array> inputs = {feats(x, op, "features", s)};
   check_relation(in_rows, out_rows, bounds, weights, op);
-  require(n_out >= 0, "[sparse_pool] n_out must be non-negative");
-  std::vector<mx::array> inputs = {feats(x, op, "features", s), rows_i32(in_rows, op, s), rows_i32(out_rows, op, s)};
+  check_count(n_out, op, "n_out");
   mx::Dtype dtype = x.dtype();
   int channels = x.shape(1);
   if (mode == PoolMode::Select) {
     require(v.has_value(), "[sparse_pool] select needs the values to select from");
-    require(v->shape() == x.shape(), "[sparse_pool] select values must match the features' shape");
+    check_same_shape(*v, x, op, "select values");
+  }
+  facts.checked = check_rows_now(in_rows, x.shape(0), op, "in_rows", "the features") &
+                  check_rows_now(out_rows, n_out, op, "out_rows", "the output");
+  inputs.push_back(rows_i32(in_rows, op, "in_rows", s));
+  inputs.push_back(rows_i32(out_rows, op, "out_rows", s));
+  if (mode == PoolMode::Select) {
     inputs.push_back(feats(*v, op, "values", s));
     dtype = v->dtype();
   }
   auto stream = mx::to_stream(s);
-  return mx::array({n_out, channels}, dtype,
-                   std::make_shared<SparsePool>(stream, std::move(bounds), std::move(weights), n_out, mode, backward),
-                   std::move(inputs));
+  return mx::array(
+      {n_out, channels}, dtype,
+      std::make_shared<SparsePool>(stream, std::move(bounds), std::move(weights), n_out, mode, backward, facts),
+      std::move(inputs));
 }
 
 mx::array sparse_pool_grad(const mx::array& dy, const mx::array& in_rows, const mx::array& out_rows,
                            EdgeBounds bounds, OffsetWeights weights, int n_in, PoolMode mode, PoolBackward backward,
-                           const std::optional<mx::array>& x, mx::StreamOrDevice s) {
+                           const std::optional<mx::array>& x, EdgeFacts facts, mx::StreamOrDevice s) {
   const char* op = "sparse_pool_grad";
+  std::vector<mx::array> inputs = {feats(dy, op, "cotangent", s)};
   check_relation(in_rows, out_rows, bounds, weights, op);
-  require(n_in >= 0, "[sparse_pool_grad] n_in must be non-negative");
+  check_count(n_in, op, "n_in");
   require(mode != PoolMode::Select, "[sparse_pool_grad] select has no gradient primitive");
-  std::vector<mx::array> inputs = {feats(dy, op, "cotangent", s), rows_i32(in_rows, op, s),
-                                   rows_i32(out_rows, op, s)};
   if (mode == PoolMode::Max) {
     require(x.has_value(), "[sparse_pool_grad] max needs the forward features");
-    require(x->shape(0) == n_in && x->shape(1) == dy.shape(1), "[sparse_pool_grad] features do not match n_in");
-    inputs.push_back(feats(*x, op, "features", s));
+    feats(*x, op, "features", s);
+    if (x->shape(0) != n_in || x->shape(1) != dy.shape(1)) {
+      Message msg;
+      msg << "[sparse_pool_grad] features must be (n_in, C) = (" << n_in << ", " << dy.shape(1) << "), got ("
+          << x->shape(0) << ", " << x->shape(1) << ")";
+      invalid(msg);
+    }
   }
-  auto stream = mx::to_stream(s);
   const int n_out = dy.shape(0);
+  facts.checked = check_rows_now(in_rows, n_in, op, "in_rows", "the input") &
+                  check_rows_now(out_rows, n_out, op, "out_rows", "the cotangent");
+  inputs.push_back(rows_i32(in_rows, op, "in_rows", s));
+  inputs.push_back(rows_i32(out_rows, op, "out_rows", s));
+  if (mode == PoolMode::Max) inputs.push_back(feats(*x, op, "features", s));
+  auto stream = mx::to_stream(s);
   return mx::array({n_in, dy.shape(1)}, dy.dtype(),
                    std::make_shared<SparsePoolGrad>(stream, std::move(bounds), std::move(weights), n_in, n_out, mode,
-                                                    backward),
+                                                    backward, facts),
                    std::move(inputs));
 }
 
 mx::array global_pool(const mx::array& x, const mx::array& batch, int batch_size, PoolMode mode,
                       const std::optional<mx::array>& v, mx::StreamOrDevice s) {
   const char* op = "global_pool";
-  require(batch_size >= 0, "[global_pool] batch_size must be non-negative");
-  require(batch.ndim() == 1 && batch.shape(0) == x.shape(0), "[global_pool] batch indices must be (N,)");
-  std::vector<mx::array> inputs = {feats(x, op, "features", s), rows_i32(batch, op, s)};
+  std::vector<mx::array> inputs = {feats(x, op, "features", s)};
+  check_count(batch_size, op, "batch_size");
+  check_index_array(batch, op, "batch indices");
+  if (batch.shape(0) != x.shape(0)) {
+    Message msg;
+    msg << "[global_pool] batch indices must be (N,) = (" << x.shape(0) << ",), got (" << batch.shape(0) << ",)";
+    invalid(msg);
+  }
   mx::Dtype dtype = x.dtype();
   if (mode == PoolMode::Select) {
-    require(v.has_value() && v->shape() == x.shape(), "[global_pool] select values must match the features");
+    require(v.has_value(), "[global_pool] select needs the values to select from");
+    check_same_shape(*v, x, op, "select values");
+  }
+  const bool checked = check_rows_now(batch, batch_size, op, "batch indices", "the batch, batch_size");
+  inputs.push_back(rows_i32(batch, op, "batch indices", s));
+  if (mode == PoolMode::Select) {
     inputs.push_back(feats(*v, op, "values", s));
     dtype = v->dtype();
   }
   auto stream = mx::to_stream(s);
-  return mx::array({batch_size, x.shape(1)}, dtype, std::make_shared<GlobalPool>(stream, batch_size, mode),
+  return mx::array({batch_size, x.shape(1)}, dtype, std::make_shared<GlobalPool>(stream, batch_size, mode, checked),
                    std::move(inputs));
 }
 
 mx::array global_pool_grad(const mx::array& dy, const mx::array& batch, int batch_size, PoolMode mode,
                            const std::optional<mx::array>& x, mx::StreamOrDevice s) {
   const char* op = "global_pool_grad";
-  require(dy.ndim() == 2 && dy.shape(0) == batch_size, "[global_pool_grad] cotangent must be (batch_size, C)");
+  std::vector<mx::array> inputs = {feats(dy, op, "cotangent", s)};
+  check_count(batch_size, op, "batch_size");
+  require(dy.shape(0) == batch_size, "[global_pool_grad] cotangent must be (batch_size, C)");
   require(mode != PoolMode::Select, "[global_pool_grad] select has no gradient primitive");
-  std::vector<mx::array> inputs = {feats(dy, op, "cotangent", s), rows_i32(batch, op, s)};
+  check_index_array(batch, op, "batch indices");
   if (mode == PoolMode::Max) {
-    require(x.has_value() && x->shape(0) == batch.shape(0), "[global_pool_grad] max needs the forward features");
-    inputs.push_back(feats(*x, op, "features", s));
+    require(x.has_value(), "[global_pool_grad] max needs the forward features");
+    feats(*x, op, "features", s);
+    if (x->shape(0) != batch.shape(0) || x->shape(1) != dy.shape(1)) {
+      Message msg;
+      msg << "[global_pool_grad] features must be (N, C) = (" << batch.shape(0) << ", " << dy.shape(1)
+          << "), got (" << x->shape(0) << ", " << x->shape(1) << ")";
+      invalid(msg);
+    }
   }
+  const bool checked = check_rows_now(batch, batch_size, op, "batch indices", "the batch, batch_size");
+  inputs.push_back(rows_i32(batch, op, "batch indices", s));
+  if (mode == PoolMode::Max) inputs.push_back(feats(*x, op, "features", s));
   auto stream = mx::to_stream(s);
   return mx::array({static_cast<int>(batch.shape(0)), dy.shape(1)}, dy.dtype(),
-                   std::make_shared<GlobalPoolGrad>(stream, batch_size, mode), std::move(inputs));
+                   std::make_shared<GlobalPoolGrad>(stream, batch_size, mode, checked), std::move(inputs));
 }
 
 // ---- SparsePool --------------------------------------------------------------------
@@ -149,8 +206,8 @@ std::vector<mx::Shape> SparsePool::output_shapes(const std::vector<mx::array>& i
 
 bool SparsePool::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const SparsePool&>(other);
-  return n_out_ == o.n_out_ && mode_ == o.mode_ && backward_ == o.backward_ && same_bounds(bounds_, o.bounds_) &&
-         same_weights(weights_, o.weights_);
+  return n_out_ == o.n_out_ && mode_ == o.mode_ && backward_ == o.backward_ && facts_ == o.facts_ &&
+         same_bounds(bounds_, o.bounds_) && same_weights(weights_, o.weights_);
 }
 
 std::vector<mx::array> SparsePool::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -165,13 +222,14 @@ std::vector<mx::array> SparsePool::vjp(const std::vector<mx::array>& primals, co
     if (mode_ == PoolMode::Select && arg == 3) {
       // Select(V) routes V by the argmax of X: its transpose is the max gradient.
       grads.push_back(mx::astype(sparse_pool_grad(dy, in_rows, out_rows, bounds_, weights_, n_in, PoolMode::Max,
-                                                  backward_, x, stream()),
+                                                  backward_, x, facts_, stream()),
                                  primals[3].dtype(), stream()));
     } else if (arg == 0 && mode_ != PoolMode::Select) {
       std::optional<mx::array> fx;
       if (mode_ == PoolMode::Max) fx = x;
       grads.push_back(mx::astype(
-          sparse_pool_grad(dy, in_rows, out_rows, bounds_, weights_, n_in, mode_, backward_, fx, stream()), x.dtype(),
+          sparse_pool_grad(dy, in_rows, out_rows, bounds_, weights_, n_in, mode_, backward_, fx, facts_, stream()),
+          x.dtype(),
           stream()));
     } else {
       grads.push_back(zeros_for(primals[arg], stream()));  // row indices; X of Select (piecewise constant)
@@ -189,7 +247,7 @@ std::vector<mx::Shape> SparsePoolGrad::output_shapes(const std::vector<mx::array
 bool SparsePoolGrad::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const SparsePoolGrad&>(other);
   return n_in_ == o.n_in_ && n_out_ == o.n_out_ && mode_ == o.mode_ && backward_ == o.backward_ &&
-         same_bounds(bounds_, o.bounds_) && same_weights(weights_, o.weights_);
+         facts_ == o.facts_ && same_bounds(bounds_, o.bounds_) && same_weights(weights_, o.weights_);
 }
 
 std::vector<mx::array> SparsePoolGrad::vjp(const std::vector<mx::array>& primals,
@@ -204,9 +262,9 @@ std::vector<mx::array> SparsePoolGrad::vjp(const std::vector<mx::array>& primals
     if (arg == 0) {
       mx::array g = mode_ == PoolMode::Max
                         ? sparse_pool(primals[3], in_rows, out_rows, bounds_, weights_, n_out_, PoolMode::Select,
-                                      backward_, ddx, stream())
+                                      backward_, ddx, facts_, stream())
                         : sparse_pool(ddx, in_rows, out_rows, bounds_, weights_, n_out_, mode_, backward_,
-                                      std::nullopt, stream());
+                                      std::nullopt, facts_, stream());
       grads.push_back(mx::astype(g, dy.dtype(), stream()));
     } else {
       grads.push_back(zeros_for(primals[arg], stream()));
@@ -223,7 +281,7 @@ std::vector<mx::Shape> GlobalPool::output_shapes(const std::vector<mx::array>& i
 
 bool GlobalPool::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const GlobalPool&>(other);
-  return batch_size_ == o.batch_size_ && mode_ == o.mode_;
+  return batch_size_ == o.batch_size_ && mode_ == o.mode_ && checked_ == o.checked_;
 }
 
 std::vector<mx::array> GlobalPool::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -255,7 +313,7 @@ std::vector<mx::Shape> GlobalPoolGrad::output_shapes(const std::vector<mx::array
 
 bool GlobalPoolGrad::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const GlobalPoolGrad&>(other);
-  return batch_size_ == o.batch_size_ && mode_ == o.mode_;
+  return batch_size_ == o.batch_size_ && mode_ == o.mode_ && checked_ == o.checked_;
 }
 
 std::vector<mx::array> GlobalPoolGrad::vjp(const std::vector<mx::array>& primals,

@@ -23,7 +23,7 @@ std::vector<mx::Shape> SparseConv::output_shapes(const std::vector<mx::array>& i
 bool SparseConv::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const SparseConv&>(other);
   return n_out_ == o.n_out_ && transpose_w_ == o.transpose_w_ && identity_k_ == o.identity_k_ &&
-         same_bounds(bounds_, o.bounds_);
+         facts_ == o.facts_ && same_bounds(bounds_, o.bounds_);
 }
 
 std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -38,11 +38,11 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
     if (arg == 0) {
       // dX[in] += dY[out] @ op(W)^T: the same relation walked backwards.
       grads.push_back(mx::astype(
-          sparse_conv(dy, w, out_rows, in_rows, bounds_, x.shape(0), !transpose_w_, identity_k_, stream()), x.dtype(),
+          sparse_conv(dy, w, out_rows, in_rows, bounds_, x.shape(0), !transpose_w_, identity_k_, facts_, stream()), x.dtype(),
           stream()));
     } else if (arg == 1) {
-      auto g = transpose_w_ ? sparse_conv_weight_grad(dy, x, out_rows, in_rows, bounds_, stream())
-                            : sparse_conv_weight_grad(x, dy, in_rows, out_rows, bounds_, stream());
+      auto g = transpose_w_ ? sparse_conv_weight_grad(dy, x, out_rows, in_rows, bounds_, facts_, stream())
+                            : sparse_conv_weight_grad(x, dy, in_rows, out_rows, bounds_, facts_, stream());
       grads.push_back(mx::astype(g, w.dtype(), stream()));
     } else {
       grads.push_back(no_grad_for_rows(primals, arg)[0]);
@@ -58,7 +58,8 @@ std::vector<mx::Shape> SparseConvWeightGrad::output_shapes(const std::vector<mx:
 }
 
 bool SparseConvWeightGrad::is_equivalent(const mx::Primitive& other) const {
-  return same_bounds(bounds_, static_cast<const SparseConvWeightGrad&>(other).bounds_);
+  const auto& o = static_cast<const SparseConvWeightGrad&>(other);
+  return facts_ == o.facts_ && same_bounds(bounds_, o.bounds_);
 }
 
 std::vector<mx::array> SparseConvWeightGrad::vjp(const std::vector<mx::array>& primals,
@@ -72,9 +73,9 @@ std::vector<mx::array> SparseConvWeightGrad::vjp(const std::vector<mx::array>& p
   std::vector<mx::array> grads;
   for (int arg : argnums) {
     if (arg == 0) {  // dA[ra] += B[rb] @ dG_k^T
-      grads.push_back(mx::astype(sparse_conv(b, dg, rb, ra, bounds_, a.shape(0), true, -1, stream()), a.dtype(), stream()));
+      grads.push_back(mx::astype(sparse_conv(b, dg, rb, ra, bounds_, a.shape(0), true, -1, facts_, stream()), a.dtype(), stream()));
     } else if (arg == 1) {  // dB[rb] += A[ra] @ dG_k
-      grads.push_back(mx::astype(sparse_conv(a, dg, ra, rb, bounds_, b.shape(0), false, -1, stream()), b.dtype(), stream()));
+      grads.push_back(mx::astype(sparse_conv(a, dg, ra, rb, bounds_, b.shape(0), false, -1, facts_, stream()), b.dtype(), stream()));
     } else {
       grads.push_back(no_grad_for_rows(primals, arg)[0]);
     }

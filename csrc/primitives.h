@@ -16,15 +16,33 @@ namespace mx = mlx::core;
 // Per-offset edge ranges of a relation: offset k owns [bounds[k], bounds[k+1]).
 using EdgeBounds = std::shared_ptr<const std::vector<int64_t>>;
 
+// What the kernels may assume about a relation's edges. `distinct` (vouched for by the
+// caller): within one kernel offset no two edges share an input row and no two share an
+// output row -- true of every kernel relation (for a fixed offset the input row is a
+// one-to-one function of the output row), so lattice's own relation builders vouch for
+// it, and the scatter of one offset runs in parallel tiles without atomics. Anyone else
+// (a raw `_ext` call) leaves it false: the kernel then checks the rows it scatters into
+// (one pass, csrc/core/checks.h), scatters serially, in edge order, where they repeat,
+// and checks the identity offset's edges before it uses them as the identity. A false
+// `distinct` vouched for can make sums race, never read or write out of bounds: the
+// ranges of the row indices are always checked. `checked` (set by the op, not the
+// caller): the op found the row indices computed and checked their values when it built
+// the graph, so the CPU task need not read them again.
+struct EdgeFacts {
+  bool distinct = false;
+  bool checked = false;
+  bool operator==(const EdgeFacts&) const = default;
+};
+
 // Y[out_rows[e]] += X[in_rows[e]] @ op(W[k(e)]) with op = identity or transpose.
 // Inputs: x (N_in, C_in), w (K, P, Q) float32, in_rows (E,), out_rows (E,) int32.
 // Output: (n_out, C_out) of x's dtype, accumulated in float32. `identity_k` names an
 // offset whose edges are exactly (r, r) for every row (the submanifold centre), or -1.
 class SparseConv : public mx::Primitive {
  public:
-  SparseConv(mx::Stream s, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k)
+  SparseConv(mx::Stream s, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts)
       : mx::Primitive(s), bounds_(std::move(bounds)), n_out_(n_out), transpose_w_(transpose_w),
-        identity_k_(identity_k) {}
+        identity_k_(identity_k), facts_(facts) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
@@ -39,13 +57,15 @@ class SparseConv : public mx::Primitive {
   int n_out_;
   bool transpose_w_;
   int identity_k_;
+  EdgeFacts facts_;
 };
 
 // G[k] = A[rows_a[e]]^T @ B[rows_b[e]] summed over the edges of offset k.
 // Inputs: a (N_a, C_a), b (N_b, C_b), rows_a (E,), rows_b (E,). Output (K, C_a, C_b) float32.
 class SparseConvWeightGrad : public mx::Primitive {
  public:
-  SparseConvWeightGrad(mx::Stream s, EdgeBounds bounds) : mx::Primitive(s), bounds_(std::move(bounds)) {}
+  SparseConvWeightGrad(mx::Stream s, EdgeBounds bounds, EdgeFacts facts)
+      : mx::Primitive(s), bounds_(std::move(bounds)), facts_(facts) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
@@ -57,6 +77,7 @@ class SparseConvWeightGrad : public mx::Primitive {
 
  private:
   EdgeBounds bounds_;
+  EdgeFacts facts_;  // handed on to the convolutions of its VJP
 };
 
 // C = op(A) @ op(B) through the linked BLAS (float32 accumulation, output in A's dtype).
@@ -78,11 +99,15 @@ class BlasGemm : public mx::Primitive {
 
 // ---- ops building the graph (csrc/ops.cpp) ------------------------------------
 
+// Both check shapes, dtypes, the edge offsets and the row counts here (std::invalid_argument);
+// the row indices' values are checked by the primitive's CPU task.
 mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
-                      EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, mx::StreamOrDevice s = {});
+                      EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts = {},
+                      mx::StreamOrDevice s = {});
 
 mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,
-                                  const mx::array& rows_b, EdgeBounds bounds, mx::StreamOrDevice s = {});
+                                  const mx::array& rows_b, EdgeBounds bounds, EdgeFacts facts = {},
+                                  mx::StreamOrDevice s = {});
 
 mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool trans_b, mx::StreamOrDevice s = {});
 

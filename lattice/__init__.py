@@ -2,7 +2,9 @@
 
 import mlx.core as _mx  # noqa: F401  (registers mx.array with nanobind before _ext loads)
 
-from lattice import _ext
+# The native core (private: not in __all__, reached as lattice._ext by lattice's own
+# modules and by tests). Imported first so a broken build fails here, by name.
+from lattice import _ext  # noqa: F401
 from lattice._version import __version__
 from lattice.backends.info import backend_info
 from lattice.core import (
@@ -24,7 +26,6 @@ __all__ = [
     "KernelSpec",
     "SparseTensor",
     "__version__",
-    "_ext",
     "backend_info",
     "explain",
     "host_reads",

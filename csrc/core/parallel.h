@@ -12,6 +12,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sched.h>
@@ -145,6 +146,17 @@ void parallel_chunks(int64_t n, int64_t chunks, Fn&& fn) {
     for (auto& th : pool) th.join();
   }
   if (error) std::rethrow_exception(error);
+}
+
+// parallel_chunks when `parallel`, else the same chunks in order on the calling thread
+// (a scatter whose chunks may write the same rows).
+template <class Fn>
+void maybe_parallel_chunks(bool parallel, int64_t n, int64_t chunks, Fn&& fn) {
+  if (parallel) {
+    parallel_chunks(n, chunks, std::forward<Fn>(fn));
+    return;
+  }
+  for (int64_t c = 0; c < chunks; ++c) fn(c, chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1));
 }
 
 // Convenience: parallel loop over [0, n) in default chunks.

@@ -1,6 +1,12 @@
 """CPU routes of the pooling family: wrappers that place the native pooling
 primitives on the CPU stream. Only ops, after their route functions have decided,
 call into here.
+
+The relations and window maps handed over come from lattice's coordinate manager, so
+the calls vouch (``distinct=True``) that within one kernel offset no input row repeats
+and no output row repeats unless the edges are grouped by output row (a window map):
+the native backward scatters then run in parallel without re-checking that. Row
+indices are range-checked natively all the same.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ def segment_reduce(
         mode,
         backward,
         None if weights is None else [float(w) for w in weights],
+        distinct=True,
         stream=mx.cpu,
     )
 
@@ -55,7 +62,7 @@ def window_reduce(feats: mx.array, windows: WindowMap, mode: str, *, backward: s
     if backward not in BACKWARD_ROUTES:
         raise ValueError(f"[window_reduce] backward must be one of {BACKWARD_ROUTES}, got {backward!r}")
     return _ext.sparse_pool(feats, windows.in_rows, windows.out_rows, [0, windows.edge_count], windows.out_count,
-                            mode, backward, None, stream=mx.cpu)
+                            mode, backward, None, distinct=True, stream=mx.cpu)
 
 
 def batch_segment_reduce(feats: mx.array, batch: mx.array, batch_size: int, mode: str) -> mx.array:

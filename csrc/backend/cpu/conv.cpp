@@ -1,12 +1,17 @@
 // CPU sparse convolution: gather -> GEMM (linked BLAS) -> scatter-add, per kernel
 // offset, in tiles spread over both cores. Edges of one offset never share an
-// output row, so tiles of one offset scatter without atomics.
+// output row in a kernel relation, so tiles of one offset scatter without atomics.
+// Every row index is range-checked first; a relation nobody vouched for (EdgeFacts in
+// primitives.h) is also checked for that property, and scattered serially, in edge
+// order, where it does not hold.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_convert.h"
 #include "backend/cpu/dispatch.h"
+#include "core/checks.h"
 #include "primitives.h"
 
 namespace lattice {
@@ -44,8 +49,22 @@ inline void scatter_add_rows(const float* __restrict src, const int32_t* __restr
 }
 
 
+// Whether offset k's edges are exactly (r, r) for r = 0 .. n - 1.
+bool identity_edges(const int32_t* in, const int32_t* out, const std::vector<int64_t>& bounds, int k, int64_t n) {
+  const int64_t b = bounds[k];
+  if (bounds[k + 1] - b != n) return false;
+  std::atomic<bool> ok{true};
+  parallel_for(n, [&](int64_t s, int64_t e) {
+    bool good = true;
+    for (int64_t r = s; r < e; ++r) good &= (in[b + r] == r) & (out[b + r] == r);
+    if (!good) ok.store(false, std::memory_order_relaxed);
+  }, 1 << 16);
+  return ok.load();
+}
+
 void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
-                  mx::array& out, const std::vector<int64_t>& bounds, bool transpose_w, int identity_k) {
+                  mx::array& out, const std::vector<int64_t>& bounds, bool transpose_w, int identity_k,
+                  EdgeFacts facts) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const int P = w.shape(1), Q = w.shape(2);
   const int c_in = transpose_w ? Q : P;
@@ -63,11 +82,18 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   }
   const int32_t* IR = in_rows.data<int32_t>();
   const int32_t* OR = out_rows.data<int32_t>();
+  const int64_t E = bounds.back();
+  if (!facts.checked) {
+    check_rows(IR, E, x.shape(0), "sparse_conv", "in_rows", "the features");
+    check_rows(OR, E, n_out, "sparse_conv", "out_rows", "the output");
+  }
+  const bool distinct = facts.distinct || rows_distinct_per_offset(OR, bounds, n_out);
   const int64_t wk = static_cast<int64_t>(P) * Q;
   const int ldw = Q;
 
   bool initialised = false;
-  if (identity_k >= 0 && bounds[identity_k + 1] - bounds[identity_k] == n_out && x.shape(0) == n_out) {
+  if (identity_k >= 0 && bounds[identity_k + 1] - bounds[identity_k] == n_out && x.shape(0) == n_out &&
+      (facts.distinct || identity_edges(IR, OR, bounds, identity_k, n_out))) {
     // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).
     if (n_out > 0 && c_out > 0) {
       if (c_in == 0) std::memset(Y, 0, sizeof(float) * n_out * c_out);
@@ -85,7 +111,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
       const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
       if (n == 0) continue;
       const float* Wk = W + k * wk;
-      parallel_chunks(n, (n + T - 1) / T, [&](int64_t, int64_t b, int64_t e) {
+      maybe_parallel_chunks(distinct, n, (n + T - 1) / T, [&](int64_t, int64_t b, int64_t e) {
         thread_local std::vector<float> g, p;
         const int64_t m = e - b;
         g.resize(static_cast<size_t>(m) * c_in);
@@ -103,7 +129,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
 }
 
 void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a, const mx::array& rows_b,
-                      mx::array& out, const std::vector<int64_t>& bounds) {
+                      mx::array& out, const std::vector<int64_t>& bounds, bool checked) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const int ca = a.shape(1), cb = b.shape(1);
   std::vector<float> as, bs;
@@ -111,6 +137,10 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
   const float* B = as_f32(b, bs);
   const int32_t* RA = rows_a.data<int32_t>();
   const int32_t* RB = rows_b.data<int32_t>();
+  if (!checked) {
+    check_rows(RA, bounds.back(), a.shape(0), "sparse_conv_weight_grad", "rows_a", "a");
+    check_rows(RB, bounds.back(), b.shape(0), "sparse_conv_weight_grad", "rows_b", "b");
+  }
   float* G = out.data<float>();
   const int64_t gk = static_cast<int64_t>(ca) * cb;
   std::memset(G, 0, sizeof(float) * K * gk);
@@ -149,14 +179,16 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
 
 void SparseConv::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   dispatch_cpu(stream(), inputs, outputs[0],
-           [bounds = bounds_, tw = transpose_w_, idk = identity_k_](std::vector<mx::array>& in, mx::array& out) {
-             conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk);
+           [bounds = bounds_, tw = transpose_w_, idk = identity_k_, facts = facts_](std::vector<mx::array>& in,
+                                                                                     mx::array& out) {
+             conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk, facts);
            });
 }
 
 void SparseConvWeightGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch_cpu(stream(), inputs, outputs[0], [bounds = bounds_](std::vector<mx::array>& in, mx::array& out) {
-    conv_weight_grad(in[0], in[1], in[2], in[3], out, *bounds);
+  dispatch_cpu(stream(), inputs, outputs[0], [bounds = bounds_, checked = facts_.checked](std::vector<mx::array>& in,
+                                                                                         mx::array& out) {
+    conv_weight_grad(in[0], in[1], in[2], in[3], out, *bounds, checked);
   });
 }
 

@@ -2,10 +2,13 @@
 // inputs and output with the stream's command encoder, enqueue the kernel.
 #pragma once
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/mlx.h"
+#include "mlx/primitives.h"
 
 namespace lattice {
 
@@ -15,6 +18,10 @@ namespace mx = mlx::core;
 template <class F>
 void dispatch_cpu(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& out, F&& f) {
   out.set_data(mx::allocator::malloc(std::max<size_t>(out.nbytes(), 4)));
+  if (out.data<void>() == nullptr) {  // MLX's CPU allocator returns null when malloc fails
+    throw std::runtime_error("[" + std::string(out.primitive().name()) + "] cannot allocate " +
+                             std::to_string(out.nbytes()) + " bytes for the output");
+  }
   auto& enc = mx::cpu::get_command_encoder(s);
   for (auto& a : inputs) enc.set_input_array(a);
   enc.set_output_array(out);

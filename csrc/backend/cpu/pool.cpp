@@ -10,7 +10,9 @@
 //   exclusive (route input_exclusive_gather): every input row has at most one edge,
 //     so dX[i] is read from the one output row it reached: a pure gather;
 //   general (route scatter_general): per kernel offset, scatter-add into dX; edges of
-//     one offset never share an input row, so the tiles of one offset need no atomics.
+//     one offset never share an input row, so the tiles of one offset need no atomics
+//     (checked first where the caller did not vouch for it, EdgeFacts: the offsets are
+//     then walked serially, in edge order).
 // The max gradient goes to the argmax: per output row and channel, the largest
 // contributor, NaN counting as largest, ties to the smallest input row.
 // Global pooling sorts rows by batch member the same way and reduces fixed-size
@@ -23,6 +25,7 @@
 
 #include "backend/cpu/dtype_convert.h"
 #include "backend/cpu/dispatch.h"
+#include "core/checks.h"
 #include "pool.h"
 
 namespace lattice {
@@ -233,10 +236,14 @@ void pool_argmax(const float* X, int C, const PoolCsr& csr, int64_t n_out, int32
 }
 
 void pool_forward(const std::vector<mx::array>& in, mx::array& out, const std::vector<int64_t>& bounds,
-                  const std::vector<float>* weights, PoolMode mode) {
+                  const std::vector<float>* weights, PoolMode mode, EdgeFacts facts) {
   const mx::array& x = in[0];
   const int64_t n_in = x.shape(0), n_out = out.shape(0);
   const int C = x.shape(1);
+  if (!facts.checked) {
+    check_rows(in[1].data<int32_t>(), bounds.back(), n_in, "sparse_pool", "in_rows", "the features");
+    check_rows(in[2].data<int32_t>(), bounds.back(), n_out, "sparse_pool", "out_rows", "the output");
+  }
   std::vector<float> xs, vs, ys;
   const float* X = as_f32(x, xs);
   float* Y = out.dtype() == mx::float32 ? out.data<float>() : (ys.resize(n_out * C), ys.data());
@@ -282,13 +289,16 @@ void pool_forward(const std::vector<mx::array>& in, mx::array& out, const std::v
   if (out.dtype() != mx::float32) store_from_f32(Y, out);
 }
 
-// Runs fn(e_begin, e_end, k) over the edges of each offset in turn, each offset in parallel tiles.
+// Runs fn(e_begin, e_end, k) over the edges of each offset in turn, each offset in parallel
+// tiles (`parallel`: the rows fn writes do not repeat within an offset), else in edge order.
 template <class Fn>
-void per_offset(const std::vector<int64_t>& bounds, Fn&& fn) {
+void per_offset(const std::vector<int64_t>& bounds, bool parallel, Fn&& fn) {
   const int K = static_cast<int>(bounds.size()) - 1;
   for (int k = 0; k < K; ++k) {
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
-    if (n > 0) parallel_for(n, [&](int64_t b, int64_t e) { fn(e0 + b, e0 + e, k); }, 2048);
+    if (n > 0)
+      maybe_parallel_chunks(parallel, n, chunk_count(n, 2048),
+                            [&](int64_t, int64_t b, int64_t e) { fn(e0 + b, e0 + e, k); });
   }
 }
 
@@ -308,10 +318,11 @@ struct EdgeView {
 };
 
 // 1 / (sum of the weights reaching each output row), 0 without any; summed offset by offset,
-// the order in which the forward pass sums them.
-std::vector<float> avg_scale(const EdgeView& ev) {
+// the order in which the forward pass sums them (`parallel`: no output row repeats within
+// an offset).
+std::vector<float> avg_scale(const EdgeView& ev, bool parallel) {
   std::vector<float> scale(ev.n_out, 0.0f);
-  per_offset(ev.bounds, [&](int64_t b, int64_t e, int k) {
+  per_offset(ev.bounds, parallel, [&](int64_t b, int64_t e, int k) {
     for (int64_t j = b; j < e; ++j)
       if (ev.valid(j)) scale[ev.out[j]] += ev.weight(k);
   });
@@ -322,11 +333,12 @@ std::vector<float> avg_scale(const EdgeView& ev) {
 }
 
 // The one edge of each input row (-1 for none), or an empty vector when some input row has
-// two edges (the relation is not input-exclusive).
+// two edges (the relation is not input-exclusive). Input rows must not repeat within an
+// offset (the caller checks that first: a repeat is a second edge anyway).
 std::vector<int32_t> exclusive_edges(const EdgeView& ev) {
   std::vector<int32_t> edge_of(ev.n_in, -1);
   std::atomic<bool> shared{false};
-  per_offset(ev.bounds, [&](int64_t b, int64_t e, int) {
+  per_offset(ev.bounds, true, [&](int64_t b, int64_t e, int) {
     for (int64_t j = b; j < e; ++j) {
       if (!ev.valid(j)) continue;
       if (edge_of[ev.in[j]] >= 0) shared.store(true, std::memory_order_relaxed);
@@ -338,11 +350,20 @@ std::vector<int32_t> exclusive_edges(const EdgeView& ev) {
 }
 
 void pool_backward(const std::vector<mx::array>& in, mx::array& out, const std::vector<int64_t>& bounds,
-                   const std::vector<float>* weights, PoolMode mode, PoolBackward backward) {
+                   const std::vector<float>* weights, PoolMode mode, PoolBackward backward, EdgeFacts facts) {
   const mx::array& dy = in[0];
   const int64_t n_in = out.shape(0), n_out = dy.shape(0);
   const int C = dy.shape(1);
   const EdgeView ev{in[1].data<int32_t>(), in[2].data<int32_t>(), n_in, n_out, bounds, weights};
+  if (!facts.checked) {
+    check_rows(ev.in, bounds.back(), n_in, "sparse_pool_grad", "in_rows", "the input");
+    check_rows(ev.out, bounds.back(), n_out, "sparse_pool_grad", "out_rows", "the cotangent");
+  }
+  // The scatters below write dX rows (input rows) and, for avg, scale rows (output rows)
+  // one offset at a time in parallel tiles: where nobody vouched that those rows do not
+  // repeat within an offset, that is checked here, and the offsets are walked serially
+  // where they do.
+  const bool in_distinct = facts.distinct || rows_distinct_per_offset(ev.in, bounds, n_in);
   std::vector<float> dys, xs, dxs;
   const float* DY = as_f32(dy, dys);
   float* DX = out.dtype() == mx::float32 ? out.data<float>() : (dxs.resize(n_in * C), dxs.data());
@@ -362,7 +383,7 @@ void pool_backward(const std::vector<mx::array>& in, mx::array& out, const std::
       }
     }, 1 << 15);
   } else if (mode == PoolMode::Avg) {
-    scale = avg_scale(ev);
+    scale = avg_scale(ev, facts.distinct || rows_distinct_per_offset(ev.out, bounds, n_out));
   }
   std::vector<int32_t> arg;
   if (mode == PoolMode::Max) {
@@ -374,7 +395,7 @@ void pool_backward(const std::vector<mx::array>& in, mx::array& out, const std::
   auto factor = [&](int32_t o, int k) { return mode == PoolMode::Avg ? ev.weight(k) * scale[o] : ev.weight(k); };
 
   std::vector<int32_t> edge_of;
-  if (backward == PoolBackward::Exclusive) edge_of = exclusive_edges(ev);
+  if (backward == PoolBackward::Exclusive && in_distinct) edge_of = exclusive_edges(ev);
   if (!edge_of.empty()) {
     // input_exclusive_gather: dX[i] read from the one output row that i reached.
     parallel_for(n_in, [&](int64_t b, int64_t e) {
@@ -398,7 +419,7 @@ void pool_backward(const std::vector<mx::array>& in, mx::array& out, const std::
   } else {
     // scatter_general: one offset at a time (its edges share no input row), scatter-add.
     parallel_for(n_in * C, [&](int64_t b, int64_t e) { std::fill(DX + b, DX + e, 0.0f); }, 1 << 16);
-    per_offset(bounds, [&](int64_t b, int64_t e, int k) {
+    per_offset(bounds, in_distinct, [&](int64_t b, int64_t e, int k) {
       for (int64_t j = b; j < e; ++j) {
         if (!ev.valid(j)) continue;
         const int32_t i = ev.in[j], o = ev.out[j];
@@ -502,10 +523,11 @@ void global_reduce(const float* X, int C, const BatchRuns& br, int64_t B, Global
   }, 64);
 }
 
-void global_forward(const std::vector<mx::array>& in, mx::array& out, PoolMode mode) {
+void global_forward(const std::vector<mx::array>& in, mx::array& out, PoolMode mode, bool checked) {
   const mx::array& x = in[0];
   const int64_t n = x.shape(0), B = out.shape(0);
   const int C = x.shape(1);
+  if (!checked) check_rows(in[1].data<int32_t>(), n, B, "global_pool", "batch indices", "the batch, batch_size");
   std::vector<float> xs, vs, ys;
   const float* X = as_f32(x, xs);
   float* Y = out.dtype() == mx::float32 ? out.data<float>() : (ys.resize(B * C), ys.data());
@@ -527,10 +549,11 @@ void global_forward(const std::vector<mx::array>& in, mx::array& out, PoolMode m
   if (out.dtype() != mx::float32) store_from_f32(Y, out);
 }
 
-void global_backward(const std::vector<mx::array>& in, mx::array& out, int64_t B, PoolMode mode) {
+void global_backward(const std::vector<mx::array>& in, mx::array& out, int64_t B, PoolMode mode, bool checked) {
   const mx::array& dy = in[0];
   const int32_t* batch = in[1].data<int32_t>();
   const int64_t n = out.shape(0);
+  if (!checked) check_rows(batch, n, B, "global_pool_grad", "batch indices", "the batch, batch_size");
   const int C = dy.shape(1);
   std::vector<float> dys, xs, dxs;
   const float* DY = as_f32(dy, dys);
@@ -573,27 +596,31 @@ void global_backward(const std::vector<mx::array>& in, mx::array& out, int64_t B
 
 void SparsePool::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   dispatch_cpu(stream(), inputs, outputs[0],
-           [bounds = bounds_, weights = weights_, mode = mode_](std::vector<mx::array>& in, mx::array& out) {
-             pool_forward(in, out, *bounds, weights.get(), mode);
+           [bounds = bounds_, weights = weights_, mode = mode_, facts = facts_](std::vector<mx::array>& in,
+                                                                                mx::array& out) {
+             pool_forward(in, out, *bounds, weights.get(), mode, facts);
            });
 }
 
 void SparsePoolGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   dispatch_cpu(stream(), inputs, outputs[0],
-           [bounds = bounds_, weights = weights_, mode = mode_, bw = backward_](std::vector<mx::array>& in,
-                                                                                mx::array& out) {
-             pool_backward(in, out, *bounds, weights.get(), mode, bw);
+           [bounds = bounds_, weights = weights_, mode = mode_, bw = backward_, facts = facts_](
+               std::vector<mx::array>& in, mx::array& out) {
+             pool_backward(in, out, *bounds, weights.get(), mode, bw, facts);
            });
 }
 
 void GlobalPool::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   dispatch_cpu(stream(), inputs, outputs[0],
-           [mode = mode_](std::vector<mx::array>& in, mx::array& out) { global_forward(in, out, mode); });
+           [mode = mode_, checked = checked_](std::vector<mx::array>& in, mx::array& out) {
+             global_forward(in, out, mode, checked);
+           });
 }
 
 void GlobalPoolGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch_cpu(stream(), inputs, outputs[0], [B = batch_size_, mode = mode_](std::vector<mx::array>& in, mx::array& out) {
-    global_backward(in, out, B, mode);
+  dispatch_cpu(stream(), inputs, outputs[0],
+               [B = batch_size_, mode = mode_, checked = checked_](std::vector<mx::array>& in, mx::array& out) {
+    global_backward(in, out, B, mode, checked);
   });
 }
 
