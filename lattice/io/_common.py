@@ -95,7 +95,7 @@ def max_points() -> int:
     return value
 
 
-def check_count(n: int, label: str, what: str) -> int:
+def check_points(n: int, label: str, what: str) -> int:
     """``n`` (a count a header declares), unless it is negative or above ``max_points()``.
 
     ``what`` says who declares it: ``"PCD header: POINTS"`` gives

@@ -32,10 +32,12 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import PointCloud, PointCloudError, format_from_name, read_points
+from lattice.io._common import check_points
 from lattice.io.columns import SKIP, XYZ, parse_columns, split_columns
 from lattice.io.formats import canonical_format, reader_with_columns
 from lattice.io.kitti import LAYOUTS, check_scan, layout_columns
 from lattice.io.npy import npy_layout, npy_parts
+from lattice.io.npz import check_members, member_header
 from lattice.io.text import CHUNK_LINES, ColumnStats, TextTable, check_count
 
 DEFAULT_CHUNK_POINTS = 2_000_000
@@ -207,7 +209,7 @@ def _npy_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointS
     if not isinstance(array, np.ndarray) or array.ndim == 0:
         return None
     layout = npy_layout(array.dtype, array.shape, label, names)
-    n = array.shape[0]
+    n = check_points(array.shape[0], label, "NPY header: its row count")
     _, sample = npy_parts(np.array(array[:1]), layout)
     del array
 
@@ -290,29 +292,33 @@ def _ply_source(path: Path, label: str) -> PointSource | None:
 # ---- NPZ -------------------------------------------------------------------------------
 
 
-def _npy_header(zf: zipfile.ZipFile, name: str) -> tuple[tuple[int, ...], np.dtype, int] | None:
-    with zf.open(name) as m:
-        version = np.lib.format.read_magic(m)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(m)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(m)
-        else:
-            return None
-        if fortran or dtype.hasobject:
+def _npy_header(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, label: str
+) -> tuple[tuple[int, ...], np.dtype, int] | None:
+    with zf.open(info) as m:
+        shape, fortran, dtype = member_header(m, info, info.filename[:-4], label)  # sizes checked
+        if fortran:
             return None
         return shape, dtype, m.tell()
 
 
-def _npz_layout(path: Path) -> tuple[int, tuple, dict[str, tuple]] | None:
+def _npz_layout(path: Path, label: str) -> tuple[int, tuple, dict[str, tuple]] | None:
     """``(N, points header, {attribute: header})`` of a streamable points NPZ, or None.
 
-    A header is ``(shape, dtype, data offset)``.
+    A header is ``(shape, dtype, data offset)``. The members are checked as ``read_points``
+    checks them (``lattice.io.npz.check_members``, ``member_header``) before any is read.
     """
     try:
         with zipfile.ZipFile(path) as zf:
-            headers = {n[:-4]: _npy_header(zf, n) for n in zf.namelist() if n.endswith(".npy")}
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            check_members(zf.infolist(), path.stat().st_size, label)
+            headers = {
+                i.filename[:-4]: _npy_header(zf, i, label)
+                for i in zf.infolist()
+                if i.filename.endswith(".npy")
+            }
+    except PointCloudError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError, NotImplementedError):
         return None  # read_points gives the precise message
     if any(h is None for h in headers.values()) or "points" not in headers or "format" in headers:
         return None
@@ -330,7 +336,7 @@ def _npz_layout(path: Path) -> tuple[int, tuple, dict[str, tuple]] | None:
 
 
 def _npz_source(path: Path, label: str) -> PointSource | None:
-    layout = _npz_layout(path)
+    layout = _npz_layout(path, label)
     if layout is None:
         return None
     n, points, attrs = layout
