@@ -30,6 +30,7 @@ import numpy as np
 from lattice.io._common import PointCloudError
 from lattice.io._points import PointCloud
 from lattice.io.kinds import colour_scale, convert_colour
+from lattice.io.las_header import check_las_header
 from lattice.io.las_records import is_las_metadata, las_metadata, records_of
 
 _LAZ_HINT = "reading or writing LAZ needs the lazrs backend: pip install 'laspy[lazrs]'"
@@ -57,6 +58,7 @@ def _laspy():
 def read_las(f: BinaryIO, label: str) -> PointCloud:
     """Read a LAS or LAZ file from the binary stream ``f``."""
     laspy = _laspy()
+    check_las_header(f, label)  # laspy trusts the header's counts and offsets; lattice does not
     try:
         las = laspy.read(f, closefd=False)
     except laspy.errors.LaspyException as e:

@@ -12,6 +12,7 @@ NaN points (invalid pixels of organised clouds) are kept. Old v.5 headers withou
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -305,7 +306,7 @@ def _columns(cloud: PointCloud) -> list[tuple[str, np.ndarray]]:
                 cols.append(packed)  # in the place of the first colour channel
                 packed = None
             continue
-        cols.append((k, v.reshape(len(cloud), -1)))
+        cols.append((k, v.reshape(len(cloud), math.prod(v.shape[1:]))))  # -1 fails on 0 rows
     names = [name for name, _ in cols]
     if len(set(names)) != len(names):
         raise PointCloudError(f"PCD field names would repeat: {names}")
