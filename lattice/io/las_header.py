@@ -89,7 +89,7 @@ def _check_layout(h: LasHeader, size: int, label: str) -> None:
     room = h.point_offset - h.header_size
     if h.vlrs * _VLR_HEAD > room:
         raise PointCloudError(
-            f"{label}: header says {h.vlrs} VLRs but only {room} bytes lie between the header and the points"
+            f"{label}: LAS header says {h.vlrs} VLRs but only {room} bytes lie between the header and the points"
         )
     if h.point_format >= len(_RECORD_SIZES):
         raise PointCloudError(f"{label}: LAS header says point format {h.point_format}; formats are 0-10")
@@ -183,7 +183,8 @@ def check_las_header(f: BinaryIO, label: str) -> LasHeader:
     if h.evlrs:
         if h.evlr_start < h.point_offset or h.evlr_start + h.evlrs * _EVLR_HEAD > size:
             raise PointCloudError(
-                f"{label}: LAS header says {h.evlrs} EVLRs from byte {h.evlr_start}, but they must lie "
+                f"{label}: LAS header says {h.evlrs} EVLR{'s' if h.evlrs > 1 else ''} from byte {h.evlr_start}, "
+                "but EVLRs must lie "
                 f"between the start of the points (byte {h.point_offset}) and the end of the file (byte {size})"
             )
         _walk(f, h.evlr_start, h.evlrs, _EVLR_HEAD, "Q", size, "EVLR", label)

@@ -34,7 +34,7 @@ from typing import BinaryIO, NoReturn
 
 import numpy as np
 
-from lattice.io._common import PointCloudError, opt
+from lattice.io._common import PointCloudError, check_points, opt
 from lattice.io._points import PointCloud
 from lattice.io.columns import (
     EXAMPLE,
@@ -206,7 +206,7 @@ class TextTable:
 
     def blocks(self, chunk_lines: int = CHUNK_LINES) -> Iterator[np.ndarray]:
         """Yield float64 ``(n, width)`` tables of up to ``chunk_lines`` lines each (comments skipped)."""
-        lineno = self.layout.first_line
+        lineno, rows = self.layout.first_line, 0
         while True:
             try:
                 block = list(itertools.islice(self._rest, chunk_lines))
@@ -216,6 +216,8 @@ class TextTable:
                 return
             table = _parse(block, lineno, self.layout, self.label)
             lineno += len(block)
+            rows += len(table)
+            check_points(rows, self.label, f"the table (through line {lineno - 1})")
             if len(table):
                 yield table
 

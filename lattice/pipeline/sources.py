@@ -158,7 +158,7 @@ def _scan_source(path: Path, label: str, layout: str, names: tuple[str, ...] | N
             f"{label}: {size} bytes is not a whole number of rows of {width} float32 values "
             f"({','.join(names)} = {4 * width} bytes each)"
         )
-    n = size // (4 * width)
+    n = check_points(size // (4 * width), label, f"a float32 scan of {size} bytes in rows of {width}")
 
     def chunk(f: BinaryIO, s: int, m: int) -> Chunk:
         raw = np.fromfile(f, dtype="<f4", count=m * width)
@@ -274,6 +274,7 @@ def _ply_source(path: Path, label: str) -> PointSource | None:
         raise PointCloudError(
             f"{label}: truncated PLY: header declares {n} vertex rows but only {present} are present"
         )
+    check_points(n, label, "PLY header: element vertex")
     pdtype = np.float32 if all(dtype[a] == np.float32 for a in "xyz") else np.float64
     attrs = [a for a in names if a not in ("x", "y", "z")]
 
