@@ -170,6 +170,13 @@ HOSTILE = [
     ("count.pcd", lambda: written("a.pcd").replace(b"COUNT 1 1 1", b"COUNT 1 1 4294967295"), "truncated PCD binary data"),
     ("shape.npy", lambda: written("a.npy").replace(b"(200, 6)", b"(2147483647, 6)"),
      "its header says float32 (2147483647, 6)"),
+    ("tokens.npy", lambda: written("a.npy").replace(b"'shape'", b"'sh\x00pe'"), "malformed .npy header"),
+    ("tokens.npz", lambda: zip_of([stored("points.npy", npy_header((4, 3))[:-8] + b"(\n     \n" + bytes(48))]),
+     "malformed .npy header"),
+    ("truncated.laz", lambda: _ign_laz()[: len(_ign_laz()) * 2 // 3], "truncated or malformed LAS"),
+    ("no_laszip.laz", lambda: patched(_simple_las(), 104, "B", 0x83), "no laszip VLR"),
+    ("latin1.ply", lambda: written("a.ply").replace(b"element vertex", b"\xe9lement vertex"),
+     "PLY header line 3 is not ASCII text (byte 0xe9)"),
 ]  # fmt: skip
 
 

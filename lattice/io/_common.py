@@ -111,10 +111,11 @@ def check_points(n: int, label: str, what: str) -> int:
     return n
 
 
-def one_line(err: BaseException) -> str:
-    """An exception's message on one line (its type name when it has none)."""
-    text = " ".join(str(err).split())
-    return text or type(err).__name__
+def one_line(err: BaseException, limit: int = 160) -> str:
+    """An exception's message on one line of at most ``limit`` characters (its type name when
+    it has none): hostile bytes echoed by a library's message must not flood the terminal."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # What parsing hostile bytes raises from NumPy, plyfile, laspy, zipfile, zlib, struct and the

@@ -27,7 +27,7 @@ from uuid import UUID
 
 import numpy as np
 
-from lattice.io._common import PointCloudError
+from lattice.io._common import PointCloudError, one_line
 from lattice.io._points import PointCloud
 from lattice.io.kinds import colour_scale, convert_colour
 from lattice.io.las_header import check_las_header
@@ -55,6 +55,15 @@ def _laspy():
     return laspy
 
 
+def _lazrs_errors() -> tuple[type[BaseException], ...]:
+    """The LAZ backend's error type (a truncated or corrupt LAZ), when the backend is installed."""
+    try:
+        import lazrs
+    except ImportError:
+        return ()
+    return (lazrs.LazrsError,)
+
+
 def read_las(f: BinaryIO, label: str) -> PointCloud:
     """Read a LAS or LAZ file from the binary stream ``f``."""
     laspy = _laspy()
@@ -65,8 +74,10 @@ def read_las(f: BinaryIO, label: str) -> PointCloud:
         if "LazBackend" in str(e) or "laz" in str(e).lower():
             raise PointCloudError(f"{label}: {_LAZ_HINT} ({e})") from e
         raise PointCloudError(f"{label}: malformed LAS: {e}") from e
-    except (ValueError, EOFError, OSError, OverflowError) as e:
-        raise PointCloudError(f"{label}: truncated or malformed LAS: {e}") from e
+    except UnicodeDecodeError as e:
+        raise PointCloudError(f"{label}: malformed LAS: a VLR's user id or description is not text ({e.reason})") from e
+    except (ValueError, EOFError, OSError, OverflowError, *_lazrs_errors()) as e:
+        raise PointCloudError(f"{label}: truncated or malformed LAS: {one_line(e)}") from e
     n = len(las.points)
     if n != las.header.point_count:
         raise PointCloudError(

@@ -171,6 +171,11 @@ def check_las_header(f: BinaryIO, label: str) -> LasHeader:
     _check_layout(h, size, label)
     vlrs = _walk(f, h.header_size, h.vlrs, _VLR_HEAD, "H", h.point_offset, "VLR", label)
     if h.compressed:
+        if (b"laszip encoded", 22204) not in vlrs:
+            raise PointCloudError(
+                f"{label}: LAS header marks the points as LAZ-compressed (point format byte "
+                f"{h.point_format | 0x80}) but the file has no laszip VLR"
+            )
         _check_laz_chunks(f, h, vlrs, size, label)
     else:
         need, left = h.points * h.record_length, size - h.point_offset

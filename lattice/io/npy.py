@@ -20,12 +20,21 @@ unless it is ``N x 3``, ``N x 4`` with intensity, or ``N x 6`` with red, green, 
 from __future__ import annotations
 
 import math
+import tokenize
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
 
-from lattice.io._common import PointCloudError, check_points, native, opt, points_dtype, remaining_bytes
+from lattice.io._common import (
+    PointCloudError,
+    check_points,
+    native,
+    one_line,
+    opt,
+    points_dtype,
+    remaining_bytes,
+)
 from lattice.io._points import PointCloud
 from lattice.io.columns import (
     EXAMPLE,
@@ -57,23 +66,30 @@ class NpyLayout:
         return bool(self.fields)
 
 
-def array_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """``(shape, fortran order, dtype)`` of the ``.npy`` header at ``f``'s position (left after it)."""
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(f)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(f)
-    try:  # 3.0 (UTF-8 field names) has no public reader
-        from numpy.lib._format_impl import _read_array_header
-    except ImportError:  # pragma: no cover - NumPy 1
-        from numpy.lib.format import _read_array_header
-    return _read_array_header(f, version)
+def array_header(f: BinaryIO, label: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran order, dtype)`` of the ``.npy`` header at ``f``'s position (left after it).
+
+    NumPy parses the header's dict with ``ast.literal_eval``: hostile bytes raise
+    ``SyntaxError`` or a tokenizer error, given here as a ``PointCloudError`` naming ``label``.
+    """
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
+        try:  # 3.0 (UTF-8 field names) has no public reader
+            from numpy.lib._format_impl import _read_array_header
+        except ImportError:  # pragma: no cover - NumPy 1
+            from numpy.lib.format import _read_array_header
+        return _read_array_header(f, version)
+    except (SyntaxError, tokenize.TokenError, ValueError, TypeError, KeyError, MemoryError) as e:
+        raise PointCloudError(f"{label}: malformed .npy header: {one_line(e)}") from e
 
 
 def _check_size(f: BinaryIO, label: str) -> None:
     """The header's shape x item size against the bytes after it, and its rows against the ceiling."""
-    shape, _, dtype = array_header(f)
+    shape, _, dtype = array_header(f, label)
     nbytes, left = math.prod(shape) * dtype.itemsize, remaining_bytes(f)
     if left is not None and nbytes > left:
         raise PointCloudError(

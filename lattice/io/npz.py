@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 import zipfile
+import zlib
 from typing import BinaryIO
 
 import numpy as np
 
-from lattice.io._common import PointCloudError, check_points, remaining_bytes
+from lattice.io._common import PointCloudError, check_points, one_line, remaining_bytes
 from lattice.io._points import PointCloud
 from lattice.io.kinds import decode_colours
 from lattice.io.npy import array_header
@@ -88,7 +89,7 @@ def check_members(infos: list[zipfile.ZipInfo], size: int | None, label: str) ->
 def member_header(m, info: zipfile.ZipInfo, key: str, label: str) -> tuple[tuple[int, ...], bool, np.dtype]:
     """``(shape, fortran order, dtype)`` of the ``.npy`` member open at its start as ``m``, checked:
     no objects, shape x item size = the member's declared size, rows within ``max_points()``."""
-    shape, fortran, dtype = array_header(m)
+    shape, fortran, dtype = array_header(m, label)
     if dtype.hasobject:
         raise PointCloudError(f"{label}: NPZ contains pickled objects, which are refused (array {key!r})")
     nbytes, held = math.prod(shape) * dtype.itemsize, info.file_size - m.tell()
@@ -131,10 +132,27 @@ def load_npz(f: BinaryIO, label: str) -> dict[str, np.ndarray]:
             return {i.filename[:-4]: _read_member(zf, i, i.filename[:-4], label) for i in members}
     except PointCloudError:
         raise
-    except ValueError as e:
-        raise PointCloudError(f"{label}: malformed NPZ: {e}") from e
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as e:
-        raise PointCloudError(f"{label}: truncated or malformed NPZ: {e}") from e
+    except (ValueError, zipfile.BadZipFile, EOFError, OSError, KeyError, zlib.error) as e:
+        raise PointCloudError(f"{label}: {_zip_reason(e)}") from e
+
+
+_ZIP_REASONS = (  # what zipfile and zlib say, and what it means for an NPZ
+    ("File is not a zip file", "truncated or malformed NPZ: no zip directory at its end"),
+    ("Bad magic number for file header", "truncated or malformed NPZ: a member's header is not where the directory says"),
+    ("Bad magic number for central directory", "truncated or malformed NPZ: its zip directory is damaged"),
+    ("Bad CRC-32 for file", "corrupt NPZ: a member's data fail their CRC-32 check"),
+    ("while decompressing data", "corrupt NPZ: a deflated member does not inflate"),
+    ("negative seek value", "malformed NPZ: the zip directory points before the start of the file"),
+    ("File name in directory", "malformed NPZ: a member's name differs between its header and the directory"),
+)
+
+
+def _zip_reason(e: BaseException) -> str:
+    text = one_line(e)
+    for needle, reason in _ZIP_REASONS:
+        if needle in text:
+            return f"{reason} ({text[:80]})" if needle == "Bad CRC-32 for file" else reason
+    return f"truncated or malformed NPZ: {text}"
 
 
 def read_npz(f: BinaryIO, label: str) -> PointCloud:

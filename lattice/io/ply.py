@@ -74,6 +74,9 @@ def _header_lines(f: BinaryIO, label: str) -> list[bytes]:
         size += len(line)
         if not line or size > _MAX_HEADER:
             raise PointCloudError(f"{label}: not a PLY file or truncated header (no 'end_header' line)")
+        if not line.isascii():
+            bad = next(b for b in line if b > 127)
+            raise PointCloudError(f"{label}: PLY header line {len(lines) + 1} is not ASCII text (byte 0x{bad:02x})")
         lines.append(line)
     return lines
 
