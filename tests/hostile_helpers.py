@@ -60,6 +60,15 @@ def las14_with_evlr(n: int = 50) -> bytes:
     return buf.getvalue()
 
 
+def laszip_fields(data: bytes) -> tuple[int, int]:
+    """``(start of the laszip VLR's data, start of the chunk table)`` of the LAZ ``data``."""
+    vlr = data.index(b"laszip encoded") - 2
+    table = int.from_bytes(data[int.from_bytes(data[96:100], "little") :][:8], "little", signed=True)
+    if table == -1:
+        table = int.from_bytes(data[-8:], "little", signed=True)
+    return vlr + 54, table
+
+
 # ---- sparse NPZ --------------------------------------------------------------------------
 
 

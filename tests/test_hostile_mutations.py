@@ -17,12 +17,12 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from hostile_helpers import cloud, las14_with_evlr, written
+from hostile_helpers import cloud, las14_with_evlr, laszip_fields, written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lattice.io import PointCloud, PointCloudError, read_points, read_sparse, write_sparse
-from lattice.pipeline import describe_cloud, describe_sparse
+from lattice.pipeline import describe_cloud, describe_sparse, open_source
 
 SPECIAL = (0, -1, 2**31 - 1, 2**32 - 1, 2**63)
 SLOW = 5.0  # seconds for one read, generous for a 2-core machine under load
@@ -88,6 +88,23 @@ def bounded_memory(extra: int = 1 << 30):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+STREAMED = ("binary.ply", "stored.npz", "deflated.npz", "points.npy", "table.csv", "scan.bin")
+
+
+def attempt_streamed(path, data: bytes, what: str) -> None:
+    """The mutant through ``open_source`` and every chunk (what voxelize reads), as ``attempt``."""
+    path.write_bytes(data)
+    start = time.monotonic()
+    try:
+        for _ in open_source(path).chunks(16):
+            pass
+    except PointCloudError as e:
+        message = str(e)
+        assert message.startswith(f"{path}: ") and "\n" not in message, (what, message)
+        assert "not enough memory" not in message, (what, message)
+    assert time.monotonic() - start < SLOW, what
+
+
 def attempt(name: str, data: bytes, what: str) -> None:
     """Read (and describe) the mutant ``data`` as the file ``name``: success or one clean line."""
     buf = io.BytesIO(data)
@@ -140,6 +157,10 @@ def _fields(name: str, data: bytes) -> list[tuple[int, str]]:
                 fields.append((evlr + 20, "Q"))
         if int.from_bytes(data[100:104], "little"):
             fields.append((header_size + 20, "H"))
+        if name.endswith(".laz"):  # what lazrs allocates by: the laszip VLR and the chunk table
+            vlr, table = laszip_fields(data)
+            fields += [(vlr + o, c) for o, c in ((0, "H"), (12, "I"), (32, "H"), (36, "H"))]
+            fields += [(int.from_bytes(data[96:100], "little"), "q"), (table + 4, "I")]
         return fields
     if name.endswith(".npz"):
         fields = []
@@ -186,8 +207,16 @@ def test_mutants_read_or_fail_in_one_line(name):
             attempt(name, mutant, what)
 
 
+@pytest.mark.parametrize("name", STREAMED)
+def test_streamed_mutants_read_or_fail_in_one_line(tmp_path, name):
+    data = SEEDS[name]()
+    with bounded_memory():
+        for what, mutant in mutants(name, data):
+            attempt_streamed(tmp_path / name, mutant, what)
+
+
 @pytest.mark.parametrize("name", list(SEEDS))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_flips_read_or_fail_in_one_line(name, data):
     seed = SEEDS[name]()
@@ -199,3 +228,20 @@ def test_random_flips_read_or_fail_in_one_line(name, data):
         mutant[at] = value
     with bounded_memory():
         attempt(name, bytes(mutant), f"flips {flips}, cut at {cut}")
+
+
+COMPRESSED = ("compressed.pcd", "deflated.npz", "tensor.npz", "small.laz")
+
+
+@pytest.mark.parametrize("name", COMPRESSED)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_flips_in_compressed_payloads_read_or_fail_in_one_line(name, data):
+    seed = SEEDS[name]()
+    start = header_end(name, seed)
+    flips = data.draw(st.lists(st.tuples(st.integers(start, len(seed) - 1), st.integers(0, 255)), min_size=1, max_size=4))
+    mutant = bytearray(seed)
+    for at, value in flips:
+        mutant[at] = value
+    with bounded_memory():
+        attempt(name, bytes(mutant), f"payload flips {flips}")

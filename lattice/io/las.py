@@ -78,6 +78,10 @@ def read_las(f: BinaryIO, label: str) -> PointCloud:
         raise PointCloudError(f"{label}: malformed LAS: a VLR's user id or description is not text ({e.reason})") from e
     except (ValueError, EOFError, OSError, OverflowError, *_lazrs_errors()) as e:
         raise PointCloudError(f"{label}: truncated or malformed LAS: {one_line(e)}") from e
+    except BaseException as e:  # lazrs panics on some corrupt chunks: a pyo3 PanicException (BaseException)
+        if type(e).__name__ != "PanicException":
+            raise
+        raise PointCloudError(f"{label}: corrupt LAZ: the decoder gave up ({one_line(e)})") from None
     n = len(las.points)
     if n != las.header.point_count:
         raise PointCloudError(

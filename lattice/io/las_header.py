@@ -12,9 +12,12 @@ naming the file and the lie, a header whose numbers the file cannot hold:
 - point format 0-10 (LAZ: the compression bits set) with records at least its size;
 - the point count (LAS 1.4's 64-bit count from 1.4 on, else the legacy one) within
   ``max_points()`` and, for uncompressed LAS, ``count x record length`` within the bytes
-  after the offset. LAZ's compressed size cannot be checked this way; a chunked LAZ with a
-  fixed chunk size must list enough chunks in its chunk table (``count <= chunks x chunk
-  size``), and otherwise only the ceiling applies;
+  after the offset. LAZ's compressed size cannot be checked this way: the ceiling applies,
+  and the numbers lazrs allocates by are checked, since lazrs aborts the process when an
+  allocation fails: the laszip VLR's point items must add up to the record length, a
+  fixed chunk size must keep one chunk's points within ``MAX_CHUNK_BYTES``, the chunk
+  table must lie inside the point data with no more chunks than bytes before it, and a
+  fixed chunk size must cover the points (``count <= chunks x chunk size``);
 - LAS 1.4 EVLRs: start after the point offset, ``count x 60`` header bytes and each
   EVLR (walked) within the file.
 """
@@ -134,25 +137,63 @@ def _read_at(f: BinaryIO, pos: int, fmt: struct.Struct) -> tuple | None:
     return fmt.unpack(raw) if len(raw) == fmt.size else None
 
 
-def _check_laz_chunks(f: BinaryIO, h: LasHeader, vlrs: dict, size: int, label: str) -> None:
-    """A chunked LAZ's chunk table counts its chunks: the points cannot outnumber them x the chunk size.
+_LASZIP = struct.Struct("<HHBBHIIqqH")  # the laszip VLR's fixed part, through its item count
+_LAZ_ITEM = struct.Struct("<HHH")  # type, size, version
+MAX_CHUNK_BYTES = 256 << 20  # the most bytes of one LAZ chunk's points lazrs may decode at once
 
-    Checked only when everything it needs is there and plain (the laszip VLR with a fixed
-    chunk size, a chunk table inside the file); anything else is left to laspy.
-    """
-    laszip = vlrs.get((b"laszip encoded", 22204))
-    if laszip is None or laszip[1] < 16:
+
+def _check_laz(f: BinaryIO, h: LasHeader, vlrs: dict, size: int, label: str) -> None:
+    """The numbers lazrs allocates by, before it allocates (it aborts the process, not raises,
+    when an allocation fails): the laszip VLR's items and chunk size, the chunk table's place
+    and chunk count, and the point count against the chunks."""
+    entry = vlrs.get((b"laszip encoded", 22204))
+    if entry is None:
+        raise PointCloudError(
+            f"{label}: LAS header marks the points as LAZ-compressed (point format byte "
+            f"{h.point_format | 0x80}) but the file has no laszip VLR"
+        )
+    start, length = entry
+    fixed = _read_at(f, start, _LASZIP) if length >= _LASZIP.size else None
+    if fixed is None:
+        raise PointCloudError(
+            f"{label}: LAZ: its laszip VLR has {length} bytes, less than the {_LASZIP.size} it needs"
+        )
+    compressor, chunk_size, items = fixed[0], fixed[6], fixed[9]
+    if not 1 <= items <= (length - _LASZIP.size) // _LAZ_ITEM.size:
+        raise PointCloudError(f"{label}: LAZ: its laszip VLR lists {items} point items in {length} bytes")
+    f.seek(start + _LASZIP.size)
+    sizes = sum(s for _, s, _ in _LAZ_ITEM.iter_unpack(f.read(items * _LAZ_ITEM.size)))
+    if sizes != h.record_length:
+        raise PointCloudError(
+            f"{label}: LAZ: its laszip VLR describes points of {sizes} bytes but the header says {h.record_length}"
+        )
+    if compressor not in (2, 3):  # not chunked: no chunk table
         return
-    compressor, _, _, _, _, _, chunk_size = _read_at(f, laszip[0], struct.Struct("<HHBBHII")) or (0,) * 7
-    table = _read_at(f, h.point_offset, struct.Struct("<q"))
-    if table and table[0] == -1 and size >= 8:  # written by a streaming encoder: offset at the end
-        table = _read_at(f, size - 8, struct.Struct("<q"))
-    if compressor not in (2, 3) or chunk_size in (0, 0xFFFFFFFF) or not table:
-        return
-    if not h.point_offset + 8 <= table[0] <= size - 8:
-        return
-    _, chunks = _read_at(f, table[0], struct.Struct("<II")) or (0, None)
-    if chunks is not None and h.points > chunks * chunk_size:
+    if chunk_size != 0xFFFFFFFF and not 0 < chunk_size * h.record_length <= MAX_CHUNK_BYTES:
+        raise PointCloudError(
+            f"{label}: LAZ: chunks of {chunk_size} points of {h.record_length} bytes would be decoded "
+            f"{chunk_size * h.record_length} bytes at a time (lattice allows 1 to {MAX_CHUNK_BYTES >> 20} MiB)"
+        )
+    _check_chunk_table(f, h, chunk_size, size, label)
+
+
+def _check_chunk_table(f: BinaryIO, h: LasHeader, chunk_size: int, size: int, label: str) -> None:
+    q = struct.Struct("<q")
+    offset = (_read_at(f, h.point_offset, q) or (None,))[0]
+    if offset == -1 and size >= 8:  # written by a streaming encoder: the offset is at the end
+        offset = _read_at(f, size - 8, q)[0]
+    lo, hi = h.point_offset + 8, size - 8
+    if offset is None or not lo <= offset <= hi:
+        raise PointCloudError(
+            f"{label}: truncated or malformed LAZ: its chunk table is said to start at byte {offset}, "
+            f"outside the point data (bytes {lo}..{hi})"
+        )
+    _, chunks = _read_at(f, offset, struct.Struct("<II"))
+    if chunks > offset - lo:
+        raise PointCloudError(
+            f"{label}: LAZ: its chunk table lists {chunks} chunks but only {offset - lo} bytes of points precede it"
+        )
+    if chunk_size != 0xFFFFFFFF and h.points > chunks * chunk_size:
         raise PointCloudError(
             f"{label}: LAZ header says {h.points} points but its chunk table lists {chunks} chunks "
             f"of at most {chunk_size} points"
@@ -171,12 +212,7 @@ def check_las_header(f: BinaryIO, label: str) -> LasHeader:
     _check_layout(h, size, label)
     vlrs = _walk(f, h.header_size, h.vlrs, _VLR_HEAD, "H", h.point_offset, "VLR", label)
     if h.compressed:
-        if (b"laszip encoded", 22204) not in vlrs:
-            raise PointCloudError(
-                f"{label}: LAS header marks the points as LAZ-compressed (point format byte "
-                f"{h.point_format | 0x80}) but the file has no laszip VLR"
-            )
-        _check_laz_chunks(f, h, vlrs, size, label)
+        _check_laz(f, h, vlrs, size, label)
     else:
         need, left = h.points * h.record_length, size - h.point_offset
         if need > left:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tokenize
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +33,9 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import PointCloud, PointCloudError, format_from_name, read_points
-from lattice.io._common import check_points
+from lattice.io._common import check_points, reading
 from lattice.io.columns import SKIP, XYZ, parse_columns, split_columns
-from lattice.io.formats import canonical_format, reader_with_columns
+from lattice.io.formats import FORMATS, canonical_format, reader_with_columns
 from lattice.io.kitti import LAYOUTS, check_scan, layout_columns
 from lattice.io.npy import npy_layout, npy_parts
 from lattice.io.npz import check_members, member_header
@@ -76,7 +77,8 @@ class PointSource:
         """Yield ``(points (n, 3), {attribute: (n, ...)})`` for consecutive runs of points."""
         if chunk_points < 1:
             raise ValueError(f"[PointSource] chunk_points must be positive, got {chunk_points}")
-        return self._read(int(chunk_points))
+        what = FORMATS[self.format].description if self.format in FORMATS else self.format
+        return _guarded(self._read(int(chunk_points)), self.label, what)
 
 
 def memory_source(cloud: PointCloud, label: str | None = None) -> PointSource:
@@ -125,18 +127,30 @@ def open_source(
     names = parse_columns(columns, label)
     if names is not None and fmt is not None:
         reader_with_columns(fmt, label)  # refuses columns= for formats that name their fields
-    source = None
-    if fmt in LAYOUTS:
-        source = _scan_source(path, label, fmt, names)
-    elif fmt == "text":
-        source = _text_source(path, label, names)
-    elif fmt == "npy":
-        source = _npy_source(path, label, names)
-    elif fmt == "ply":
-        source = _ply_source(path, label)
-    elif fmt == "npz":
-        source = _npz_source(path, label)
+    with reading(label, FORMATS[fmt].description if fmt else "point cloud"):  # hostile bytes: one line
+        source = _streamed_source(path, label, fmt, names)
     return source or memory_source(read_points(path, format=format, columns=names), label)
+
+
+def _streamed_source(path: Path, label: str, fmt: str | None, names) -> PointSource | None:
+    """The streamed source of a format that has one, else None (read whole by ``read_points``)."""
+    if fmt in LAYOUTS:
+        return _scan_source(path, label, fmt, names)
+    if fmt == "text":
+        return _text_source(path, label, names)
+    if fmt == "npy":
+        return _npy_source(path, label, names)
+    if fmt == "ply":
+        return _ply_source(path, label)
+    if fmt == "npz":
+        return _npz_source(path, label)
+    return None
+
+
+def _guarded(chunks: Iterator[Chunk], label: str, what: str) -> Iterator[Chunk]:
+    """``chunks``, with what hostile bytes raise while streaming as one-line ``PointCloudError``s."""
+    with reading(label, what):
+        yield from chunks
 
 
 def _attribute_names(names: tuple[str, ...]) -> list[str]:
@@ -204,7 +218,7 @@ def _npy_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointS
     """A memory-mapped ``.npy`` (None when it cannot be mapped: ``read_points`` explains)."""
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError):
+    except (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError):  # a header NumPy cannot parse
         return None
     if not isinstance(array, np.ndarray) or array.ndim == 0:
         return None
