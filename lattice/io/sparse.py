@@ -368,22 +368,17 @@ def read_sparse(path_or_file: PathOrFile) -> SparseFile:
     """Read and validate a ``lattice.sparse/1`` NPZ; every problem is a one-line ``PointCloudError``."""
     with open_input(path_or_file) as (f, label), reading(label, "sparse NPZ"):
         arrays = load_npz(f, label)
-    with reading(label, "sparse NPZ"):
-        return _read_checked(arrays, label)
-
-
-def _read_checked(arrays: dict[str, np.ndarray], label: str) -> SparseFile:
-    _check_stored(arrays, label)
-    return _validated(
-        arrays["coords"],
-        arrays["feats"],
-        arrays["stride"],
-        arrays["voxel_size"],
-        arrays["origin"],
-        arrays["feature_names"].tolist(),
-        label,
-        schema=_text(arrays, "attributes"),
-        provenance=_text(arrays, "provenance"),
-        source=_text(arrays, "source"),
-        centroids=arrays.get("centroids"),
-    )
+        _check_stored(arrays, label)
+        return _validated(
+            arrays["coords"],
+            arrays["feats"],
+            arrays["stride"],
+            arrays["voxel_size"],
+            arrays["origin"],
+            arrays["feature_names"].tolist(),
+            label,
+            schema=_text(arrays, "attributes"),
+            provenance=_text(arrays, "provenance"),
+            source=_text(arrays, "source"),
+            centroids=arrays.get("centroids"),
+        )
