@@ -201,7 +201,6 @@ BAD = [
     ("first.txt", "1 2 abc\n", r"first.txt: line 1, column 3: 'abc' is not a number"),
     ("empty.xyz", "\n\n", "empty.xyz: no data rows in 2 lines"),
     ("comments.xyz", "# a\n// b\n", "comments.xyz: no data rows in 2 lines"),
-    ("header.csv", "x,y,z\n", r"header.csv: only a header row \(line 1\), no data rows"),
     ("count.pts", "5\n", r"count.pts: only a point-count line \(line 1\)"),
     ("two.txt", "1 2\n3 4\n", "two.txt: line 1 holds 2 values per row"),
     ("labels.txt", "3\n5\n7\n", "labels.txt: line 2 holds 1 value per row"),

@@ -1,9 +1,13 @@
-"""Shared pieces of the readers and writers: the error type, input opening, exact reads."""
+"""Shared pieces of the readers and writers: the error type, input opening, exact reads, and
+the budgets a reader checks a header against before it allocates (``max_points``, ``reading``)."""
 
 from __future__ import annotations
 
 import io
 import os
+import struct
+import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,6 +73,81 @@ class PointCloudError(ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+MAX_POINTS_ENV = "LATTICE_MAX_POINTS"
+DEFAULT_MAX_POINTS = 2**31 - 1
+
+
+def max_points() -> int:
+    """The most points a reader accepts from a header: ``LATTICE_MAX_POINTS``, default 2^31 - 1.
+
+    Read from the environment at every call (so a test or a wrapper can lower it). A header
+    that declares more is refused before anything is allocated; see docs/io.md, "Hostile input".
+    """
+    raw = os.environ.get(MAX_POINTS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_POINTS
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise PointCloudError(f"{MAX_POINTS_ENV} must be a positive integer, got {raw!r}")
+    return value
+
+
+def check_points(n: int, label: str, what: str) -> int:
+    """``n`` (a count a header declares), unless it is negative or above ``max_points()``.
+
+    ``what`` says who declares it: ``"PCD header: POINTS"`` gives
+    ``scan.pcd: PCD header: POINTS is -1, not a count``.
+    """
+    if n < 0:
+        raise PointCloudError(f"{label}: {what} is {n}, not a count")
+    ceiling = max_points()
+    if n > ceiling:
+        raise PointCloudError(
+            f"{label}: {what} is {n} points, above the ceiling of {ceiling} ({MAX_POINTS_ENV})"
+        )
+    return n
+
+
+def one_line(err: BaseException, limit: int = 160) -> str:
+    """An exception's message on one line of at most ``limit`` characters (its type name when
+    it has none): hostile bytes echoed by a library's message must not flood the terminal."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# What parsing hostile bytes raises from NumPy, plyfile, laspy, zipfile, zlib, struct and the
+# tokenizers (UnicodeDecodeError is a ValueError). Not TypeError / AttributeError: those are bugs.
+HOSTILE_ERRORS = (
+    ValueError,
+    OverflowError,
+    EOFError,
+    IndexError,
+    KeyError,
+    NotImplementedError,
+    struct.error,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+
+
+@contextmanager
+def reading(label: str, what: str) -> Iterator[None]:
+    """Inside this block, whatever a reader raises on hostile bytes is a one-line ``PointCloudError``
+    naming ``label``: ``MemoryError`` as ``not enough memory to read this <what> file``, the
+    ``HOSTILE_ERRORS`` as ``malformed <what>: <their message>``. ``PointCloudError`` passes through."""
+    try:
+        yield
+    except PointCloudError:
+        raise
+    except MemoryError:
+        raise PointCloudError(f"{label}: not enough memory to read this {what} file") from None
+    except HOSTILE_ERRORS as e:
+        raise PointCloudError(f"{label}: malformed {what}: {one_line(e)}") from e
+
+
 def is_file_like(obj: object) -> bool:
     """True for an object with a ``read`` or ``write`` method (a stream), false for paths."""
     return hasattr(obj, "read") or hasattr(obj, "write")
@@ -130,6 +209,8 @@ def read_exact(f: BinaryIO, dtype: np.dtype, count: int, label: str, what: str) 
     Raises ``PointCloudError`` naming ``what`` when fewer bytes are present than declared.
     """
     dtype = np.dtype(dtype)
+    if count < 0:
+        raise PointCloudError(f"{label}: {what}: the header declares {count} items, not a count")
     available = remaining_bytes(f)
     if available is not None and available < count * dtype.itemsize:  # before allocating
         raise PointCloudError(

@@ -10,6 +10,7 @@ points; ``_`` skips a column; every other column becomes a 1-D attribute.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -103,7 +104,7 @@ def flat_columns(attributes: dict[str, np.ndarray]) -> list[tuple[str, np.ndarra
         if a.ndim == 1:
             out.append((name, a))
         else:
-            flat = a.reshape(len(a), -1)
+            flat = a.reshape(len(a), math.prod(a.shape[1:]))  # -1 fails on 0 rows
             out += [(f"{name}_{k}", flat[:, k]) for k in range(flat.shape[1])]
     return out
 

@@ -22,6 +22,7 @@ from lattice.io._common import (
     open_input,
     open_output,
     opt,
+    reading,
 )
 from lattice.io._points import PointCloud
 from lattice.io.columns import parse_columns
@@ -209,9 +210,9 @@ def read_points(
     with open_input(path_or_file) as (f, label):
         if fmt is None:
             fmt = _from_extension(path_or_file, label) or _sniff(f, label)
-        if names is None:
-            return FORMATS[fmt].read(f, label)
-        return reader_with_columns(fmt, label)(f, label, names)
+        reader = FORMATS[fmt].read if names is None else reader_with_columns(fmt, label)
+        with reading(label, FORMATS[fmt].description):  # hostile bytes: one line naming the file
+            return reader(f, label) if names is None else reader(f, label, names)
 
 
 def reader_with_columns(fmt: str, label: str) -> Callable[[BinaryIO, str, tuple[str, ...]], PointCloud]:

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from lattice.io._common import PointCloudError, opt, read_exact, remaining_bytes
+from lattice.io._common import PointCloudError, check_points, opt, read_exact, remaining_bytes
 from lattice.io._points import PointCloud
 from lattice.io.columns import split_columns
 
@@ -174,6 +174,7 @@ def read_float_columns(
             f"({opt('columns', ','.join(columns))} = {4 * width} bytes each)"
         )
     n = size // (4 * width) if count is None else count
+    check_points(n, label, f"a float32 scan of {size} bytes in rows of {width}")
     raw = read_exact(f, np.dtype("<f4"), n * width, label, "scan").reshape(-1, width)
     points, attrs = split_columns(raw.astype(np.float32, copy=False), columns)
     return PointCloud(points, attrs, format=layout, source=label)

@@ -27,9 +27,10 @@ from uuid import UUID
 
 import numpy as np
 
-from lattice.io._common import PointCloudError
+from lattice.io._common import PointCloudError, one_line
 from lattice.io._points import PointCloud
 from lattice.io.kinds import colour_scale, convert_colour
+from lattice.io.las_header import check_las_header
 from lattice.io.las_records import is_las_metadata, las_metadata, records_of
 
 _LAZ_HINT = "reading or writing LAZ needs the lazrs backend: pip install 'laspy[lazrs]'"
@@ -54,17 +55,33 @@ def _laspy():
     return laspy
 
 
+def _lazrs_errors() -> tuple[type[BaseException], ...]:
+    """The LAZ backend's error type (a truncated or corrupt LAZ), when the backend is installed."""
+    try:
+        import lazrs
+    except ImportError:
+        return ()
+    return (lazrs.LazrsError,)
+
+
 def read_las(f: BinaryIO, label: str) -> PointCloud:
     """Read a LAS or LAZ file from the binary stream ``f``."""
     laspy = _laspy()
+    check_las_header(f, label)  # laspy trusts the header's counts and offsets; lattice does not
     try:
         las = laspy.read(f, closefd=False)
     except laspy.errors.LaspyException as e:
         if "LazBackend" in str(e) or "laz" in str(e).lower():
             raise PointCloudError(f"{label}: {_LAZ_HINT} ({e})") from e
         raise PointCloudError(f"{label}: malformed LAS: {e}") from e
-    except (ValueError, EOFError, OSError, OverflowError) as e:
-        raise PointCloudError(f"{label}: truncated or malformed LAS: {e}") from e
+    except UnicodeDecodeError as e:
+        raise PointCloudError(f"{label}: malformed LAS: a VLR's user id or description is not text ({e.reason})") from e
+    except (ValueError, EOFError, OSError, OverflowError, *_lazrs_errors()) as e:
+        raise PointCloudError(f"{label}: truncated or malformed LAS: {one_line(e)}") from e
+    except BaseException as e:  # lazrs panics on some corrupt chunks: a pyo3 PanicException (BaseException)
+        if type(e).__name__ != "PanicException":
+            raise
+        raise PointCloudError(f"{label}: corrupt LAZ: the decoder gave up ({one_line(e)})") from None
     n = len(las.points)
     if n != las.header.point_count:
         raise PointCloudError(

@@ -8,6 +8,13 @@ bytes back in the output (the copy may overlap itself).
 Neither direction loops over bytes in Python. Token boundaries are a chain of "next
 token" pointers, and back-references are a forest of "copied from" pointers; both are
 resolved by pointer doubling (``O(n log n)`` gathers).
+
+Decoding is bounded by its output: the caller says how many bytes the stream must give
+(``out_size``), the token lengths are summed before anything of that size is allocated,
+and the output is expanded ``BLOCK`` bytes at a time (a back-reference reaches at most
+``MAX_DISTANCE`` bytes back), so the temporaries are a few times ``BLOCK``, not ~48 bytes
+per output byte. A 3-byte token gives at most 264 bytes: ``out_size`` above
+``MAX_RATIO`` times the input is refused at once.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import numpy as np
 MAX_DISTANCE = 8192
 MAX_MATCH = 264
 MAX_LITERAL = 32
+MAX_RATIO = 88  # output bytes per input byte at most: a 3-byte token copies 264 bytes
+BLOCK = 1 << 18  # output bytes expanded at once
 
 
 class LZFError(ValueError):
@@ -56,12 +65,18 @@ def decompress(data: bytes | bytearray | memoryview | np.ndarray, out_size: int)
         if out_size:
             raise LZFError(f"empty LZF stream, expected {out_size} bytes of output")
         return np.zeros(0, np.uint8)
-    c = buf.astype(np.int64)
-    step = np.arange(m) + np.where(c < 32, c + 2, np.where((c >> 5) == 7, 3, 2))
+    if out_size < 0 or out_size > MAX_RATIO * m:
+        raise LZFError(
+            f"{m} bytes of LZF cannot decode to {out_size} bytes (at most {MAX_RATIO} bytes per byte)"
+        )
+    index = np.int32 if m < 2**31 - 2 * MAX_MATCH else np.int64  # positions in the input
+    c = buf.astype(index)
+    step = np.arange(m, dtype=index) + np.where(c < 32, c + 2, np.where((c >> 5) == 7, 3, 2)).astype(index)
     starts = _chain(step, m)
     if step[starts[-1]] != m:
         raise LZFError("LZF stream is truncated: the last token runs past the end of the data")
-    cp = np.concatenate([c, [0, 0]])
+    del step, c
+    cp = np.concatenate([buf, np.zeros(2, np.uint8)]).astype(np.int64)
     ctrl = cp[starts]
     lit = ctrl < 32
     code = ctrl >> 5
@@ -69,24 +84,46 @@ def decompress(data: bytes | bytearray | memoryview | np.ndarray, out_size: int)
     length = np.where(lit, ctrl + 1, code + 2 + np.where(long_ref, cp[starts + 1], 0))
     low = np.where(long_ref, cp[starts + 2], cp[starts + 1])
     dist = np.where(lit, 0, ((ctrl & 31) << 8) + low + 1)
+    del cp, ctrl, code, long_ref, low
     total = int(length.sum())
-    if total != out_size:
+    if total != out_size:  # the output cap: nothing of the declared size exists yet
         raise LZFError(f"LZF stream decodes to {total} bytes, expected {out_size}")
-    return _expand(buf, starts, lit, length, dist, total)
+    return _expand(buf, starts.astype(np.int64), lit, length, dist, total)
 
 
 def _expand(buf, starts, lit, length, dist, total) -> np.ndarray:
+    """The output, ``BLOCK`` bytes (whole tokens) at a time: each block's back-references
+    resolve within the block and the ``MAX_DISTANCE`` bytes decoded before it."""
+    out = np.empty(total, np.uint8)
+    ends = np.cumsum(length)
+    t0 = 0
+    while t0 < starts.size:
+        a = int(ends[t0] - length[t0])
+        t1 = max(int(np.searchsorted(ends, a + BLOCK, side="right")), t0 + 1)
+        _expand_block(buf, out, a, int(ends[t1 - 1]), starts[t0:t1], lit[t0:t1], length[t0:t1], dist[t0:t1])
+        t0 = t1
+    return out
+
+
+def _expand_block(buf, out, a, b, starts, lit, length, dist) -> None:
+    base = max(a - MAX_DISTANCE, 0)  # bytes before ``a`` a back-reference can reach
     token = np.repeat(np.arange(starts.size), length)
-    first = np.cumsum(length) - length
-    pos = np.arange(total)
+    first = np.cumsum(length) - length + a
+    pos = np.arange(a, b)
     within = pos - first[token]
     is_lit = lit[token]
-    parent = np.where(is_lit, pos, pos - dist[token])
+    # a copy that overlaps itself (distance d < length) repeats its first d bytes: point
+    # every byte at the source before the token starts, so chains hop whole tokens
+    d = np.maximum(dist, 1)[token]
+    parent = np.where(is_lit, pos, first[token] - d + within % d)
     if parent.size and parent.min() < 0:
         raise LZFError("LZF stream is corrupt: a back-reference points before the start of the output")
-    values = np.zeros(total, np.uint8)
-    values[is_lit] = buf[(starts[token] + 1 + within)[is_lit]]
-    return values[_resolve(parent)]
+    values = np.empty(b - base, np.uint8)
+    values[: a - base] = out[base:a]
+    block = values[a - base :]
+    block[is_lit] = buf[(starts[token] + 1 + within)[is_lit]]
+    local = np.concatenate([np.arange(a - base), parent - base])  # earlier bytes are roots
+    out[a:b] = values[_resolve(local)[a - base :]]
 
 
 def compress(data: bytes | bytearray | memoryview | np.ndarray) -> bytes:

@@ -19,12 +19,22 @@ unless it is ``N x 3``, ``N x 4`` with intensity, or ``N x 6`` with red, green, 
 
 from __future__ import annotations
 
+import math
+import tokenize
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
 
-from lattice.io._common import PointCloudError, native, opt, points_dtype
+from lattice.io._common import (
+    PointCloudError,
+    check_points,
+    native,
+    one_line,
+    opt,
+    points_dtype,
+    remaining_bytes,
+)
 from lattice.io._points import PointCloud
 from lattice.io.columns import (
     EXAMPLE,
@@ -56,6 +66,39 @@ class NpyLayout:
         return bool(self.fields)
 
 
+def array_header(f: BinaryIO, label: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran order, dtype)`` of the ``.npy`` header at ``f``'s position (left after it).
+
+    NumPy parses the header's dict with ``ast.literal_eval``: hostile bytes raise
+    ``SyntaxError`` or a tokenizer error, given here as a ``PointCloudError`` naming ``label``.
+    """
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
+        try:  # 3.0 (UTF-8 field names) has no public reader
+            from numpy.lib._format_impl import _read_array_header
+        except ImportError:  # pragma: no cover - NumPy 1
+            from numpy.lib.format import _read_array_header
+        return _read_array_header(f, version)
+    except (SyntaxError, tokenize.TokenError, ValueError, TypeError, KeyError, MemoryError) as e:
+        raise PointCloudError(f"{label}: malformed .npy header: {one_line(e)}") from e
+
+
+def _check_size(f: BinaryIO, label: str) -> None:
+    """The header's shape x item size against the bytes after it, and its rows against the ceiling."""
+    shape, _, dtype = array_header(f, label)
+    nbytes, left = math.prod(shape) * dtype.itemsize, remaining_bytes(f)
+    if left is not None and nbytes > left:
+        raise PointCloudError(
+            f"{label}: truncated or malformed NPY: its header says {dtype} {shape} ({nbytes} bytes) but only {left} bytes follow it"
+        )
+    if shape:
+        check_points(shape[0], label, "NPY header: its row count")
+
+
 def load_npy(f: BinaryIO, label: str) -> np.ndarray:
     """The array of a ``.npy`` stream, loaded without pickle; errors name ``label``."""
     start = f.tell()
@@ -63,7 +106,11 @@ def load_npy(f: BinaryIO, label: str) -> np.ndarray:
         raise PointCloudError(f"{label}: not a NumPy .npy file (no \\x93NUMPY signature)")
     f.seek(start)
     try:
+        _check_size(f, label)  # before NumPy allocates the header's shape
+        f.seek(start)
         return np.lib.format.read_array(f, allow_pickle=False)
+    except PointCloudError:
+        raise
     except ValueError as e:
         if "pickle" in str(e) or "Object arrays" in str(e):
             raise PointCloudError(f"{label}: NPY holds Python objects, which are refused ({e})") from e
@@ -179,4 +226,14 @@ def write_npy(f: BinaryIO, cloud: PointCloud) -> None:
     np.lib.format.write_array(f, table, allow_pickle=False)
 
 
-__all__ = ["MAGIC", "NpyLayout", "load_npy", "npy_layout", "npy_parts", "npy_table", "read_npy", "write_npy"]
+__all__ = [
+    "MAGIC",
+    "NpyLayout",
+    "array_header",
+    "load_npy",
+    "npy_layout",
+    "npy_parts",
+    "npy_table",
+    "read_npy",
+    "write_npy",
+]

@@ -12,6 +12,7 @@ NaN points (invalid pixels of organised clouds) are kept. Old v.5 headers withou
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -19,7 +20,14 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import lzf
-from lattice.io._common import PointCloudError, native, points_dtype, read_exact
+from lattice.io._common import (
+    PointCloudError,
+    check_points,
+    native,
+    points_dtype,
+    read_exact,
+    remaining_bytes,
+)
 from lattice.io._points import PointCloud
 from lattice.io.kinds import as_8bit_colours, colour_channels_of, decode_colours, encode_packed_colour
 
@@ -56,6 +64,11 @@ class PCDHeader:
     points: int
     data: str
     version: str
+
+    @property
+    def record_size(self) -> int:
+        """Bytes of one point (computed, so a hostile COUNT builds no dtype)."""
+        return sum(t.itemsize * c for t, c in zip(self.dtypes, self.counts, strict=True))
 
     def record_dtype(self) -> np.dtype:
         """Packed structured dtype of one point (fields named ``f0``, ``f1``, ...)."""
@@ -152,7 +165,18 @@ def parse_header(f: BinaryIO, label: str) -> PCDHeader:
     return PCDHeader(fields, dtypes, tuple(counts), width, height, viewpoint, points, data, version)
 
 
+def _truncated(h: PCDHeader, label: str, what: str, need: str, left: int) -> PointCloudError:
+    return PointCloudError(
+        f"{label}: truncated PCD {what}: header declares {need} but only {left} bytes are present"
+    )
+
+
 def _read_ascii(f: BinaryIO, h: PCDHeader, label: str) -> list[np.ndarray]:
+    need = h.points * sum(h.counts)
+    left = remaining_bytes(f)
+    if left is not None and 2 * need - 1 > left:  # a value and a separator each, at the least
+        raise _truncated(h, label, "ascii data", f"{h.points} points ({need} values)", left)
+    check_points(h.points, label, "PCD header: POINTS")
     text = f.read().decode("ascii", errors="replace")
     try:
         values = np.fromstring(text, dtype=np.float64, sep=" ") if text.strip() else np.zeros(0)
@@ -171,6 +195,10 @@ def _read_ascii(f: BinaryIO, h: PCDHeader, label: str) -> list[np.ndarray]:
 
 
 def _read_binary(f: BinaryIO, h: PCDHeader, label: str) -> list[np.ndarray]:
+    need, left = h.points * h.record_size, remaining_bytes(f)
+    if left is not None and need > left:  # before a dtype of the header's COUNTs is built
+        raise _truncated(h, label, "binary data", f"{h.points} items ({need} bytes)", left)
+    check_points(h.points, label, "PCD header: POINTS")
     records = read_exact(f, h.record_dtype(), h.points, label, "PCD binary data")
     return [records[f"f{i}"].reshape(h.points, c) for i, c in enumerate(h.counts)]
 
@@ -180,12 +208,23 @@ def _read_compressed(f: BinaryIO, h: PCDHeader, label: str) -> list[np.ndarray]:
     if len(head) < 8:
         raise PointCloudError(f"{label}: truncated PCD binary_compressed data (missing the size header)")
     csize, usize = struct.unpack("<II", head)
-    expected = h.points * h.record_dtype().itemsize
+    expected = h.points * h.record_size
     if usize != expected:
         raise PointCloudError(
             f"{label}: PCD binary_compressed header says {usize} bytes uncompressed but {h.points} points "
             f"need {expected}"
         )
+    left = remaining_bytes(f)
+    if left is not None and csize > left:
+        raise PointCloudError(
+            f"{label}: truncated PCD binary_compressed data: {csize} compressed bytes declared, {left} present"
+        )
+    if usize > lzf.MAX_RATIO * csize:
+        raise PointCloudError(
+            f"{label}: corrupt PCD binary_compressed data: {csize} compressed bytes cannot hold the "
+            f"{usize} bytes of {h.points} points (LZF expands at most {lzf.MAX_RATIO}x)"
+        )
+    check_points(h.points, label, "PCD header: POINTS")
     payload = f.read(csize)
     if len(payload) < csize:
         raise PointCloudError(
@@ -193,7 +232,7 @@ def _read_compressed(f: BinaryIO, h: PCDHeader, label: str) -> list[np.ndarray]:
             f"{len(payload)} present"
         )
     try:
-        raw = lzf.decompress(payload, usize)
+        raw = lzf.decompress(payload, usize)  # exactly usize bytes, or an error before allocating them
     except lzf.LZFError as e:
         raise PointCloudError(f"{label}: corrupt PCD binary_compressed data: {e}") from e
     cols, at = [], 0
@@ -267,7 +306,7 @@ def _columns(cloud: PointCloud) -> list[tuple[str, np.ndarray]]:
                 cols.append(packed)  # in the place of the first colour channel
                 packed = None
             continue
-        cols.append((k, v.reshape(len(cloud), -1)))
+        cols.append((k, v.reshape(len(cloud), math.prod(v.shape[1:]))))  # -1 fails on 0 rows
     names = [name for name, _ in cols]
     if len(set(names)) != len(names):
         raise PointCloudError(f"PCD field names would repeat: {names}")

@@ -18,7 +18,14 @@ from typing import BinaryIO
 
 import numpy as np
 
-from lattice.io._common import PointCloudError, native, points_dtype, read_exact
+from lattice.io._common import (
+    PointCloudError,
+    check_points,
+    native,
+    points_dtype,
+    read_exact,
+    remaining_bytes,
+)
 from lattice.io._points import PointCloud
 from lattice.io.kinds import as_8bit_colours, decode_colours
 
@@ -67,6 +74,9 @@ def _header_lines(f: BinaryIO, label: str) -> list[bytes]:
         size += len(line)
         if not line or size > _MAX_HEADER:
             raise PointCloudError(f"{label}: not a PLY file or truncated header (no 'end_header' line)")
+        if not line.isascii():
+            bad = next(b for b in line if b > 127)
+            raise PointCloudError(f"{label}: PLY header line {len(lines) + 1} is not ASCII text (byte 0x{bad:02x})")
         lines.append(line)
     return lines
 
@@ -97,6 +107,32 @@ def _counts(lines: list[bytes], label: str) -> tuple[list[bytes], dict[str, int]
             line = b"element " + words[1] + b" 0\n"
         zeroed.append(line)
     return zeroed, counts
+
+
+def _check_sizes(plyfile, skeleton, counts: dict[str, int], f: BinaryIO, label: str) -> None:
+    """Every count up to ``vertex`` against the bytes after the header, then the ceiling.
+
+    Binary rows take at least their scalar sizes plus one length per list property, so a
+    header that claims more rows than the file can hold is refused before anything is read.
+    """
+    left = remaining_bytes(f) if not skeleton.text else None
+    need, lists = 0, False
+    for element in skeleton.elements:
+        n = counts[element.name]
+        if n < 0:
+            raise PointCloudError(f"{label}: PLY header: element {element.name} has {n} rows, not a count")
+        row = 0
+        for prop in element.properties:
+            is_list = isinstance(prop, plyfile.PlyListProperty)
+            lists |= is_list
+            row += np.dtype(prop.len_dtype if is_list else prop.val_dtype).itemsize
+        need += n * row
+        if left is not None and need > left:
+            raise PointCloudError(
+                f"{label}: truncated PLY {element.name} data: header declares {n} rows "
+                f"({need}{' or more' if lists else ''} bytes) but only {left} bytes are present"
+            )
+    check_points(counts["vertex"], label, "PLY header: element vertex")
 
 
 def _parse(plyfile, stream: BinaryIO, label: str):
@@ -164,6 +200,7 @@ def read_ply(f: BinaryIO, label: str) -> PointCloud:
     names = [p.name for p in props]
     if not {"x", "y", "z"} <= set(names):
         raise PointCloudError(f"{label}: PLY vertex element has no x/y/z properties (it has {names})")
+    _check_sizes(plyfile, skeleton, counts, f, label)
     data = _read_vertex_data(plyfile, f, lines, skeleton, counts, label)
     cols = [data[c] for c in ("x", "y", "z")]
     points = np.stack(cols, axis=1).astype(points_dtype(*(c.dtype for c in cols)), copy=False)

@@ -14,13 +14,22 @@ converting to a ``SparseTensor`` is the caller's job.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from lattice.io._common import PathOrFile, PointCloudError, label_of, open_input, open_output
+from lattice.io._common import (
+    HOSTILE_ERRORS,
+    PathOrFile,
+    PointCloudError,
+    label_of,
+    open_input,
+    open_output,
+    reading,
+)
 from lattice.io.kinds import AttributeInfo, schema_from_json, schema_json
 from lattice.io.npz import load_npz, save_npz
 
@@ -84,6 +93,7 @@ def _coords(coords: Any, where: str, rows_unique: bool = False) -> np.ndarray:
     c = c.astype(np.int32, copy=False)
     if c.size and c[:, 0].min() < 0:
         raise PointCloudError(f"{where}: batch indices (coords[:, 0]) must be >= 0, got {c[:, 0].min()}")
+    _check_span(c, where)
     if c.shape[0] > 1 and not rows_unique:
         order = np.lexsort(c.T[::-1])
         s = c[order]
@@ -93,6 +103,34 @@ def _coords(coords: Any, where: str, rows_unique: bool = False) -> np.ndarray:
                 f"{where}: coords must be unique, {s[dup[0]].tolist()} appears more than once"
             )
     return c
+
+
+def _check_span(c: np.ndarray, where: str) -> None:
+    """The coordinate tables pack ``(batch, x, y, z)`` into one 64-bit key over the bounding box
+    (docs/tensor-model.md): the product of the four extents must stay below 2^64."""
+    if not c.size:
+        return
+    lo, hi = c.min(axis=0).tolist(), c.max(axis=0).tolist()
+    if math.prod(b - a + 1 for a, b in zip(lo, hi, strict=True)) >= 2**64 - 1:
+        spans = ", ".join(f"{n} {a}..{b}" for n, a, b in zip(("batch", "x", "y", "z"), lo, hi, strict=True))
+        raise PointCloudError(
+            f"{where}: coordinates span too large ({spans}): the product of the four extents must be "
+            "below 2^64 (coordinate tables pack them into one 64-bit key)"
+        )
+
+
+def _check_world(c: np.ndarray, stride, voxel_size, origin, where: str) -> None:
+    """Voxel faces ``origin + coords x stride x voxel_size`` must be finite float64 numbers."""
+    if not c.size:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = stride * voxel_size
+        faces = origin + np.stack([c[:, 1:].min(axis=0), c[:, 1:].max(axis=0) + 1.0]) * scale
+    if not np.all(np.isfinite(faces)):
+        raise PointCloudError(
+            f"{where}: stride {stride.tolist()} x voxel_size {voxel_size.tolist()} puts voxel faces beyond "
+            f"float64 (coords {c[:, 1:].min(axis=0).tolist()}..{c[:, 1:].max(axis=0).tolist()})"
+        )
 
 
 def _feats(feats: Any, n: int, where: str) -> np.ndarray:
@@ -164,6 +202,7 @@ def _validated(
             f"{where}: stride and voxel_size must be positive, got {s.tolist()} and {v.tolist()}"
         )
     o = _triple(origin, "origin", "float", where)
+    _check_world(c, s, v, o, where)
     names = _names(feature_names, f.shape[1], where)
     if centroids is not None:
         centroids = np.asarray(centroids)
@@ -321,25 +360,25 @@ def is_sparse_npz(path_or_file: PathOrFile) -> bool:
                 path_or_file.seek(start)
         with zipfile.ZipFile(path_or_file) as zf:
             return "format.npy" in zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, AttributeError):
+    except (OSError, AttributeError, *HOSTILE_ERRORS):
         return False
 
 
 def read_sparse(path_or_file: PathOrFile) -> SparseFile:
     """Read and validate a ``lattice.sparse/1`` NPZ; every problem is a one-line ``PointCloudError``."""
-    with open_input(path_or_file) as (f, label):
+    with open_input(path_or_file) as (f, label), reading(label, "sparse NPZ"):
         arrays = load_npz(f, label)
-    _check_stored(arrays, label)
-    return _validated(
-        arrays["coords"],
-        arrays["feats"],
-        arrays["stride"],
-        arrays["voxel_size"],
-        arrays["origin"],
-        arrays["feature_names"].tolist(),
-        label,
-        schema=_text(arrays, "attributes"),
-        provenance=_text(arrays, "provenance"),
-        source=_text(arrays, "source"),
-        centroids=arrays.get("centroids"),
-    )
+        _check_stored(arrays, label)
+        return _validated(
+            arrays["coords"],
+            arrays["feats"],
+            arrays["stride"],
+            arrays["voxel_size"],
+            arrays["origin"],
+            arrays["feature_names"].tolist(),
+            label,
+            schema=_text(arrays, "attributes"),
+            provenance=_text(arrays, "provenance"),
+            source=_text(arrays, "source"),
+            centroids=arrays.get("centroids"),
+        )

@@ -7,7 +7,8 @@ named, in this order, by ``columns=``; by a header row (a first line of names:
 comment line just before the data that names every column (CloudCompare's
 ``//X,Y,Z,R,G,B``); else by the width: 3 x, y, z; 4 + intensity; 6 + red, green, blue;
 7 + intensity, red, green, blue (Leica PTS). A first line holding only an integer is a PTS
-point count: it is skipped and checked against the rows. Values are parsed by NumPy
+point count: it is skipped and checked against the rows. A header row with no rows after
+it is an empty cloud of those columns. Values are parsed by NumPy
 (``np.loadtxt``) a block of lines at a time, never value by value in Python.
 
 Types: coordinates and other values are float64 (what the text says, exactly). A colour
@@ -33,7 +34,7 @@ from typing import BinaryIO, NoReturn
 
 import numpy as np
 
-from lattice.io._common import PointCloudError, opt
+from lattice.io._common import PointCloudError, check_points, opt
 from lattice.io._points import PointCloud
 from lattice.io.columns import (
     EXAMPLE,
@@ -144,7 +145,11 @@ def sniff(lines: Iterator[str], label: str, columns: tuple[str, ...] | None) -> 
             )
         else:
             return _layout(lineno, fields, stripped, count, header, comment, label, columns), [line]
-    _no_data(label, lineno, count, header)
+    if header is not None:  # a header row and no rows: an empty table of those columns
+        names = _names(len(header[1]), columns, header, None, label)
+        declared, count_line = (count[1], count[0]) if count is not None else (None, None)
+        return TextLayout(names, None, lineno + 1, declared, count_line), []
+    _no_data(label, lineno, count)
 
 
 def _layout(lineno, fields, line, count, header, comment, label, columns) -> TextLayout:
@@ -159,9 +164,7 @@ def _layout(lineno, fields, line, count, header, comment, label, columns) -> Tex
     return TextLayout(names, _delimiter(line), lineno, declared, count_line, '"' in line)
 
 
-def _no_data(label: str, lines: int, count, header) -> NoReturn:
-    if header is not None:
-        raise PointCloudError(f"{label}: only a header row (line {header[0]}), no data rows")
+def _no_data(label: str, lines: int, count) -> NoReturn:
     if count is not None:
         raise PointCloudError(f"{label}: only a point-count line (line {count[0]}), no data rows")
     what = "the file is empty" if lines == 0 else f"no data rows in {lines} lines (blank or comments)"
@@ -203,7 +206,7 @@ class TextTable:
 
     def blocks(self, chunk_lines: int = CHUNK_LINES) -> Iterator[np.ndarray]:
         """Yield float64 ``(n, width)`` tables of up to ``chunk_lines`` lines each (comments skipped)."""
-        lineno = self.layout.first_line
+        lineno, rows = self.layout.first_line, 0
         while True:
             try:
                 block = list(itertools.islice(self._rest, chunk_lines))
@@ -213,6 +216,8 @@ class TextTable:
                 return
             table = _parse(block, lineno, self.layout, self.label)
             lineno += len(block)
+            rows += len(table)
+            check_points(rows, self.label, f"the table (through line {lineno - 1})")
             if len(table):
                 yield table
 
@@ -283,6 +288,8 @@ class ColumnStats:
 
     def add(self, table: np.ndarray) -> None:
         """Take in the rows of a ``(n, width)`` float64 table."""
+        if not len(table):
+            return
         finite = np.isfinite(table)
         with np.errstate(invalid="ignore"):
             self.whole &= np.all(finite & (table == np.floor(table)), axis=0)
@@ -324,7 +331,7 @@ def read_text(f: BinaryIO, label: str, columns: tuple[str, ...] | None = None) -
     with TextTable(f, label, columns) as table:
         blocks = list(table.blocks())
         layout = table.layout
-    data = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+    data = np.concatenate(blocks) if len(blocks) > 1 else blocks[0] if blocks else np.empty((0, len(layout.names)))
     check_count(layout, len(data), label)
     stats = ColumnStats(data.shape[1])
     stats.add(data)

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from lattice.io import PointCloud, SparseFile, format_from_name, read_points, read_sparse
+from lattice.io._common import HOSTILE_ERRORS
 from lattice.io.classes import asprs_class_name
 from lattice.io.kinds import AttributeInfo
 from lattice.io.las_records import is_las_metadata
@@ -32,7 +33,7 @@ def _is_sparse_npz(f: BinaryIO) -> bool:
     try:
         with zipfile.ZipFile(f) as zf:
             return "format.npy" in zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+    except (OSError, *HOSTILE_ERRORS):
         return False
     finally:
         f.seek(0)
@@ -203,7 +204,8 @@ def describe_sparse(sf: SparseFile) -> dict:
     """Summary of a sparse tensor: rows, channels (with their kinds when the file records
     them), stride, voxel size, batches, bounds in voxel and world units, provenance and source."""
     c = sf.coords
-    batches = np.bincount(c[:, 0], minlength=1) if len(c) else np.zeros(0, np.int64)
+    # counted from the ids present, never sized by the largest id (a batch id may be 2^31 - 1)
+    batch_ids, batches = np.unique(c[:, 0], return_counts=True)
     scale = sf.stride * sf.voxel_size
     bounds = None
     if len(c):
@@ -227,7 +229,8 @@ def describe_sparse(sf: SparseFile) -> dict:
         "stride": sf.stride.tolist(),
         "voxel_size": sf.voxel_size.tolist(),
         "origin": sf.origin.tolist(),
-        "batches": int(len(batches)),
+        "batches": int(len(batch_ids)),
+        "batch_ids": batch_ids.tolist(),
         "rows_per_batch": batches.tolist(),
         "bounds": bounds,
         "channel_stats": [_channel(sf, i, n, las) for i, n in enumerate(sf.feature_names)],

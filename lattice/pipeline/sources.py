@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tokenize
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,10 +33,12 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import PointCloud, PointCloudError, format_from_name, read_points
+from lattice.io._common import check_points, reading
 from lattice.io.columns import SKIP, XYZ, parse_columns, split_columns
-from lattice.io.formats import canonical_format, reader_with_columns
+from lattice.io.formats import FORMATS, canonical_format, reader_with_columns
 from lattice.io.kitti import LAYOUTS, check_scan, layout_columns
 from lattice.io.npy import npy_layout, npy_parts
+from lattice.io.npz import check_members, member_header
 from lattice.io.text import CHUNK_LINES, ColumnStats, TextTable, check_count
 
 DEFAULT_CHUNK_POINTS = 1_000_000  # 20 M points at 0.05 m: 838 MiB peak (2 M: 918 MiB), 2 % slower
@@ -74,7 +77,8 @@ class PointSource:
         """Yield ``(points (n, 3), {attribute: (n, ...)})`` for consecutive runs of points."""
         if chunk_points < 1:
             raise ValueError(f"[PointSource] chunk_points must be positive, got {chunk_points}")
-        return self._read(int(chunk_points))
+        what = FORMATS[self.format].description if self.format in FORMATS else self.format
+        return _guarded(self._read(int(chunk_points)), self.label, what)
 
 
 def memory_source(cloud: PointCloud, label: str | None = None) -> PointSource:
@@ -123,18 +127,30 @@ def open_source(
     names = parse_columns(columns, label)
     if names is not None and fmt is not None:
         reader_with_columns(fmt, label)  # refuses columns= for formats that name their fields
-    source = None
-    if fmt in LAYOUTS:
-        source = _scan_source(path, label, fmt, names)
-    elif fmt == "text":
-        source = _text_source(path, label, names)
-    elif fmt == "npy":
-        source = _npy_source(path, label, names)
-    elif fmt == "ply":
-        source = _ply_source(path, label)
-    elif fmt == "npz":
-        source = _npz_source(path, label)
+    with reading(label, FORMATS[fmt].description if fmt else "point cloud"):  # hostile bytes: one line
+        source = _streamed_source(path, label, fmt, names)
     return source or memory_source(read_points(path, format=format, columns=names), label)
+
+
+def _streamed_source(path: Path, label: str, fmt: str | None, names) -> PointSource | None:
+    """The streamed source of a format that has one, else None (read whole by ``read_points``)."""
+    if fmt in LAYOUTS:
+        return _scan_source(path, label, fmt, names)
+    if fmt == "text":
+        return _text_source(path, label, names)
+    if fmt == "npy":
+        return _npy_source(path, label, names)
+    if fmt == "ply":
+        return _ply_source(path, label)
+    if fmt == "npz":
+        return _npz_source(path, label)
+    return None
+
+
+def _guarded(chunks: Iterator[Chunk], label: str, what: str) -> Iterator[Chunk]:
+    """``chunks``, with what hostile bytes raise while streaming as one-line ``PointCloudError``s."""
+    with reading(label, what):
+        yield from chunks
 
 
 def _attribute_names(names: tuple[str, ...]) -> list[str]:
@@ -156,7 +172,7 @@ def _scan_source(path: Path, label: str, layout: str, names: tuple[str, ...] | N
             f"{label}: {size} bytes is not a whole number of rows of {width} float32 values "
             f"({','.join(names)} = {4 * width} bytes each)"
         )
-    n = size // (4 * width)
+    n = check_points(size // (4 * width), label, f"a float32 scan of {size} bytes in rows of {width}")
 
     def chunk(f: BinaryIO, s: int, m: int) -> Chunk:
         raw = np.fromfile(f, dtype="<f4", count=m * width)
@@ -202,12 +218,12 @@ def _npy_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointS
     """A memory-mapped ``.npy`` (None when it cannot be mapped: ``read_points`` explains)."""
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError):
+    except (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError):  # a header NumPy cannot parse
         return None
     if not isinstance(array, np.ndarray) or array.ndim == 0:
         return None
     layout = npy_layout(array.dtype, array.shape, label, names)
-    n = array.shape[0]
+    n = check_points(array.shape[0], label, "NPY header: its row count")
     _, sample = npy_parts(np.array(array[:1]), layout)
     del array
 
@@ -272,6 +288,7 @@ def _ply_source(path: Path, label: str) -> PointSource | None:
         raise PointCloudError(
             f"{label}: truncated PLY: header declares {n} vertex rows but only {present} are present"
         )
+    check_points(n, label, "PLY header: element vertex")
     pdtype = np.float32 if all(dtype[a] == np.float32 for a in "xyz") else np.float64
     attrs = [a for a in names if a not in ("x", "y", "z")]
 
@@ -290,29 +307,33 @@ def _ply_source(path: Path, label: str) -> PointSource | None:
 # ---- NPZ -------------------------------------------------------------------------------
 
 
-def _npy_header(zf: zipfile.ZipFile, name: str) -> tuple[tuple[int, ...], np.dtype, int] | None:
-    with zf.open(name) as m:
-        version = np.lib.format.read_magic(m)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(m)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(m)
-        else:
-            return None
-        if fortran or dtype.hasobject:
+def _npy_header(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, label: str
+) -> tuple[tuple[int, ...], np.dtype, int] | None:
+    with zf.open(info) as m:
+        shape, fortran, dtype = member_header(m, info, info.filename[:-4], label)  # sizes checked
+        if fortran:
             return None
         return shape, dtype, m.tell()
 
 
-def _npz_layout(path: Path) -> tuple[int, tuple, dict[str, tuple]] | None:
+def _npz_layout(path: Path, label: str) -> tuple[int, tuple, dict[str, tuple]] | None:
     """``(N, points header, {attribute: header})`` of a streamable points NPZ, or None.
 
-    A header is ``(shape, dtype, data offset)``.
+    A header is ``(shape, dtype, data offset)``. The members are checked as ``read_points``
+    checks them (``lattice.io.npz.check_members``, ``member_header``) before any is read.
     """
     try:
         with zipfile.ZipFile(path) as zf:
-            headers = {n[:-4]: _npy_header(zf, n) for n in zf.namelist() if n.endswith(".npy")}
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            check_members(zf.infolist(), path.stat().st_size, label)
+            headers = {
+                i.filename[:-4]: _npy_header(zf, i, label)
+                for i in zf.infolist()
+                if i.filename.endswith(".npy")
+            }
+    except PointCloudError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError, NotImplementedError):
         return None  # read_points gives the precise message
     if any(h is None for h in headers.values()) or "points" not in headers or "format" in headers:
         return None
@@ -330,7 +351,7 @@ def _npz_layout(path: Path) -> tuple[int, tuple, dict[str, tuple]] | None:
 
 
 def _npz_source(path: Path, label: str) -> PointSource | None:
-    layout = _npz_layout(path)
+    layout = _npz_layout(path, label)
     if layout is None:
         return None
     n, points, attrs = layout
