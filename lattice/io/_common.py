@@ -122,7 +122,7 @@ def one_line(err: BaseException, limit: int = 160) -> str:
 # tokenizers (UnicodeDecodeError is a ValueError). Not TypeError / AttributeError: those are bugs.
 HOSTILE_ERRORS = (
     ValueError,
-    OverflowError,
+    ArithmeticError,  # OverflowError, and ZeroDivisionError from a laspy extra-bytes record of 0 elements
     EOFError,
     IndexError,
     KeyError,
