@@ -13,30 +13,18 @@ from __future__ import annotations
 import base64
 import io
 import os
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from lattice.io import PointCloud, SparseFile, format_from_name, read_points, read_sparse
-from lattice.io._common import HOSTILE_ERRORS
 from lattice.io.classes import asprs_class_name
 from lattice.io.kinds import AttributeInfo
 from lattice.io.las_records import is_las_metadata
+from lattice.io.sparse import is_sparse_npz
 
 HISTOGRAM_VALUES = 64  # categorical values listed one by one; past this, the most frequent
-
-
-def _is_sparse_npz(f: BinaryIO) -> bool:
-    """True when the archive has the sparse-tensor ``format`` member (errors: let the reader explain)."""
-    try:
-        with zipfile.ZipFile(f) as zf:
-            return "format.npy" in zf.namelist()
-    except (OSError, *HOSTILE_ERRORS):
-        return False
-    finally:
-        f.seek(0)
 
 
 def exact(values: Any, dtype: Any) -> Any:
@@ -255,17 +243,14 @@ def describe_file(
         data = src.read()
         stream = io.BytesIO(data)
         stream.name = getattr(src, "name", "<stdin>")
-        if data[:4] == b"PK\x03\x04" and format in (None, "npz") and _is_sparse_npz(stream):
+        if data[:4] == b"PK\x03\x04" and format in (None, "npz") and is_sparse_npz(stream):
             return {"file": label, **describe_sparse(read_sparse(stream))}
         return {"file": label, **describe_cloud(read_points(stream, format=format, columns=columns))}
     is_npz = (format or "").lower().lstrip(".") == "npz" or (
         format is None and format_from_name(label) == "npz"
     )
-    if is_npz and os.path.isfile(src) and os.path.getsize(src) > 0:
-        with open(src, "rb") as f:
-            sparse = _is_sparse_npz(f)
-        if sparse:
-            return {"file": label, **describe_sparse(read_sparse(src))}
+    if is_npz and os.path.isfile(src) and os.path.getsize(src) > 0 and is_sparse_npz(src):
+        return {"file": label, **describe_sparse(read_sparse(src))}
     return {"file": label, **describe_cloud(read_points(src, format=format, columns=columns))}
 
 
