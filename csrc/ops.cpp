@@ -10,26 +10,6 @@ namespace lattice {
 
 namespace {
 
-bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t == mx::bfloat16; }
-
-mx::array rows_i32(const mx::array& r, const char* op, const char* name, mx::StreamOrDevice s) {
-  check_index_array(r, op, name);
-  return mx::contiguous(mx::astype(r, mx::int32, s), false, s);
-}
-
-void check_feats(const mx::array& x, const char* op, const char* name) {
-  if (x.ndim() != 2) {
-    Message msg;
-    msg << "[" << op << "] " << name << " must be (N, C), got ndim " << static_cast<int64_t>(x.ndim());
-    invalid(msg);
-  }
-  if (!is_float(x.dtype())) {
-    Message msg;
-    msg << "[" << op << "] " << name << " must be float32, float16 or bfloat16, got " << dtype_name(x.dtype());
-    invalid(msg);
-  }
-}
-
 // The edge arrays and their offsets: as many in rows as out rows, as the offsets say.
 void check_edges(const mx::array& a, const mx::array& b, const EdgeBounds& bounds, int64_t K, const char* op,
                  const char* name_a, const char* name_b) {

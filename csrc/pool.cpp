@@ -14,30 +14,14 @@ namespace lattice {
 
 namespace {
 
-bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t == mx::bfloat16; }
-
 bool same_bounds(const EdgeBounds& a, const EdgeBounds& b) { return a == b || (a && b && *a == *b); }
 
 bool same_weights(const OffsetWeights& a, const OffsetWeights& b) {
   return a == b || (a && b && *a == *b);
 }
 
-mx::array rows_i32(const mx::array& r, const char* op, const char* name, mx::StreamOrDevice s) {
-  check_index_array(r, op, name);
-  return mx::contiguous(mx::astype(r, mx::int32, s), false, s);
-}
-
 mx::array feats(const mx::array& x, const char* op, const char* name, mx::StreamOrDevice s) {
-  if (x.ndim() != 2) {
-    Message msg;
-    msg << "[" << op << "] " << name << " must be (N, C), got ndim " << static_cast<int64_t>(x.ndim());
-    invalid(msg);
-  }
-  if (!is_float(x.dtype())) {
-    Message msg;
-    msg << "[" << op << "] " << name << " must be float32, float16 or bfloat16, got " << dtype_name(x.dtype());
-    invalid(msg);
-  }
+  check_feats(x, op, name);
   return mx::contiguous(x, false, s);
 }
 

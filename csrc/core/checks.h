@@ -204,4 +204,26 @@ inline bool rows_distinct_per_offset(const int32_t* rows, const std::vector<int6
   return distinct.load();
 }
 
+inline bool is_float(mx::Dtype t) { return t == mx::float32 || t == mx::float16 || t == mx::bfloat16; }
+
+// An index array as contiguous int32 (checked to be int32 or narrower: int64 could wrap).
+inline mx::array rows_i32(const mx::array& r, const char* op, const char* name, mx::StreamOrDevice s) {
+  check_index_array(r, op, name);
+  return mx::contiguous(mx::astype(r, mx::int32, s), false, s);
+}
+
+// A feature matrix: (N, C) of float32, float16 or bfloat16.
+inline void check_feats(const mx::array& x, const char* op, const char* name) {
+  if (x.ndim() != 2) {
+    Message msg;
+    msg << "[" << op << "] " << name << " must be (N, C), got ndim " << static_cast<int64_t>(x.ndim());
+    invalid(msg);
+  }
+  if (!is_float(x.dtype())) {
+    Message msg;
+    msg << "[" << op << "] " << name << " must be float32, float16 or bfloat16, got " << dtype_name(x.dtype());
+    invalid(msg);
+  }
+}
+
 }  // namespace lattice
