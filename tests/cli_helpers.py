@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 from io_helpers import DATA
 
+# A Python child that does not put its working directory first on sys.path (-P): started from
+# the checkout's root, the source folders would shadow the installed package, whose lattice/
+# holds the built extension (CI installs non-editable).
+PYTHON = [sys.executable, "-P"]
 # The console script when it is on PATH (what a user runs), else the same entry point by module.
-LATTICE = ["lattice"] if shutil.which("lattice") else [sys.executable, "-m", "lattice_cli.main"]
+LATTICE = ["lattice"] if shutil.which("lattice") else [*PYTHON, "-m", "lattice_cli.main"]
 
 
 def lattice(*args: object, cwd: str | Path | None = None, timeout: float = 300, stdin: bytes | None = None):

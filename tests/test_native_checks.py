@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 
 import mlx.core as mx
 import numpy as np
 import pytest
+from cli_helpers import PYTHON
 
 import lattice
 from lattice import _ext
@@ -59,7 +59,7 @@ class Child:
 
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, "-c", _PRELUDE], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([*PYTHON, "-c", _PRELUDE], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         return self.proc
 

@@ -8,12 +8,11 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from cli_helpers import LATTICE, lattice
+from cli_helpers import LATTICE, PYTHON, lattice
 
 from lattice.io import read_sparse, write_points
 from lattice.io._points import PointCloud
@@ -100,7 +99,7 @@ with atomic_write(sys.argv[1]) as f:
 
 
 def _writer(path):
-    p = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([*PYTHON, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     return p
 
@@ -160,6 +159,23 @@ def test_usage_errors_are_one_line(tmp_path, args, text):
     assert "--help" in r.stderr and "╭" not in r.stderr
 
 
+def _wait_for_sigterm_handler(pid: int, timeout: float = 60) -> None:
+    """Wait until process ``pid`` catches SIGTERM (Linux ``SigCgt``): a signal sent before the
+    CLI installs its handler would kill it the default way, which is not what is tested."""
+    status = f"/proc/{pid}/status"
+    if not os.path.exists(status):  # not Linux: give the interpreter time to start
+        time.sleep(1.5)
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(status) as f:
+            caught = next((int(line.split()[1], 16) for line in f if line.startswith("SigCgt:")), 0)
+        if caught >> (signal.SIGTERM - 1) & 1:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the CLI never installed its SIGTERM handler")
+
+
 def test_sigterm_of_a_real_run_exits_143_and_leaves_no_temp(tmp_path):
     big = tmp_path / "big.bin"
     rng = np.random.default_rng(1)
@@ -168,7 +184,8 @@ def test_sigterm_of_a_real_run_exits_143_and_leaves_no_temp(tmp_path):
     rows.tofile(big)
     p = subprocess.Popen([*LATTICE, "voxelize", str(big), "-o", str(tmp_path / "v.ply"), "-s", "0.05"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    time.sleep(1.5)
+    _wait_for_sigterm_handler(p.pid)
+    time.sleep(0.5)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     assert p.returncode in (0, 128 + signal.SIGTERM), err  # 0 only if it finished first

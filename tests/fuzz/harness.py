@@ -299,7 +299,8 @@ for line in sys.stdin:
 
 def _start_worker(limit: int, per_mutant: float) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WORKER, str(limit), str(per_mutant)],
+        # -P: started from the checkout's root, its source folders must not shadow the install
+        [sys.executable, "-P", "-c", _WORKER, str(limit), str(per_mutant)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
     )  # fmt: skip
     proc.lines = queue.Queue()  # read by a thread: a line already buffered is never missed
