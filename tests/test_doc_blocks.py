@@ -63,3 +63,17 @@ def test_lazy_errors_fail_the_block(tmp_path):
     page.write_text("```python\nimport mlx.core as mx\nbad = mx.ones((2, 3)) @ mx.ones((2, 3))\n```\n")
     r = _run(page)
     assert r.returncode == 1 and "FAIL" in r.stdout, r.stdout
+
+
+def test_command_lines_name_real_commands_and_options(tmp_path):
+    page = tmp_path / "cli.md"
+    page.write_text(
+        "```bash\nlattice voxelize in.ply -o out.npz --voxel-size 0.1   # fine\n"
+        "lattice voxelize in.ply -o - -s 0.1 | lattice pool - -o p.npz --no-such-option\n```\n\n"
+        "```console\n$ lattice no-such-command x\n```\n"
+    )
+    r = _run(page)
+    assert r.returncode == 1, r.stdout
+    assert f"FAIL {page}:3: lattice pool: no option --no-such-option" in r.stdout
+    assert f"FAIL {page}:7: lattice no-such-command: no such command" in r.stdout
+    assert "2 of 4 name existing commands and options" in r.stdout

@@ -23,9 +23,13 @@ Rules (CONTRIBUTING.md, "Documentation that runs"):
   defers to evaluation must fail the block that built it.
 - Standard output of the blocks is captured and shown only for a failing block.
 
-A failure prints ``FAIL <file>:<line>`` (the line of the block's opening fence) and the
-traceback, whose line numbers are those of the Markdown file; the exit status is 1 when
-a block failed, else 0.
+Shell blocks (```` ```bash ````, ```` ```console ````, unlabeled) are not run, but each
+``lattice CMD ...`` line in them must name a command of the installed CLI and only
+options its ``--help`` lists.
+
+A failure prints ``FAIL <file>:<line>`` (the line of the block's opening fence, or of the
+command line) and the traceback, whose line numbers are those of the Markdown file; the
+exit status is 1 when a block or a command line failed, else 0.
 """
 
 from __future__ import annotations
@@ -182,6 +186,55 @@ def run_file(path: Path, verbose: bool = False) -> tuple[int, int, int, list[str
     return run, failed, skipped, msgs
 
 
+SHELL_LANGS = ("", "bash", "sh", "shell", "console")
+
+
+def command_lines(files: list[Path]):
+    """(where, command line) of every ``lattice ...`` line of the shell blocks (```` ```bash ````,
+    ```` ```console ```` and unlabeled ones; ``$ `` prompts and pipes allowed)."""
+    for f in files:
+        for b in blocks(f):
+            if b.lang not in SHELL_LANGS:
+                continue
+            for i, line in enumerate(b.code.splitlines()):
+                text = line.strip().removeprefix("$ ")
+                for part in text.split("|"):
+                    words = part.split("#")[0].split()
+                    if len(words) >= 2 and words[0] == "lattice" and not words[1].startswith("-"):
+                        yield f"{b.where.rsplit(':', 1)[0]}:{b.line + 1 + i}", words
+
+
+def check_commands(files: list[Path]) -> tuple[int, int, list[str]]:
+    """(command lines checked, lines that failed, messages): each ``lattice CMD --opt -o ...``
+    of the docs names a command of the installed CLI and only options its ``--help`` lists
+    (nothing is run)."""
+    from typer.testing import CliRunner
+
+    from lattice_cli.main import app
+
+    runner, helps, msgs, n, bad = CliRunner(), {}, [], 0, 0
+    for where, words in command_lines(files):
+        n += 1
+        cmd = words[1]
+        if cmd not in helps:
+            r = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+            helps[cmd] = r.output if r.exit_code == 0 else None
+        if helps[cmd] is None:
+            msgs.append(f"FAIL {where}: lattice {cmd}: no such command")
+            bad += 1
+            continue
+        unknown = [
+            m.group(1)
+            for w in words[2:]
+            if (m := re.match(r"^\[?(--?[A-Za-z][\w-]*)", w))
+            and not re.search(rf"(?<![\w-]){re.escape(m.group(1))}(?![\w-])", helps[cmd])
+        ]
+        for opt in unknown:
+            msgs.append(f"FAIL {where}: lattice {cmd}: no option {opt}")
+        bad += bool(unknown)
+    return n, bad, msgs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md, docs/**/*.md)")
@@ -225,7 +278,11 @@ def main(argv=None) -> int:
     print(
         f"doc blocks: {run - failed} passed, {failed} failed, {skipped} skipped ({time.monotonic() - t0:.1f} s)"
     )
-    return 1 if failed else 0
+    checked, bad, msgs = check_commands(files)
+    for m in msgs:
+        print(m)
+    print(f"doc command lines: {checked - bad} of {checked} name existing commands and options")
+    return 1 if failed or bad else 0
 
 
 if __name__ == "__main__":
