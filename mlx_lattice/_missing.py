@@ -286,7 +286,6 @@ BEHAVIOUR: dict[str, str] = {
     "active_rows": (
         "SparseTensor.active_rows is an int32 array of shape (1,) also when every row is live (lattice: None)"
     ),
-    "quantize_any_c_in": "quantize_weight pads C_in to the group: a 12-channel weight quantizes with group 32",
     "jvp_conv": "mx.jvp through subm_conv3d (lattice: [Primitive::jvp] Not implemented)",
     "jvp_pool": "mx.jvp through avg_pool3d in float32",
     "nn_quantize": "mlx.nn.quantize(model) turns lattice Linear modules into lattice's QuantizedLinear",
