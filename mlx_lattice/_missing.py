@@ -186,7 +186,7 @@ PARTIAL: dict[str, dict[str, str]] = {
     "KernelSpec": {"is_centered_submanifold": ""},
     "RelationEdges": {"capacity": ""},
     "KernelRelation": {
-        name: "relation data model (relation-views)"
+        name: ""  # all of the relation-views group
         for name in (
             "contract",
             "output_csr",
@@ -379,8 +379,8 @@ def render_markdown() -> str:
         names = [n for n, (s, _) in OUT_OF_SCOPE.items() if s == scope]
         mods = [m for m, s in OUT_OF_SCOPE_MODULES.items() if s == scope]
         listed = ", ".join(f"`{_full(m)}`" for m in mods)
-        lines.append(f"- **{scope}** — {what}: the modules {listed} raise `ImportError` on import;")
-        lines.append("  the names " + ", ".join(f"`{n}`" for n in names) + " raise it on access.")
+        lines.append(f"- **{scope}** — {what}: importing {listed} raises `ImportError`, and so does")
+        lines.append("  accessing " + ", ".join(f"`{n}`" for n in names) + ".")
     lines += ["", "### Classes re-exported from lattice with fields / members missing", ""]
     for cls, members in PARTIAL.items():
         parts = [f"`{m}`" + (f" ({note})" if note else "") for m, note in members.items()]
