@@ -303,26 +303,38 @@ def run_batch(
 # ---- the command-level driver -----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """The output options of every file command: ``-o``, ``--output-dir``, the output format
+    (checked: ``--output-format`` or the extension), ``--overwrite``, ``--workers`` and ``--json``."""
+
+    output: str | None
+    output_dir: Path | None
+    format: str = "npz"
+    overwrite: bool = False
+    workers: int = 1
+    as_json: bool = False
+
+
 def run_files(
     job: Job,
     inputs: list[str],
+    outputs: Outputs,
     *,
-    output: str | None,
-    output_dir: Path | None,
     describe: Callable[[dict], str],
-    as_json: bool,
-    overwrite: bool = False,
-    workers: int = 1,
     accept: Accept = lambda p: True,
-    extension: str = ".npz",
     expect: Expect | None = None,
 ) -> None:
     """Parse-level dispatch shared by the file commands: one file or a batch.
 
     One input with ``-o`` is a single run (a directory given there is an input error).
     Otherwise several inputs, a directory or a pattern need ``--output-dir``; outputs get
-    ``extension``, and ``expect`` says what an existing output must record to be skipped.
+    the extension of ``outputs.format``, and ``expect`` says what an existing output must
+    record to be skipped.
     """
+    from lattice.pipeline.export import extension_of
+
+    output, output_dir, as_json = outputs.output, outputs.output_dir, outputs.as_json
     if output is not None:
         if output_dir is not None or len(inputs) > 1:
             fail("-o/--output takes a single input; use --output-dir for several inputs", EXIT_USAGE)
@@ -332,15 +344,15 @@ def run_files(
         if len(inputs) > 1 or any(Path(i).is_dir() or (_GLOB & set(i)) for i in inputs):
             fail("several inputs, a directory or a pattern need --output-dir", EXIT_USAGE)
         fail("missing -o/--output (a file, or - for stdout); use --output-dir for batch mode", EXIT_USAGE)
-    tasks = expand_inputs(inputs, output_dir, accept, extension)
+    tasks = expand_inputs(inputs, output_dir, accept, extension_of(outputs.format))
     prepare_output_dir(output_dir)
     if expect is not None:  # outputs record their parameters beside them, for the next re-run
         job = functools.partial(job, sidecar=True)
     summary = run_batch(
         job,
         tasks,
-        workers=workers,
-        overwrite=overwrite,
+        workers=outputs.workers,
+        overwrite=outputs.overwrite,
         progress=sys.stderr.isatty(),
         expect=expect,
         on_failure=lambda f: error(f["error"]),  # as it happens, not only at the end

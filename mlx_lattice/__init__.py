@@ -1,52 +1,37 @@
-"""Alias package: the documented ``mlx_lattice.*`` import paths, served by ``lattice``.
+"""The documented ``mlx_lattice`` API (mlx-lattice 0.6.3's module layout), served by lattice.
 
-``mlx_lattice.X.Y`` is the very module object ``lattice.X.Y`` (no second
-implementation): ``from mlx_lattice.core import SparseTensor`` gives the same
-class as ``lattice.core.SparseTensor``.
+Real modules mirror the documented layout — :mod:`mlx_lattice.core` (``tensor``,
+``coords.*``, ``relations.*``, ``quantized``, ``types``), :mod:`mlx_lattice.ops`
+(``conv``, ``pool``, ``feature``, ``tensor``, ``coords``, ``relations``,
+``quantization``) and :mod:`mlx_lattice.nn` (``conv``, ``pool``, ``feature``,
+``quantized_conv``, ``quantized_feature``). Each name is lattice's own object
+(``mlx_lattice.SparseTensor is lattice.SparseTensor``) or a thin adapter where the
+documented signature differs; there is no second implementation.
+
+Documented names lattice does not provide yet, and the out-of-scope MLIR artifact and
+entropy-coding modules, raise ``mlx_lattice._missing.NotProvidedError`` (an
+``ImportError``) that says so. The list, and what differs on purpose, is in
+docs/compat.md.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.util
-import sys
+from lattice import __version__
+from mlx_lattice import core, nn, ops
+from mlx_lattice._backend import backend_info
+from mlx_lattice._missing import module_getattr
+from mlx_lattice.core import QuantizedWeight, SparseTensor, dequantize_weight, quantize_weight
 
-import lattice
+__all__ = [
+    "QuantizedWeight",
+    "SparseTensor",
+    "__version__",
+    "backend_info",
+    "core",
+    "dequantize_weight",
+    "nn",
+    "ops",
+    "quantize_weight",
+]
 
-_PREFIX = __name__ + "."
-
-
-class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-    def create_module(self, spec):
-        return importlib.import_module(self.target)
-
-    def exec_module(self, module) -> None:  # the target module is already executed
-        pass
-
-
-class _AliasFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
-        if not fullname.startswith(_PREFIX):
-            return None
-        real = "lattice." + fullname[len(_PREFIX) :]
-        if importlib.util.find_spec(real) is None:
-            return None
-        real_module = importlib.import_module(real)
-        is_pkg = hasattr(real_module, "__path__")
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(real), is_package=is_pkg)
-
-
-if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
-    sys.meta_path.insert(0, _AliasFinder())
-
-
-def __getattr__(name: str):
-    return getattr(lattice, name)
-
-
-def __dir__():
-    return dir(lattice)
+__getattr__ = module_getattr(__name__)

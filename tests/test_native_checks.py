@@ -287,7 +287,8 @@ def test_ext_is_private():
     assert "_ext" not in ns
     import mlx_lattice
 
-    assert lattice._ext is _ext and mlx_lattice._ext is _ext  # still importable
+    assert lattice._ext is _ext  # still importable by its private name
+    assert not hasattr(mlx_lattice, "_ext")
 
 
 # ---- the scatter invariant: relations nobody vouched for ---------------------------------------

@@ -170,15 +170,17 @@ def output_label(dst: PathOrFile) -> str:
     return os.fspath(dst)
 
 
-def check_readable_path(path: str | os.PathLike) -> Path:
-    """Raise ``PointCloudError`` unless ``path`` is an existing, non-empty regular file."""
+def check_readable_path(path: str | os.PathLike, label: str | None = None) -> Path:
+    """Raise ``PointCloudError`` unless ``path`` is an existing, non-empty regular file; the
+    errors name ``label`` (default: the path as a ``Path`` prints it)."""
     p = Path(path)
+    label = str(p) if label is None else label
     if not p.exists():
-        raise PointCloudError(f"{p}: no such file")
+        raise PointCloudError(f"{label}: no such file")
     if p.is_dir():
-        raise PointCloudError(f"{p}: is a directory, expected a file")
+        raise PointCloudError(f"{label}: is a directory, expected a file")
     if p.stat().st_size == 0:
-        raise PointCloudError(f"{p}: file is empty")
+        raise PointCloudError(f"{label}: file is empty")
     return p
 
 
@@ -251,11 +253,6 @@ def native(a: np.ndarray) -> np.ndarray:
     if a.dtype.byteorder not in ("=", "|"):
         a = a.astype(a.dtype.newbyteorder("="))
     return np.ascontiguousarray(a)
-
-
-def points_dtype(*dtypes: np.dtype) -> np.dtype:
-    """float32 when every coordinate column is float32, float64 otherwise."""
-    return np.dtype(np.float32) if all(np.dtype(d) == np.float32 for d in dtypes) else np.dtype(np.float64)
 
 
 @contextmanager

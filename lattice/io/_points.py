@@ -25,6 +25,13 @@ def _as_points(points: Any) -> np.ndarray:
     return a.astype(np.float64)
 
 
+def stack_points(columns) -> np.ndarray:
+    """The ``(N, 3)`` points of a reader's x, y, z columns (each ``(N,)`` or ``(N, 1)``):
+    float32 when all three are float32, float64 otherwise; contiguous, native byte order."""
+    dtype = np.float32 if all(np.dtype(c.dtype) == np.float32 for c in columns) else np.float64
+    return np.ascontiguousarray(np.column_stack(columns).astype(dtype, copy=False))
+
+
 def _as_attribute(name: Any, value: Any, n: int) -> np.ndarray:
     if not isinstance(name, str) or not name:
         raise ValueError(f"[PointCloud] attribute names must be non-empty strings, got {name!r}")

@@ -78,6 +78,19 @@ def describe_defaults(widths: Sequence[int]) -> str:
     return ", ".join(f"{w} ({','.join(DEFAULT_COLUMNS[w])})" for w in widths)
 
 
+def default_layout(width: int, widths: Sequence[int], label: str, found: str) -> tuple[str, ...]:
+    """The default names of an unnamed table ``width`` columns wide, or a ``PointCloudError``
+    saying which widths are understood without names; ``found`` says what the table is
+    (``NPY array has 5 columns``)."""
+    names = default_columns(width, widths)
+    if names is None:
+        raise PointCloudError(
+            f"{label}: {found}; without names only {describe_defaults(widths)} columns are understood: "
+            f"name each column with {opt('columns', EXAMPLE)} (_ skips one)"
+        )
+    return names
+
+
 def split_columns(
     table: np.ndarray, names: tuple[str, ...], dtypes: dict[str, np.dtype] | None = None
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -42,6 +42,14 @@ class Format:
     # a writer that also takes the target's name (text: commas for ``.csv``), used instead of ``write``
     write_named: Callable[[BinaryIO, PointCloud, str], None] | None = None
 
+    @classmethod
+    def unnamed(cls, name, extensions, read, write, description, **more) -> Format:
+        """A format whose columns are not named in the file: its reader takes ``columns=`` and
+        its writer ``write(f, cloud)`` ignores ``binary`` / ``compress``."""
+        return cls(
+            name, extensions, read, lambda f, c, b, z: write(f, c), description, read_columns=read, **more
+        )
+
 
 def _pcd_write(f: BinaryIO, cloud: PointCloud, binary: bool, compress: bool) -> None:
     pcd.write_pcd(
@@ -62,37 +70,15 @@ FORMATS: dict[str, Format] = {
         ),
         Format("laz", (".laz",), las.read_las, lambda f, c, b, z: las.write_las(f, c, compress=True), "LAZ"),
         Format("pcd", (".pcd",), pcd.read_pcd, _pcd_write, "PCL PCD"),
-        Format(
-            "kitti",
-            (".bin",),
-            kitti.read_kitti,
-            lambda f, c, b, z: kitti.write_kitti(f, c),
-            "KITTI .bin",
-            read_columns=kitti.read_kitti,
-        ),
-        Format(
-            "nuscenes",
-            (".pcd.bin",),
-            kitti.read_nuscenes,
-            lambda f, c, b, z: kitti.write_nuscenes(f, c),
-            "nuScenes",
-            read_columns=kitti.read_nuscenes,
-        ),
-        Format(
-            "npy",
-            (".npy",),
-            npy.read_npy,
-            lambda f, c, b, z: npy.write_npy(f, c),
-            "NumPy .npy array",
-            read_columns=npy.read_npy,
-        ),
-        Format(
+        Format.unnamed("kitti", (".bin",), kitti.read_kitti, kitti.write_kitti, "KITTI .bin"),
+        Format.unnamed("nuscenes", (".pcd.bin",), kitti.read_nuscenes, kitti.write_nuscenes, "nuScenes"),
+        Format.unnamed("npy", (".npy",), npy.read_npy, npy.write_npy, "NumPy .npy array"),
+        Format.unnamed(
             "text",
             TEXT_EXTENSIONS,
             text.read_text,
-            lambda f, c, b, z: text.write_text(f, c),
+            text.write_text,
             "text table",
-            read_columns=text.read_text,
             write_named=lambda f, c, name: text.write_text(
                 f, c, "," if name.lower().endswith(".csv") else " "
             ),

@@ -32,15 +32,14 @@ from lattice.io._common import (
     native,
     one_line,
     opt,
-    points_dtype,
     remaining_bytes,
 )
-from lattice.io._points import PointCloud
+from lattice.io._points import PointCloud, stack_points
 from lattice.io.columns import (
     EXAMPLE,
     XYZ,
     check_names,
-    default_columns,
+    default_layout,
     describe_defaults,
     flat_columns,
     normalise_name,
@@ -149,13 +148,7 @@ def npy_layout(
                 f"but the NPY array has {width} ({what})"
             )
         return NpyLayout(columns)
-    names = default_columns(width, WIDTHS)
-    if names is None:
-        raise PointCloudError(
-            f"{label}: NPY {what} has {width} columns; without names only {describe_defaults(WIDTHS)} "
-            f"are understood: name each column with {opt('columns', EXAMPLE)} (_ skips one)"
-        )
-    return NpyLayout(names)
+    return NpyLayout(default_layout(width, WIDTHS, label, f"NPY {what} has {width} columns"))
 
 
 def _structured_layout(dtype: np.dtype, shape: tuple[int, ...], label: str, what: str) -> NpyLayout:
@@ -179,9 +172,7 @@ def npy_parts(table: np.ndarray, layout: NpyLayout) -> tuple[np.ndarray, dict[st
     else:
         by_name = dict(zip(layout.names, layout.fields, strict=True))
         cols = {a: native(table[by_name[a]]) for a in XYZ}
-        points = np.stack([cols[a] for a in XYZ], axis=1).astype(
-            points_dtype(*(c.dtype for c in cols.values()))
-        )
+        points = stack_points([cols[a] for a in XYZ])
         attrs = {n: native(table[f]) for n, f in by_name.items() if n not in XYZ}
         attrs, _ = decode_colours(attrs)
     if points.dtype not in (np.float32, np.float64):

@@ -20,15 +20,8 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import lzf
-from lattice.io._common import (
-    PointCloudError,
-    check_points,
-    native,
-    points_dtype,
-    read_exact,
-    remaining_bytes,
-)
-from lattice.io._points import PointCloud
+from lattice.io._common import PointCloudError, check_points, native, read_exact, remaining_bytes
+from lattice.io._points import PointCloud, stack_points
 from lattice.io.kinds import as_8bit_colours, colour_channels_of, decode_colours, encode_packed_colour
 
 DATA_MODES = ("ascii", "binary", "binary_compressed")
@@ -256,7 +249,7 @@ def read_pcd(f: BinaryIO, label: str) -> PointCloud:
     xyz = [cols[c] for c in "xyz"]
     if any(c.shape[1] != 1 for c in xyz):
         raise PointCloudError(f"{label}: PCD x, y, z fields must have COUNT 1")
-    points = np.concatenate(xyz, axis=1).astype(points_dtype(*(c.dtype for c in xyz)), copy=False)
+    points = stack_points(xyz)
     attrs = {
         name: native(col[:, 0] if col.shape[1] == 1 else col)
         for name, col in cols.items()
@@ -272,7 +265,7 @@ def read_pcd(f: BinaryIO, label: str) -> PointCloud:
     }
     if packing is not None:
         meta["colour_packing"] = packing
-    return PointCloud(native(points), attrs, format="pcd", source=label, metadata=meta)
+    return PointCloud(points, attrs, format="pcd", source=label, metadata=meta)
 
 
 def _pcd_type(a: np.ndarray) -> tuple[np.ndarray, str, int]:

@@ -18,15 +18,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from lattice.io._common import (
-    PointCloudError,
-    check_points,
-    native,
-    points_dtype,
-    read_exact,
-    remaining_bytes,
-)
-from lattice.io._points import PointCloud
+from lattice.io._common import PointCloudError, check_points, native, read_exact, remaining_bytes
+from lattice.io._points import PointCloud, stack_points
 from lattice.io.kinds import as_8bit_colours, decode_colours
 
 _MAX_HEADER = 1 << 20
@@ -202,8 +195,7 @@ def read_ply(f: BinaryIO, label: str) -> PointCloud:
         raise PointCloudError(f"{label}: PLY vertex element has no x/y/z properties (it has {names})")
     _check_sizes(plyfile, skeleton, counts, f, label)
     data = _read_vertex_data(plyfile, f, lines, skeleton, counts, label)
-    cols = [data[c] for c in ("x", "y", "z")]
-    points = np.stack(cols, axis=1).astype(points_dtype(*(c.dtype for c in cols)), copy=False)
+    points = stack_points([data[c] for c in ("x", "y", "z")])
     attrs = {
         p.name: native(data[p.name])
         for p in props
@@ -215,7 +207,7 @@ def read_ply(f: BinaryIO, label: str) -> PointCloud:
         "obj_info": list(skeleton.obj_info),
         "text": bool(skeleton.text),
     }
-    return PointCloud(native(points), attrs, format="ply", source=label, metadata=meta)
+    return PointCloud(points, attrs, format="ply", source=label, metadata=meta)
 
 
 def _ply_column(name: str, a: np.ndarray) -> np.ndarray:

@@ -178,32 +178,21 @@ def _json_dict(value: Any, key: str, where: str) -> dict | None:
     return d
 
 
-def _validated(
-    coords,
-    feats,
-    stride,
-    voxel_size,
-    origin,
-    feature_names,
-    where: str,
-    rows_unique: bool = False,
-    *,
-    schema=None,
-    provenance=None,
-    source=None,
-    centroids=None,
-) -> SparseFile:
-    c = _coords(coords, where, rows_unique)
-    f = _feats(feats, c.shape[0], where)
-    s = _triple(stride, "stride", "int", where)
-    v = _triple(voxel_size, "voxel_size", "float", where)
+def _validated(raw: SparseFile, where: str, rows_unique: bool = False) -> SparseFile:
+    """The checked, normalised ``SparseFile`` of ``raw``: a ``SparseFile`` holding the values as
+    given (by ``write_sparse``, a stored file or a producer), not yet checked."""
+    c = _coords(raw.coords, where, rows_unique)
+    f = _feats(raw.feats, c.shape[0], where)
+    s = _triple(raw.stride, "stride", "int", where)
+    v = _triple(raw.voxel_size, "voxel_size", "float", where)
     if np.any(s <= 0) or np.any(v <= 0):
         raise PointCloudError(
             f"{where}: stride and voxel_size must be positive, got {s.tolist()} and {v.tolist()}"
         )
-    o = _triple(origin, "origin", "float", where)
+    o = _triple(raw.origin, "origin", "float", where)
     _check_world(c, s, v, o, where)
-    names = _names(feature_names, f.shape[1], where)
+    names = _names(raw.feature_names, f.shape[1], where)
+    centroids = raw.centroids
     if centroids is not None:
         centroids = np.asarray(centroids)
         if centroids.shape != (c.shape[0], 3) or centroids.dtype.kind != "f":
@@ -218,9 +207,9 @@ def _validated(
         v,
         o,
         names,
-        schema=_schema(schema, names, where),
-        provenance=_json_dict(provenance, "provenance", where),
-        source=_json_dict(source, "source", where) or {},
+        schema=_schema(raw.schema, names, where),
+        provenance=_json_dict(raw.provenance, "provenance", where),
+        source=_json_dict(raw.source, "source", where) or {},
         centroids=centroids,
     )
 
@@ -248,20 +237,19 @@ def write_sparse(
     wrong shapes, non-positive stride or voxel size) or records.
     """
     where = label_of(path_or_file)
-    sf = _validated(
+    raw = SparseFile(
         coords,
         feats,
         stride,
         voxel_size,
         origin,
         feature_names,
-        where,
         schema=schema,
         provenance=provenance,
         source=source,
         centroids=centroids,
     )
-    _save(path_or_file, sf, compress)
+    _save(path_or_file, _validated(raw, where), compress)
 
 
 def _write_table_rows(path_or_file: PathOrFile, sf: SparseFile) -> None:
@@ -273,21 +261,7 @@ def _write_table_rows(path_or_file: PathOrFile, sf: SparseFile) -> None:
     the public API (``lattice.io`` does not export it): user arrays go through ``write_sparse``.
     """
     where = label_of(path_or_file)
-    sf = _validated(
-        sf.coords,
-        sf.feats,
-        sf.stride,
-        sf.voxel_size,
-        sf.origin,
-        sf.feature_names,
-        where,
-        rows_unique=True,
-        schema=sf.schema,
-        provenance=sf.provenance,
-        source=sf.source,
-        centroids=sf.centroids,
-    )
-    _save(path_or_file, sf, False)
+    _save(path_or_file, _validated(sf, where, rows_unique=True), False)
 
 
 def _save(path_or_file: PathOrFile, sf: SparseFile, compress: bool) -> None:
@@ -369,16 +343,16 @@ def read_sparse(path_or_file: PathOrFile) -> SparseFile:
     with open_input(path_or_file) as (f, label), reading(label, "sparse NPZ"):
         arrays = load_npz(f, label)
         _check_stored(arrays, label)
-        return _validated(
+        raw = SparseFile(
             arrays["coords"],
             arrays["feats"],
             arrays["stride"],
             arrays["voxel_size"],
             arrays["origin"],
             arrays["feature_names"].tolist(),
-            label,
             schema=_text(arrays, "attributes"),
             provenance=_text(arrays, "provenance"),
             source=_text(arrays, "source"),
             centroids=arrays.get("centroids"),
         )
+        return _validated(raw, label)

@@ -37,12 +37,10 @@ import numpy as np
 from lattice.io._common import PointCloudError, check_points, opt
 from lattice.io._points import PointCloud
 from lattice.io.columns import (
-    EXAMPLE,
     SKIP,
     XYZ,
     check_names,
-    default_columns,
-    describe_defaults,
+    default_layout,
     flat_columns,
     normalise_name,
     split_columns,
@@ -109,14 +107,8 @@ def _names(layout_width: int, columns, header, comment, label: str) -> tuple[str
         names = tuple(normalise_name(f) for f in comment)
         if len(names) == layout_width and all(not _is_number(f) for f in comment) and set(XYZ) <= set(names):
             return check_names(names, label, "the naming comment")
-    names = default_columns(layout_width)
-    if names is None:
-        raise PointCloudError(
-            f"{label}: rows have {layout_width} values and no header row names them; without names only "
-            f"{describe_defaults((3, 4, 6, 7))} columns are understood: name each column with "
-            f"{opt('columns', EXAMPLE)} (_ skips one)"
-        )
-    return names
+    found = f"rows have {layout_width} values and no header row names them"
+    return default_layout(layout_width, (3, 4, 6, 7), label, found)
 
 
 def sniff(lines: Iterator[str], label: str, columns: tuple[str, ...] | None) -> tuple[TextLayout, list[str]]:

@@ -20,7 +20,7 @@ packed-weight twin accepts an explicit target, so a whole U-Net can be quantized
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import mlx.nn as nn
 
@@ -37,12 +37,37 @@ def positive_int(value, name: str, op: str) -> int:
     return value
 
 
-def config_dict(config) -> dict:
-    """A model config dataclass as JSON-ready hyper-parameters (lists for tuples, without
-    ``name``): the ``architecture.config`` object of a bundle."""
-    d = asdict(config)
-    d.pop("name")
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+@dataclass(frozen=True)
+class NetConfig:
+    """The fields every network config starts with; a subclass adds its own (each with a
+    default) and ``name: str = field(default=..., init=False)``, the architecture name."""
+
+    in_channels: int
+    num_classes: int
+    stem_channels: int = 32
+    stem_kernel: int = 3
+
+    def __post_init__(self) -> None:
+        """Checks the fields above: positive ints, ``stem_kernel`` odd."""
+        op = type(self).__name__
+        for key in ("in_channels", "num_classes", "stem_channels", "stem_kernel"):
+            positive_int(getattr(self, key), key, op)
+        if self.stem_kernel % 2 == 0:
+            raise ValueError(f"[{op}] stem_kernel must be odd, got {self.stem_kernel}")
+
+    def _level_lists(self, keys: tuple[str, ...]) -> list[int]:
+        """Stores the per-level fields ``keys`` as tuples (each must be a non-empty list of
+        positive ints); returns their lengths."""
+        for key in keys:
+            object.__setattr__(self, key, positive_ints(getattr(self, key), key, type(self).__name__))
+        return [len(getattr(self, k)) for k in keys]
+
+    def to_dict(self) -> dict:
+        """JSON-ready hyper-parameters (lists for tuples, without ``name``): the
+        ``architecture.config`` object of a bundle."""
+        d = asdict(self)
+        d.pop("name")
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
 def positive_ints(value, name: str, op: str) -> tuple[int, ...]:
@@ -51,6 +76,26 @@ def positive_ints(value, name: str, op: str) -> tuple[int, ...]:
     if not items or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in items):
         raise ValueError(f"[{op}] {name} must be a non-empty list of positive ints, got {value!r}")
     return items
+
+
+def preset_fields(op: str, presets: dict, preset: int, in_channels, num_classes, width, stem_kernel):
+    """What the preset builders share: ``preset`` checked against ``presets``, the
+    :class:`NetConfig` fields (a stem 32 wide, scaled) and ``scaled(channels)``: channel
+    counts times ``width / 32``, at least 1 each."""
+    if preset not in presets:
+        raise ValueError(f"[{op}] preset must be one of {sorted(presets)}, got {preset!r}")
+    scale = positive_int(width, "width", op) / 32
+
+    def scaled(channels: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(max(1, round(v * scale)) for v in channels)
+
+    fields = {
+        "in_channels": in_channels,
+        "num_classes": num_classes,
+        "stem_channels": scaled((32,))[0],
+        "stem_kernel": stem_kernel,
+    }
+    return fields, scaled
 
 
 class ConvBNReLU(nn.Module):
@@ -103,6 +148,41 @@ def basic_blocks(c_in: int, c_out: int, count: int) -> list[BasicBlock]:
     return [BasicBlock(c_in if i == 0 else c_out, c_out) for i in range(count)]
 
 
+class StemNet(nn.Module):
+    """Base of the networks: built from a config of class ``_config`` (kept as ``config``),
+    starting with ``stem``, a :class:`ConvBNReLU` of ``stem_kernel`` to ``stem_channels``."""
+
+    _config: type[NetConfig]
+
+    def __init__(self, config: NetConfig) -> None:
+        super().__init__()
+        name, want = type(self).__name__, self._config.__name__
+        if not isinstance(config, self._config):
+            raise TypeError(f"[{name}] config must be a {want}, got {type(config).__name__}")
+        self.config = config
+        self.stem = ConvBNReLU(config.in_channels, config.stem_channels, kernel_size=config.stem_kernel)
+
+
+def run_blocks(x: SparseTensor, blocks) -> SparseTensor:
+    """``x`` through ``blocks`` in order."""
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+def strided_levels(width: int, channels, blocks) -> tuple[list, list[list[BasicBlock]], list[int]]:
+    """The encoder levels of the networks: per level a ``k=2, s=2`` :class:`ConvBNReLU` that
+    keeps the width, then ``blocks[i]`` basic blocks to ``channels[i]``. Returns the strided
+    convolutions, the block lists and the width after each level."""
+    down, levels, widths = [], [], []
+    for ch, n in zip(channels, blocks, strict=True):
+        down.append(ConvBNReLU(width, width, kernel_size=2, stride=2))
+        levels.append(basic_blocks(width, ch, n))
+        width = ch
+        widths.append(ch)
+    return down, levels, widths
+
+
 class UpBlock(nn.Module):
     """Transposed ``k=2, s=2`` onto the skip's support -> BN -> ReLU -> cat(skip) -> blocks."""
 
@@ -115,10 +195,16 @@ class UpBlock(nn.Module):
         self.blocks = basic_blocks(c_out + c_skip, c_out, blocks)
 
     def __call__(self, x: SparseTensor, skip: SparseTensor) -> SparseTensor:
-        y = cat([self.act(self.norm(self.up(x, skip))), skip])
-        for block in self.blocks:
-            y = block(y)
-        return y
+        return run_blocks(cat([self.act(self.norm(self.up(x, skip))), skip]), self.blocks)
 
 
-__all__ = ["BasicBlock", "ConvBNReLU", "UpBlock", "basic_blocks", "positive_int", "positive_ints"]
+__all__ = [
+    "BasicBlock",
+    "ConvBNReLU",
+    "NetConfig",
+    "StemNet",
+    "UpBlock",
+    "basic_blocks",
+    "positive_int",
+    "positive_ints",
+]

@@ -15,10 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from lattice.core.tensor import SparseTensor
-from lattice.models.blocks import ConvBNReLU, basic_blocks, config_dict, positive_int, positive_ints
+from lattice.models.blocks import (
+    NetConfig,
+    StemNet,
+    preset_fields,
+    run_blocks,
+    strided_levels,
+)
 from lattice.nn.feature import Linear
 from lattice.nn.pool import GlobalAvgPool
 
@@ -27,63 +32,39 @@ RESNET_PRESETS: dict[int, tuple[int, ...]] = {14: (1, 1, 1, 1), 18: (2, 2, 2, 2)
 
 
 @dataclass(frozen=True)
-class ResNetConfig:
+class ResNetConfig(NetConfig):
     """Hyper-parameters of :class:`SparseResNet` (what ``model.json`` stores)."""
 
-    in_channels: int
-    num_classes: int
-    stem_channels: int = 32
-    stem_kernel: int = 3
     stage_channels: tuple[int, ...] = _STAGES
     stage_blocks: tuple[int, ...] = (2, 2, 2, 2)
     name: str = field(default="sparse_resnet", init=False)
 
     def __post_init__(self) -> None:
-        op = "ResNetConfig"
-        for key in ("in_channels", "num_classes", "stem_channels", "stem_kernel"):
-            positive_int(getattr(self, key), key, op)
-        if self.stem_kernel % 2 == 0:
-            raise ValueError(f"[{op}] stem_kernel must be odd, got {self.stem_kernel}")
-        for key in ("stage_channels", "stage_blocks"):
-            object.__setattr__(self, key, positive_ints(getattr(self, key), key, op))
-        if len(self.stage_channels) != len(self.stage_blocks):
+        super().__post_init__()
+        stages, blocks = self._level_lists(("stage_channels", "stage_blocks"))
+        if stages != blocks:
             raise ValueError(
-                f"[{op}] stage_channels and stage_blocks need the same length, got "
-                f"{len(self.stage_channels)} and {len(self.stage_blocks)}"
+                f"[ResNetConfig] stage_channels and stage_blocks need the same length, got {stages} and {blocks}"
             )
 
-    def to_dict(self) -> dict:
-        """JSON-ready hyper-parameters (lists for tuples, without ``name``)."""
-        return config_dict(self)
 
-
-class SparseResNet(nn.Module):
+class SparseResNet(StemNet):
     """Sparse ResNet + global average pooling: ``model(x)`` gives ``(B, num_classes)`` logits."""
 
+    _config = ResNetConfig
+
     def __init__(self, config: ResNetConfig) -> None:
-        super().__init__()
-        if not isinstance(config, ResNetConfig):
-            raise TypeError(f"[SparseResNet] config must be a ResNetConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         c = config
-        self.stem = ConvBNReLU(c.in_channels, c.stem_channels, kernel_size=c.stem_kernel)
-        self.down = []
-        self.stages = []
-        width = c.stem_channels
-        for ch, n in zip(c.stage_channels, c.stage_blocks, strict=True):
-            self.down.append(ConvBNReLU(width, width, kernel_size=2, stride=2))
-            self.stages.append(basic_blocks(width, ch, n))
-            width = ch
+        self.down, self.stages, widths = strided_levels(c.stem_channels, c.stage_channels, c.stage_blocks)
         self.pool = GlobalAvgPool()
-        self.head = Linear(width, c.num_classes)
+        self.head = Linear(widths[-1], c.num_classes)
 
     def features(self, x: SparseTensor) -> SparseTensor:
         """The last stage's sparse feature map (before pooling)."""
         y = self.stem(x)
         for down, blocks in zip(self.down, self.stages, strict=True):
-            y = down(y)
-            for block in blocks:
-                y = block(y)
+            y = run_blocks(down(y), blocks)
         return y
 
     def __call__(self, x: SparseTensor, *, batch_size: int | None = None) -> mx.array:
@@ -94,18 +75,11 @@ def sparse_resnet(
     preset: int, in_channels: int, num_classes: int, *, width: int = 32, stem_kernel: int = 3
 ) -> SparseResNet:
     """Sparse ResNet14 / 18 / 34 classifier with widths scaled by ``width / 32``."""
-    if preset not in RESNET_PRESETS:
-        raise ValueError(f"[sparse_resnet] preset must be one of {sorted(RESNET_PRESETS)}, got {preset!r}")
-    scale = positive_int(width, "width", "sparse_resnet") / 32
+    fields, scaled = preset_fields(
+        "sparse_resnet", RESNET_PRESETS, preset, in_channels, num_classes, width, stem_kernel
+    )
     return SparseResNet(
-        ResNetConfig(
-            in_channels=in_channels,
-            num_classes=num_classes,
-            stem_channels=max(1, round(32 * scale)),
-            stem_kernel=stem_kernel,
-            stage_channels=tuple(max(1, round(v * scale)) for v in _STAGES),
-            stage_blocks=RESNET_PRESETS[preset],
-        )
+        ResNetConfig(**fields, stage_channels=scaled(_STAGES), stage_blocks=RESNET_PRESETS[preset])
     )
 
 

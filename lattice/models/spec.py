@@ -61,9 +61,13 @@ def _triple(value: Any, where: str, *, positive: bool = False) -> tuple[float, f
     return tuple(_number(v, where, positive=positive) for v in items)
 
 
-def _object(value: Any, where: str) -> dict:
+def _object(value: Any, where: str, keys: set[str] | None = None) -> dict:
+    """``value`` when it is a JSON object (with no key outside ``keys``, when given)."""
     if not isinstance(value, dict):
         raise BundleError(f"{where} must be a JSON object, got {type(value).__name__}")
+    unknown = set() if keys is None else set(value) - keys
+    if unknown:
+        raise BundleError(f"{where} has unknown keys {sorted(unknown)}")
     return value
 
 
@@ -77,6 +81,13 @@ def _asprs(code: Any, where: str) -> int | None:
     if code is not None and (isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255):
         raise BundleError(f"{where}.asprs must be an int in 0..255 (an ASPRS LAS class code), got {code!r}")
     return code
+
+
+def _entries(value: Any, where: str, parse) -> tuple:
+    """A non-empty JSON list, each entry parsed by ``parse(entry, "where[i]")``."""
+    if not isinstance(value, list) or not value:
+        raise BundleError(f"{where} must be a non-empty list, got {value!r}")
+    return tuple(parse(e, f"{where}[{i}]") for i, e in enumerate(value))
 
 
 @dataclass(frozen=True)
@@ -96,10 +107,7 @@ class FeatureSpec:
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> FeatureSpec:
-        d = _object(d, where)
-        unknown = set(d) - {"name", "mean", "std", "aliases"}
-        if unknown:
-            raise BundleError(f"{where} has unknown keys {sorted(unknown)}")
+        d = _object(d, where, {"name", "mean", "std", "aliases"})
         aliases = d.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise BundleError(f"{where}.aliases must be a list of names, got {aliases!r}")
@@ -140,12 +148,10 @@ class Preprocessing:
     @classmethod
     def from_json(cls, d: Any) -> Preprocessing:
         d = _object(d, "preprocessing")
-        feats = d.get("features")
-        if not isinstance(feats, list) or not feats:
-            raise BundleError(f"preprocessing.features must be a non-empty list, got {feats!r}")
+        features = _entries(d.get("features"), "preprocessing.features", FeatureSpec.from_json)
         return cls(
             _triple(d.get("voxel_size"), "preprocessing.voxel_size", positive=True),
-            tuple(FeatureSpec.from_json(f, f"preprocessing.features[{i}]") for i, f in enumerate(feats)),
+            features,
             _triple(d.get("origin", 0.0), "preprocessing.origin"),
         )
 
@@ -175,10 +181,7 @@ class ClassInfo:
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> ClassInfo:
-        d = _object(d, where)
-        unknown = set(d) - {"id", "name", "color", "asprs"}
-        if unknown:
-            raise BundleError(f"{where} has unknown keys {sorted(unknown)}")
+        d = _object(d, where, {"id", "name", "color", "asprs"})
         cid, color = d.get("id"), d.get("color", [128, 128, 128])
         if isinstance(cid, bool) or not isinstance(cid, int):
             raise BundleError(f"{where}.id must be an int, got {cid!r}")
@@ -236,12 +239,10 @@ class Outputs:
     @classmethod
     def from_json(cls, d: Any) -> Outputs:
         d = _object(d, "outputs")
-        classes = d.get("classes")
-        if not isinstance(classes, list) or not classes:
-            raise BundleError(f"outputs.classes must be a non-empty list, got {classes!r}")
+        classes = _entries(d.get("classes"), "outputs.classes", ClassInfo.from_json)
         ignore = d.get("ignore")
         return cls(
-            tuple(ClassInfo.from_json(c, f"outputs.classes[{i}]") for i, c in enumerate(classes)),
+            classes,
             DEFAULT_IGNORE if ignore is None else ClassInfo.from_json(ignore, "outputs.ignore"),
             d.get("interpolation", "nearest"),
         )
@@ -277,10 +278,7 @@ class Quantization:
     def from_json(cls, d: Any) -> Quantization | None:
         if d is None:
             return None
-        d = _object(d, "quantization")
-        unknown = set(d) - {"bits", "group_size"}
-        if unknown:
-            raise BundleError(f"quantization has unknown keys {sorted(unknown)}")
+        d = _object(d, "quantization", {"bits", "group_size"})
         return cls(d.get("bits"), d.get("group_size"))
 
     def to_json(self) -> dict:

@@ -21,10 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import mlx.nn as nn
-
 from lattice.core.tensor import SparseTensor
-from lattice.models.blocks import ConvBNReLU, UpBlock, basic_blocks, config_dict, positive_int, positive_ints
+from lattice.models.blocks import (
+    NetConfig,
+    StemNet,
+    UpBlock,
+    preset_fields,
+    run_blocks,
+    strided_levels,
+)
 from lattice.nn.feature import Linear
 
 # MinkUNet's PLANES (encoder 4, decoder 4) at INIT_DIM 32, and its LAYERS per preset.
@@ -38,17 +43,14 @@ UNET_PRESETS: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {
 
 
 @dataclass(frozen=True)
-class UNetConfig:
+class UNetConfig(NetConfig):
     """Hyper-parameters of :class:`MinkUNet` (what ``model.json`` stores under ``architecture``).
 
     ``encoder_channels`` / ``encoder_blocks`` and ``decoder_channels`` / ``decoder_blocks``
     have one entry per level; all four lengths are the depth.
     """
 
-    in_channels: int
-    num_classes: int
-    stem_channels: int = 32
-    stem_kernel: int = 5
+    stem_kernel: int = 5  # MinkUNet's stem
     encoder_channels: tuple[int, ...] = _ENCODER
     encoder_blocks: tuple[int, ...] = (1, 1, 1, 1)
     decoder_channels: tuple[int, ...] = _DECODER
@@ -56,19 +58,13 @@ class UNetConfig:
     name: str = field(default="minkunet", init=False)
 
     def __post_init__(self) -> None:
-        op = "UNetConfig"
-        for key in ("in_channels", "num_classes", "stem_channels", "stem_kernel"):
-            positive_int(getattr(self, key), key, op)
-        if self.stem_kernel % 2 == 0:
-            raise ValueError(f"[{op}] stem_kernel must be odd, got {self.stem_kernel}")
-        lengths = set()
-        for key in ("encoder_channels", "encoder_blocks", "decoder_channels", "decoder_blocks"):
-            object.__setattr__(self, key, positive_ints(getattr(self, key), key, op))
-            lengths.add(len(getattr(self, key)))
-        if len(lengths) != 1:
+        super().__post_init__()
+        lengths = self._level_lists(
+            ("encoder_channels", "encoder_blocks", "decoder_channels", "decoder_blocks")
+        )
+        if len(set(lengths)) != 1:
             raise ValueError(
-                f"[{op}] encoder/decoder channels and blocks need one entry per level, got lengths "
-                f"{[len(getattr(self, k)) for k in ('encoder_channels', 'encoder_blocks', 'decoder_channels', 'decoder_blocks')]}"
+                f"[UNetConfig] encoder/decoder channels and blocks need one entry per level, got lengths {lengths}"
             )
 
     @property
@@ -76,30 +72,19 @@ class UNetConfig:
         """Number of resolution halvings."""
         return len(self.encoder_channels)
 
-    def to_dict(self) -> dict:
-        """JSON-ready hyper-parameters (lists for tuples, without ``name``)."""
-        return config_dict(self)
 
-
-class MinkUNet(nn.Module):
+class MinkUNet(StemNet):
     """Sparse U-Net: ``model(x)`` gives per-voxel logits ``(N, num_classes)`` on ``x``'s support."""
 
+    _config = UNetConfig
+
     def __init__(self, config: UNetConfig) -> None:
-        super().__init__()
-        if not isinstance(config, UNetConfig):
-            raise TypeError(f"[MinkUNet] config must be a UNetConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         c = config
-        self.stem = ConvBNReLU(c.in_channels, c.stem_channels, kernel_size=c.stem_kernel)
-        skips = [c.stem_channels]
-        self.down = []
-        self.encoder = []
-        width = c.stem_channels
-        for ch, n in zip(c.encoder_channels, c.encoder_blocks, strict=True):
-            self.down.append(ConvBNReLU(width, width, kernel_size=2, stride=2))
-            self.encoder.append(basic_blocks(width, ch, n))
-            width = ch
-            skips.append(ch)
+        self.down, self.encoder, widths = strided_levels(
+            c.stem_channels, c.encoder_channels, c.encoder_blocks
+        )
+        skips, width = [c.stem_channels, *widths], widths[-1]
         self.decoder = []
         for i, (ch, n) in enumerate(zip(c.decoder_channels, c.decoder_blocks, strict=True)):
             self.decoder.append(UpBlock(width, skips[-2 - i], ch, n))
@@ -110,9 +95,7 @@ class MinkUNet(nn.Module):
         y = self.stem(x)
         skips = [y]
         for down, blocks in zip(self.down, self.encoder, strict=True):
-            y = down(y)
-            for block in blocks:
-                y = block(y)
+            y = run_blocks(down(y), blocks)
             skips.append(y)
         for i, up in enumerate(self.decoder):
             y = up(y, skips[-2 - i])
@@ -128,20 +111,13 @@ def minkunet(
     stem_kernel: int = 5,
 ) -> MinkUNet:
     """MinkUNet14 / 18 / 34 with all widths scaled by ``width / 32`` (at least 1 channel each)."""
-    if preset not in UNET_PRESETS:
-        raise ValueError(f"[minkunet] preset must be one of {sorted(UNET_PRESETS)}, got {preset!r}")
+    fields, scaled = preset_fields(
+        "minkunet", UNET_PRESETS, preset, in_channels, num_classes, width, stem_kernel
+    )
     enc_blocks, dec_blocks = UNET_PRESETS[preset]
-    scale = positive_int(width, "width", "minkunet") / 32
-
-    def scaled(chs: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(max(1, round(v * scale)) for v in chs)
-
     return MinkUNet(
         UNetConfig(
-            in_channels=in_channels,
-            num_classes=num_classes,
-            stem_channels=max(1, round(32 * scale)),
-            stem_kernel=stem_kernel,
+            **fields,
             encoder_channels=scaled(_ENCODER),
             encoder_blocks=enc_blocks,
             decoder_channels=scaled(_DECODER),

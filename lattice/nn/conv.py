@@ -10,16 +10,13 @@ one op of :mod:`lattice.ops.conv`; there is no device logic here.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import mlx.core as mx
-import mlx.nn as nn
 
-from lattice.core.kernel import KernelGeometry, KernelSpec
 from lattice.core.tensor import SparseTensor
+from lattice.nn._kernel import KernelModule
 from lattice.ops import conv as C
-
-IntOrTriple = int | Sequence[int]
 
 __all__ = [
     "Conv3d",
@@ -38,6 +35,12 @@ def _channels(value, name: str, module: str) -> int:
     return value
 
 
+def _flag(value, name: str, module: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"[{module}] {name} must be True or False, got {value!r}")
+    return value
+
+
 def _eps(value, module: str) -> float:
     if (
         isinstance(value, bool)
@@ -49,21 +52,115 @@ def _eps(value, module: str) -> float:
     return float(value)
 
 
-class _SparseConv(KernelGeometry, nn.Module):
-    """Shared parameters and geometry of the convolution modules."""
+def _uniform(shape: tuple[int, ...]) -> mx.array:
+    """A fresh weight initialised like ``mlx.nn.Conv3d`` / ``mlx.nn.Linear``: uniform in
+    ``±sqrt(1 / fan_in)``, the fan-in being every axis but the first (``C_out``)."""
+    scale = math.sqrt(1.0 / math.prod(shape[1:]))
+    return mx.random.uniform(low=-scale, high=scale, shape=shape)
 
-    def __init__(self, in_channels: int, out_channels: int, spec: KernelSpec, bias: bool) -> None:
-        super().__init__()
+
+def _one_target(target, coordinates, module: str):
+    if target is not None and coordinates is not None:
+        raise ValueError(f"[{module}] give the output support as target or as coordinates, not both")
+    return target if target is not None else coordinates
+
+
+class _Conv(KernelModule):
+    """One sparse convolution module: a relation kind — ``_geometry``, ``_odd``, ``_op`` and
+    ``__call__``, from the kind mixins below — times a weight store — ``_options`` (the
+    keywords after the geometry) and ``_store`` / ``_weight``: float here, normalised in
+    :class:`_Normalized`, packed in :mod:`lattice.nn.quantized`."""
+
+    _positional = ("in_channels", "out_channels")
+    _options: dict[str, object] = {"bias": True}
+    _op: Callable  # the op of lattice.ops.conv, called as op(x, weight, bias, **geometry, ...)
+
+    @classmethod
+    def _keywords(cls) -> dict[str, object]:
+        return {**cls._geometry, **cls._options}
+
+    def _setup(self, in_channels, out_channels, bias, **options) -> None:
         name = type(self).__name__
+        super()._setup(**{k: options.pop(k) for k in self._geometry})
         in_channels = _channels(in_channels, "in_channels", name)
         out_channels = _channels(out_channels, "out_channels", name)
-        if not isinstance(bias, bool):
-            raise ValueError(f"[{name}] bias must be True or False, got {bias!r}")
-        self.spec = spec  # a frozen value object: kept out of the parameter tree
-        scale = math.sqrt(1.0 / (in_channels * spec.volume))
-        self.weight = mx.random.uniform(low=-scale, high=scale, shape=(out_channels, *spec.size, in_channels))
+        _flag(bias, "bias", name)
+        self._store(_uniform((out_channels, *self.spec.size, in_channels)), bias, **options)
+
+    def _store(self, weight: mx.array, bias: bool, **options) -> None:
+        raise NotImplementedError
+
+    def _weight(self):
+        raise NotImplementedError
+
+    def _op_options(self) -> dict:
+        return {}
+
+    def _bias(self) -> mx.array | None:
+        return self["bias"] if "bias" in self else None
+
+    def _apply(self, x: SparseTensor, **support) -> SparseTensor:
+        kwargs = {**self._geometry_kwargs(), **support, **self._op_options()}
+        return type(self)._op(x, self._weight(), self._bias(), **kwargs)
+
+    def _extra_repr(self) -> str:
+        options = [f"{k}={getattr(self, k)}" for k in self._options if k != "bias"]
+        return ", ".join(
+            [
+                f"{self.in_channels}, {self.out_channels}",
+                *self._geometry_repr(),
+                f"bias={'bias' in self}",
+                *options,
+            ]
+        )
+
+
+# ---- relation kinds: geometry, op and call ------------------------------------------------------
+
+
+class _Regular:
+    _geometry = {"kernel_size": 3, "stride": 1, "padding": 0, "dilation": 1}
+    _op = staticmethod(C.conv3d)
+
+    def __call__(self, x: SparseTensor, *, coordinates=None) -> SparseTensor:
+        return self._apply(x, coordinates=coordinates)
+
+
+class _Submanifold:
+    _geometry = {"kernel_size": 3, "dilation": 1}
+    _odd = True
+    _op = staticmethod(C.subm_conv3d)
+
+    def __call__(self, x: SparseTensor) -> SparseTensor:
+        return self._apply(x)
+
+
+class _Transposed:
+    _geometry = {"kernel_size": 2, "stride": 2, "padding": 0, "dilation": 1}
+    _op = staticmethod(C.conv_transpose3d)
+
+    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
+        return self._apply(x, coordinates=_one_target(target, coordinates, type(self).__name__))
+
+
+class _Generative(_Transposed):
+    _geometry = {"kernel_size": 2, "stride": 2}
+    _op = staticmethod(C.generative_conv_transpose3d)
+
+
+# ---- float modules ------------------------------------------------------------------------------
+
+
+class _SparseConv(_Conv):
+    """The float store: ``weight`` and an optional zero ``bias``, both trainable."""
+
+    def _store(self, weight: mx.array, bias: bool) -> None:
+        self.weight = weight
         if bias:
-            self.bias = mx.zeros((out_channels,))
+            self.bias = mx.zeros((weight.shape[0],))
+
+    def _weight(self) -> mx.array:
+        return self["weight"]
 
     @property
     def in_channels(self) -> int:
@@ -73,30 +170,8 @@ class _SparseConv(KernelGeometry, nn.Module):
     def out_channels(self) -> int:
         return int(self["weight"].shape[0])
 
-    def _bias(self) -> mx.array | None:
-        return self["bias"] if "bias" in self else None
 
-    def _extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-            f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
-            f"bias={'bias' in self}"
-        )
-
-
-def _odd_kernel(spec: KernelSpec, module: str) -> KernelSpec:
-    if not spec.is_odd:
-        raise ValueError(f"[{module}] kernel_size must be odd on every axis, got {spec.size}")
-    return spec
-
-
-def _one_target(target, coordinates, module: str):
-    if target is not None and coordinates is not None:
-        raise ValueError(f"[{module}] give the output support as target or as coordinates, not both")
-    return target if target is not None else coordinates
-
-
-class Conv3d(_SparseConv):
+class Conv3d(_Regular, _SparseConv):
     """Sparse convolution: output on ``unique(floor(coords / stride))``, or on ``coordinates``.
 
     Edge rule ``i = o * stride + k * dilation - padding``; output stride is
@@ -104,66 +179,15 @@ class Conv3d(_SparseConv):
     order (a SparseTensor, a coordinate key or an ``(M, 4)`` coordinate array).
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 3,
-        stride: IntOrTriple = 1,
-        padding: IntOrTriple = 0,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-    ) -> None:
-        spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
-        super().__init__(in_channels, out_channels, spec, bias)
 
-    def __call__(self, x: SparseTensor, *, coordinates=None) -> SparseTensor:
-        s = self.spec
-        return C.conv3d(
-            x,
-            self["weight"],
-            self._bias(),
-            kernel_size=s.size,
-            stride=s.stride,
-            padding=s.padding,
-            dilation=s.dilation,
-            coordinates=coordinates,
-        )
-
-
-class SubmConv3d(_SparseConv):
+class SubmConv3d(_Submanifold, _SparseConv):
     """Submanifold convolution: the output support is the input support (odd kernels).
 
     Edge rule ``i = o + k * dilation``; the output keeps the input's coordinate key.
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 3,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-    ) -> None:
-        name = type(self).__name__
-        spec = _odd_kernel(KernelSpec(kernel_size, 1, 0, dilation, op=name), name)
-        super().__init__(in_channels, out_channels, spec, bias)
 
-    def _extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-            f"dilation={self.dilation}, bias={'bias' in self}"
-        )
-
-    def __call__(self, x: SparseTensor) -> SparseTensor:
-        return C.subm_conv3d(
-            x, self["weight"], self._bias(), kernel_size=self.spec.size, dilation=self.spec.dilation
-        )
-
-
-class ConvTranspose3d(_SparseConv):
+class ConvTranspose3d(_Transposed, _SparseConv):
     """Transposed convolution: ``o = i * stride + k * dilation - padding``.
 
     Output support: the deduplicated generated coordinates at stride ``x.stride / stride``,
@@ -171,168 +195,40 @@ class ConvTranspose3d(_SparseConv):
     in a U-Net. ``coordinates=`` is accepted as an alias of ``target``.
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 2,
-        stride: IntOrTriple = 2,
-        padding: IntOrTriple = 0,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-    ) -> None:
-        spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
-        super().__init__(in_channels, out_channels, spec, bias)
 
-    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
-        s = self.spec
-        return C.conv_transpose3d(
-            x,
-            self["weight"],
-            self._bias(),
-            kernel_size=s.size,
-            stride=s.stride,
-            padding=s.padding,
-            dilation=s.dilation,
-            coordinates=_one_target(target, coordinates, type(self).__name__),
-        )
-
-
-class GenerativeConvTranspose3d(_SparseConv):
+class GenerativeConvTranspose3d(_Generative, _SparseConv):
     """Generative transposed convolution: every coordinate ``i * stride + k`` of each input's
     kernel footprint (no padding, no dilation), or an explicit ``target``.
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 2,
-        stride: IntOrTriple = 2,
-        bias: bool = True,
-    ) -> None:
-        spec = KernelSpec(kernel_size, stride, 0, 1, op=type(self).__name__)
-        super().__init__(in_channels, out_channels, spec, bias)
 
-    def _extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-            f"stride={self.stride}, bias={'bias' in self}"
-        )
-
-    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
-        return C.generative_conv_transpose3d(
-            x,
-            self["weight"],
-            self._bias(),
-            kernel_size=self.spec.size,
-            stride=self.spec.stride,
-            coordinates=_one_target(target, coordinates, type(self).__name__),
-        )
+# ---- normalised modules: the float ones with ``eps`` and the normalised op ----------------------
 
 
-class NormalizedSubmConv3d(SubmConv3d):
+class _Normalized(_SparseConv):
+    _options = {**_SparseConv._options, "eps": 1e-8}
+
+    def _store(self, weight: mx.array, bias: bool, eps) -> None:
+        super()._store(weight, bias)
+        self.eps = _eps(eps, type(self).__name__)
+
+    def _op_options(self) -> dict:
+        return {"eps": self.eps}
+
+
+class NormalizedSubmConv3d(_Normalized, SubmConv3d):
     """``conv(X, W) / sqrt(conv(1, W**2) + eps) + b`` on the submanifold support."""
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 3,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-        eps: float = 1e-8,
-    ) -> None:
-        super().__init__(in_channels, out_channels, kernel_size=kernel_size, dilation=dilation, bias=bias)
-        self.eps = _eps(eps, type(self).__name__)
-
-    def _extra_repr(self) -> str:
-        return f"{super()._extra_repr()}, eps={self.eps}"
-
-    def __call__(self, x: SparseTensor) -> SparseTensor:
-        return C.normalized_subm_conv3d(
-            x,
-            self["weight"],
-            self._bias(),
-            kernel_size=self.spec.size,
-            dilation=self.spec.dilation,
-            eps=self.eps,
-        )
+    _op = staticmethod(C.normalized_subm_conv3d)
 
 
-class NormalizedConvTranspose3d(ConvTranspose3d):
+class NormalizedConvTranspose3d(_Normalized, ConvTranspose3d):
     """Normalised transposed convolution (see :class:`NormalizedSubmConv3d`)."""
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 2,
-        stride: IntOrTriple = 2,
-        padding: IntOrTriple = 0,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-        eps: float = 1e-8,
-    ) -> None:
-        super().__init__(
-            in_channels,
-            out_channels,
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            dilation=dilation,
-            bias=bias,
-        )
-        self.eps = _eps(eps, type(self).__name__)
-
-    def _extra_repr(self) -> str:
-        return f"{super()._extra_repr()}, eps={self.eps}"
-
-    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
-        s = self.spec
-        return C.normalized_conv_transpose3d(
-            x,
-            self["weight"],
-            self._bias(),
-            kernel_size=s.size,
-            stride=s.stride,
-            padding=s.padding,
-            dilation=s.dilation,
-            coordinates=_one_target(target, coordinates, type(self).__name__),
-            eps=self.eps,
-        )
+    _op = staticmethod(C.normalized_conv_transpose3d)
 
 
-class NormalizedGenerativeConvTranspose3d(GenerativeConvTranspose3d):
+class NormalizedGenerativeConvTranspose3d(_Normalized, GenerativeConvTranspose3d):
     """Normalised generative transposed convolution (see :class:`NormalizedSubmConv3d`)."""
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 2,
-        stride: IntOrTriple = 2,
-        bias: bool = True,
-        eps: float = 1e-8,
-    ) -> None:
-        super().__init__(in_channels, out_channels, kernel_size=kernel_size, stride=stride, bias=bias)
-        self.eps = _eps(eps, type(self).__name__)
-
-    def _extra_repr(self) -> str:
-        return f"{super()._extra_repr()}, eps={self.eps}"
-
-    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
-        return C.normalized_generative_conv_transpose3d(
-            x,
-            self["weight"],
-            self._bias(),
-            kernel_size=self.spec.size,
-            stride=self.spec.stride,
-            coordinates=_one_target(target, coordinates, type(self).__name__),
-            eps=self.eps,
-        )
+    _op = staticmethod(C.normalized_generative_conv_transpose3d)

@@ -9,6 +9,8 @@ would. Constructors, parameters and state are the parents' own, so checkpoints a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -29,53 +31,57 @@ class Linear(nn.Linear):
         return F.linear(x, self["weight"], self["bias"] if "bias" in self else None)
 
 
-class ReLU(nn.ReLU):
+class _OnFeatures:
+    """An ``mlx.nn`` activation applied by one op of ``lattice.ops.features``, named with
+    the class: ``class ReLU(_OnFeatures, nn.ReLU, op=F.relu)``; ``_options`` gives the
+    op's keywords from the parent module's settings."""
+
+    _op: Callable
+
+    def __init_subclass__(cls, *, op: Callable | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if op is not None:  # a subclass without one keeps its parent's
+            cls._op = staticmethod(op)
+
+    def _options(self) -> dict:
+        return {}
+
+    def __call__(self, x: FeatureInput) -> FeatureInput:
+        return self._op(x, **self._options())
+
+
+class ReLU(_OnFeatures, nn.ReLU, op=F.relu):
     """``max(x, 0)`` on the features."""
 
-    def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.relu(x)
 
-
-class Sigmoid(nn.Sigmoid):
+class Sigmoid(_OnFeatures, nn.Sigmoid, op=F.sigmoid):
     """Logistic sigmoid on the features."""
 
-    def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.sigmoid(x)
 
-
-class GELU(nn.GELU):
+class GELU(_OnFeatures, nn.GELU, op=F.gelu):
     """GELU with ``approx`` in 'none' | 'precise' | 'tanh' | 'fast' (as ``mlx.nn.GELU``)."""
 
-    def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.gelu(x, approximate=self._approx)
+    def _options(self) -> dict:
+        return {"approximate": self._approx}
 
 
-class SiLU(nn.SiLU):
+class SiLU(_OnFeatures, nn.SiLU, op=F.silu):
     """``x * sigmoid(x)`` on the features."""
 
-    def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.silu(x)
 
-
-class LeakyReLU(nn.LeakyReLU):
+class LeakyReLU(_OnFeatures, nn.LeakyReLU, op=F.leaky_relu):
     """``max(negative_slope * x, x)`` on the features."""
 
-    def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.leaky_relu(x, negative_slope=self._negative_slope)
+    def _options(self) -> dict:
+        return {"negative_slope": self._negative_slope}
 
 
-class Tanh(nn.Tanh):
+class Tanh(_OnFeatures, nn.Tanh, op=F.tanh):
     """Hyperbolic tangent on the features."""
 
-    def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.tanh(x)
 
-
-class Softplus(nn.Softplus):
+class Softplus(_OnFeatures, nn.Softplus, op=F.softplus):
     """``log(1 + exp(x))`` on the features."""
-
-    def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.softplus(x)
 
 
 class Dropout(nn.Dropout):

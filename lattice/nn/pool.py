@@ -14,8 +14,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.core._checks import Triple, int_triple
-from lattice.core.kernel import KernelGeometry, KernelSpec
 from lattice.core.tensor import SparseTensor
+from lattice.nn._kernel import KernelModule
 from lattice.ops import pool as P
 from lattice.ops.pool import PoolMode
 
@@ -35,97 +35,67 @@ __all__ = [
 ]
 
 
-class _KernelModule(KernelGeometry, nn.Module):
-    """Stores a checked KernelSpec (a frozen value, kept out of the parameter tree)."""
+class _Window(KernelModule):
+    """A local pooling module: the window keywords, stored as a checked KernelSpec."""
 
-    def __init__(self, kernel_size, stride, padding, dilation) -> None:
-        super().__init__()
-        self.spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
-
-    def _kernel_repr(self) -> str:
-        return (
-            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-            f"dilation={self.dilation}"
-        )
-
-    def _kernel_kwargs(self) -> dict:
-        return {
-            "kernel_size": self.kernel_size,
-            "stride": self.stride,
-            "padding": self.padding,
-            "dilation": self.dilation,
-        }
+    _geometry = {"kernel_size": 2, "stride": 2, "padding": 0, "dilation": 1}
 
 
-class Pool3d(_KernelModule):
+class Pool3d(_Window):
     """Configurable local sparse 3D pooling module.
 
     ``mode`` selects sum, max, or avg reduction over a sparse kernel relation. The
     module returns a sparse tensor with output stride multiplied by the pooling stride.
     """
 
-    def __init__(
-        self,
-        *,
-        mode: PoolMode | str = "sum",
-        kernel_size: IntOrTriple = 2,
-        stride: IntOrTriple = 2,
-        padding: IntOrTriple = 0,
-        dilation: IntOrTriple = 1,
-    ) -> None:
-        super().__init__(kernel_size, stride, padding, dilation)
-        self.mode = P.pool_mode(mode, type(self).__name__)
+    _mode: PoolMode | None = None  # fixed by a subclass; Pool3d takes ``mode`` as an argument
+
+    @classmethod
+    def _keywords(cls) -> dict[str, object]:
+        window = super()._keywords()
+        return window if cls._mode is not None else {"mode": "sum", **window}
+
+    def _setup(self, mode=None, **window) -> None:
+        super()._setup(**window)
+        self.mode = P.pool_mode(self._mode if self._mode is not None else mode, type(self).__name__)
 
     def _extra_repr(self) -> str:
-        return f"mode={self.mode.value}, {self._kernel_repr()}"
+        return ", ".join([f"mode={self.mode.value}", *self._geometry_repr()])
 
     def __call__(self, x: SparseTensor) -> SparseTensor:
-        return P.pool3d(x, mode=self.mode, **self._kernel_kwargs())
+        return P.pool3d(x, mode=self.mode, **self._geometry_kwargs())
 
 
 class SumPool3d(Pool3d):
     """Local sparse sum-pooling module."""
 
-    def __init__(self, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-                 dilation: IntOrTriple = 1) -> None:
-        super().__init__(mode=PoolMode.SUM, kernel_size=kernel_size, stride=stride, padding=padding,
-                         dilation=dilation)
+    _mode = PoolMode.SUM
 
 
 class MaxPool3d(Pool3d):
     """Local sparse max-pooling module (per channel; gradient ties go to the smallest input row)."""
 
-    def __init__(self, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-                 dilation: IntOrTriple = 1) -> None:
-        super().__init__(mode=PoolMode.MAX, kernel_size=kernel_size, stride=stride, padding=padding,
-                         dilation=dilation)
+    _mode = PoolMode.MAX
 
 
 class AvgPool3d(Pool3d):
     """Local sparse average-pooling module (divides by the contributors of each output row)."""
 
-    def __init__(self, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-                 dilation: IntOrTriple = 1) -> None:
-        super().__init__(mode=PoolMode.AVG, kernel_size=kernel_size, stride=stride, padding=padding,
-                         dilation=dilation)
+    _mode = PoolMode.AVG
 
 
-class PoolTranspose3d(_KernelModule):
+class PoolTranspose3d(_Window):
     """Average-pooling transpose onto generated or explicit target support.
 
     Called as ``module(x, target=None)``; a target keeps its rows and order and must be
     at stride ``x.stride / stride``.
     """
 
-    def __init__(self, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-                 dilation: IntOrTriple = 1) -> None:
-        super().__init__(kernel_size, stride, padding, dilation)
-
     def _extra_repr(self) -> str:
-        return self._kernel_repr()
+        return ", ".join(self._geometry_repr())
 
     def __call__(self, x: SparseTensor, target=None) -> SparseTensor:
-        return P.pool_transpose3d(x, target, **self._kernel_kwargs())
+        return P.pool_transpose3d(x, target, **self._geometry_kwargs())
 
 
 class TrilinearUpsample3d(nn.Module):
@@ -151,25 +121,26 @@ class TrilinearUpsample3d(nn.Module):
 
 
 class _GlobalPool(nn.Module):
+    """A global pooling module; each subclass names its reduction: ``class G(_GlobalPool, mode=...)``."""
+
     _mode: PoolMode
+
+    def __init_subclass__(cls, *, mode: PoolMode | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if mode is not None:  # a subclass without one keeps its parent's
+            cls._mode = mode
 
     def __call__(self, x: SparseTensor, *, batch_size: int | None = None) -> mx.array:
         return P.global_pool(x, mode=self._mode, batch_size=batch_size)
 
 
-class GlobalSumPool(_GlobalPool):
+class GlobalSumPool(_GlobalPool, mode=PoolMode.SUM):
     """Batch-wise global sum-pooling module returning dense (B, C) rows."""
 
-    _mode = PoolMode.SUM
 
-
-class GlobalAvgPool(_GlobalPool):
+class GlobalAvgPool(_GlobalPool, mode=PoolMode.AVG):
     """Batch-wise global average-pooling module returning dense (B, C) rows (empty members give 0)."""
 
-    _mode = PoolMode.AVG
 
-
-class GlobalMaxPool(_GlobalPool):
+class GlobalMaxPool(_GlobalPool, mode=PoolMode.MAX):
     """Batch-wise global max-pooling module returning dense (B, C) rows (an empty member is an error)."""
-
-    _mode = PoolMode.MAX

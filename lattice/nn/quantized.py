@@ -13,24 +13,18 @@ linear modules for these in place.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
-from lattice.core.kernel import KernelGeometry, KernelSpec
 from lattice.core.quantized import QuantizedWeight, quantize_weight
-from lattice.core.tensor import SparseTensor
 from lattice.nn import conv as fconv
-from lattice.nn.conv import _channels, _one_target
-from lattice.ops import conv as C
+from lattice.nn.conv import _channels, _flag, _Generative, _Regular, _Submanifold, _Transposed, _uniform
 from lattice.ops import features as F
 
-IntOrTriple = int | Sequence[int]
 PACKED = ("weight", "scales", "biases")
-_REPR_NAMES = {"size": "kernel_size"}
 
 __all__ = [
     "QuantizedConv3d",
@@ -43,24 +37,23 @@ __all__ = [
 ]
 
 
-def _flag(value, name: str, module: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"[{module}] {name} must be True or False, got {value!r}")
-    return value
-
-
 class _Packed(nn.Module):
     """Packed-weight storage shared by the quantized modules."""
 
     _layout = "dense"  # QuantizedWeight layout of the stored weight
 
-    def _store(self, q: QuantizedWeight, bias: mx.array | None) -> None:
+    def _pack(self, q: QuantizedWeight, bias: mx.array | None) -> None:
         self.group_size, self.bits = q.group_size, q.bits
         self.in_channels, self.out_channels = q.in_channels, q.out_channels
         self.weight, self.scales, self.biases = q.data, q.scales, q.biases
         if bias is not None:
             self.bias = bias
         self.freeze()
+
+    def _quantize_fresh(self, weight: mx.array, bias: bool, group_size, bits) -> None:
+        """Packs a freshly initialised float ``weight`` (and a zero bias when ``bias``)."""
+        q = quantize_weight(weight, group_size=group_size, bits=bits)
+        self._pack(q, mx.zeros((weight.shape[0],)) if bias else None)
 
     def unfreeze(self, *args, **kwargs) -> nn.Module:
         """Unfreezes like ``mlx.nn.Module.unfreeze``, except the packed arrays stay frozen."""
@@ -92,22 +85,18 @@ class _Packed(nn.Module):
         return sum(int(self[k].nbytes) for k in PACKED)
 
 
-class _QuantizedConv(KernelGeometry, _Packed):
-    """A sparse convolution with a packed dense-layout weight; subclasses name their float twin."""
+class _QuantizedConv(fconv._Conv, _Packed):
+    """The packed store of the conv modules (:class:`lattice.nn.conv._Conv`): the float
+    module's constructor plus ``group_size`` and ``bits``; subclasses name their float twin."""
 
     _float: type[nn.Module]
-    _geometry: tuple[str, ...]  # constructor keywords taken from the spec
+    _options = {**fconv._Conv._options, "group_size": None, "bits": 4}
 
-    def _init(self, in_channels, out_channels, spec: KernelSpec, bias, group_size, bits) -> None:
-        name = type(self).__name__
-        in_channels = _channels(in_channels, "in_channels", name)
-        out_channels = _channels(out_channels, "out_channels", name)
-        _flag(bias, "bias", name)
-        self.spec = spec
-        scale = math.sqrt(1.0 / (in_channels * spec.volume))
-        w = mx.random.uniform(low=-scale, high=scale, shape=(out_channels, *spec.size, in_channels))
-        q = quantize_weight(w, group_size=group_size, bits=bits)
-        self._store(q, mx.zeros((out_channels,)) if bias else None)
+    def _store(self, weight: mx.array, bias: bool, group_size, bits) -> None:
+        self._quantize_fresh(weight, bias, group_size, bits)
+
+    def _weight(self) -> QuantizedWeight:
+        return self.qweight()
 
     def _logical_shape(self) -> tuple[int, ...]:
         return (self.out_channels, *self.spec.size, self.in_channels)
@@ -122,150 +111,31 @@ class _QuantizedConv(KernelGeometry, _Packed):
             raise TypeError(f"[{name}] expected a {cls._float.__name__}, got {type(module).__name__}{why}")
         return _twin(cls, module, quantize_weight(module["weight"], group_size=group_size, bits=bits))
 
-    def _extra_repr(self) -> str:
-        geometry = ", ".join(f"{_REPR_NAMES.get(k, k)}={getattr(self.spec, k)}" for k in self._geometry)
-        return (
-            f"{self.in_channels}, {self.out_channels}, {geometry}, bias={'bias' in self}, "
-            f"group_size={self.group_size}, bits={self.bits}"
-        )
 
-
-class QuantizedConv3d(_QuantizedConv):
+class QuantizedConv3d(_Regular, _QuantizedConv):
     """:class:`lattice.nn.Conv3d` with a packed weight; ``conv(x, coordinates=target)`` is target mode."""
 
     _float = fconv.Conv3d
-    _geometry = ("size", "stride", "padding", "dilation")
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 3,
-        stride: IntOrTriple = 1,
-        padding: IntOrTriple = 0,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-        group_size: int | None = None,
-        bits: int = 4,
-    ) -> None:
-        super().__init__()
-        spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
-        self._init(in_channels, out_channels, spec, bias, group_size, bits)
-
-    def __call__(self, x: SparseTensor, *, coordinates=None) -> SparseTensor:
-        s = self.spec
-        return C.conv3d(
-            x,
-            self.qweight(),
-            self._bias(),
-            kernel_size=s.size,
-            stride=s.stride,
-            padding=s.padding,
-            dilation=s.dilation,
-            coordinates=coordinates,
-        )
 
 
-class QuantizedSubmConv3d(_QuantizedConv):
+class QuantizedSubmConv3d(_Submanifold, _QuantizedConv):
     """:class:`lattice.nn.SubmConv3d` with a packed weight (output support = input support)."""
 
     _float = fconv.SubmConv3d
-    _geometry = ("size", "dilation")
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 3,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-        group_size: int | None = None,
-        bits: int = 4,
-    ) -> None:
-        super().__init__()
-        name = type(self).__name__
-        spec = KernelSpec(kernel_size, 1, 0, dilation, op=name)
-        if not spec.is_odd:
-            raise ValueError(f"[{name}] kernel_size must be odd on every axis, got {spec.size}")
-        self._init(in_channels, out_channels, spec, bias, group_size, bits)
-
-    def __call__(self, x: SparseTensor) -> SparseTensor:
-        return C.subm_conv3d(
-            x, self.qweight(), self._bias(), kernel_size=self.spec.size, dilation=self.spec.dilation
-        )
 
 
-class QuantizedConvTranspose3d(_QuantizedConv):
+class QuantizedConvTranspose3d(_Transposed, _QuantizedConv):
     """:class:`lattice.nn.ConvTranspose3d` with a packed weight, on generated support only
     (an explicit ``target`` is rejected by the op: use the float module there).
     """
 
     _float = fconv.ConvTranspose3d
-    _geometry = ("size", "stride", "padding", "dilation")
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 2,
-        stride: IntOrTriple = 2,
-        padding: IntOrTriple = 0,
-        dilation: IntOrTriple = 1,
-        bias: bool = True,
-        group_size: int | None = None,
-        bits: int = 4,
-    ) -> None:
-        super().__init__()
-        spec = KernelSpec(kernel_size, stride, padding, dilation, op=type(self).__name__)
-        self._init(in_channels, out_channels, spec, bias, group_size, bits)
-
-    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
-        s = self.spec
-        return C.conv_transpose3d(
-            x,
-            self.qweight(),
-            self._bias(),
-            kernel_size=s.size,
-            stride=s.stride,
-            padding=s.padding,
-            dilation=s.dilation,
-            coordinates=_one_target(target, coordinates, type(self).__name__),
-        )
 
 
-class QuantizedGenerativeConvTranspose3d(_QuantizedConv):
+class QuantizedGenerativeConvTranspose3d(_Generative, _QuantizedConv):
     """:class:`lattice.nn.GenerativeConvTranspose3d` with a packed weight (generated or explicit target)."""
 
     _float = fconv.GenerativeConvTranspose3d
-    _geometry = ("size", "stride")
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        kernel_size: IntOrTriple = 2,
-        stride: IntOrTriple = 2,
-        bias: bool = True,
-        group_size: int | None = None,
-        bits: int = 4,
-    ) -> None:
-        super().__init__()
-        spec = KernelSpec(kernel_size, stride, 0, 1, op=type(self).__name__)
-        self._init(in_channels, out_channels, spec, bias, group_size, bits)
-
-    def __call__(self, x: SparseTensor, target=None, *, coordinates=None) -> SparseTensor:
-        return C.generative_conv_transpose3d(
-            x,
-            self.qweight(),
-            self._bias(),
-            kernel_size=self.spec.size,
-            stride=self.spec.stride,
-            coordinates=_one_target(target, coordinates, type(self).__name__),
-        )
 
 
 class QuantizedLinear(_Packed):
@@ -288,11 +158,7 @@ class QuantizedLinear(_Packed):
         input_dims = _channels(input_dims, "input_dims", name)
         output_dims = _channels(output_dims, "output_dims", name)
         _flag(bias, "bias", name)
-        scale = math.sqrt(1.0 / input_dims)
-        w = mx.random.uniform(low=-scale, high=scale, shape=(output_dims, input_dims))
-        self._store(
-            quantize_weight(w, group_size=group_size, bits=bits), mx.zeros((output_dims,)) if bias else None
-        )
+        self._quantize_fresh(_uniform((output_dims, input_dims)), bias, group_size, bits)
 
     def _logical_shape(self) -> tuple[int, ...]:
         return (self.out_channels, self.in_channels)
@@ -344,7 +210,7 @@ def _twin(cls: type, module: nn.Module, q: QuantizedWeight) -> nn.Module:
     nn.Module.__init__(obj)
     if issubclass(cls, _QuantizedConv):
         obj.spec = module.spec
-    obj._store(q, module["bias"] if "bias" in module else None)
+    obj._pack(q, module["bias"] if "bias" in module else None)
     return obj
 
 

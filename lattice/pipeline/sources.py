@@ -33,7 +33,7 @@ from typing import BinaryIO
 import numpy as np
 
 from lattice.io import PointCloud, PointCloudError, format_from_name, read_points
-from lattice.io._common import check_points, reading
+from lattice.io._common import check_points, check_readable_path, reading
 from lattice.io.columns import SKIP, XYZ, parse_columns, split_columns
 from lattice.io.formats import FORMATS, canonical_format, reader_with_columns
 from lattice.io.kitti import LAYOUTS, check_scan, layout_columns
@@ -115,14 +115,8 @@ def open_source(
     """
     if hasattr(path_or_file, "read"):
         return memory_source(read_points(path_or_file, format=format, columns=columns))
-    path = Path(path_or_file)
     label = os.fspath(path_or_file)
-    if not path.exists():
-        raise PointCloudError(f"{label}: no such file")
-    if path.is_dir():
-        raise PointCloudError(f"{label}: is a directory, expected a file")
-    if path.stat().st_size == 0:
-        raise PointCloudError(f"{label}: file is empty")
+    path = check_readable_path(path_or_file, label)
     fmt = canonical_format(format, label) if format is not None else format_from_name(label)
     names = parse_columns(columns, label)
     if names is not None and fmt is not None:

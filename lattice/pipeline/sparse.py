@@ -219,11 +219,7 @@ def pool_file(
     sf = read_sparse(src)
     out, summary = pool_sparse(sf, mode, kernel_size, stride)
     params = pool_parameters(mode, kernel_size, stride, position, fmt)
-    out = replace(out, provenance=make_record("pool", params, src))
-    summary["input"] = _label(src)
-    summary["output"] = write_result(dst, out, format=fmt, position=position, sidecar=sidecar)
-    summary["output_format"] = fmt
-    return summary
+    return _write_recorded("pool", params, out, summary, src, dst, fmt, position, sidecar)
 
 
 def upsample_file(
@@ -245,11 +241,7 @@ def upsample_file(
     tgt = read_sparse(target) if target is not None else None
     out, summary = upsample_sparse(sf, stride, target=tgt, method=method, kernel_size=kernel_size)
     params = upsample_parameters(stride, target, method, kernel_size, position, fmt)
-    out = replace(out, provenance=make_record("upsample", params, src))
-    summary["input"] = _label(src)
-    summary["output"] = write_result(dst, out, format=fmt, position=position, sidecar=sidecar)
-    summary["output_format"] = fmt
-    return summary
+    return _write_recorded("upsample", params, out, summary, src, dst, fmt, position, sidecar)
 
 
 def upsample_parameters(
@@ -265,6 +257,16 @@ def upsample_parameters(
         "position": position,
         "output_format": output_format,
     }
+
+
+def _write_recorded(command, params, out, summary, src, dst, fmt, position, sidecar) -> dict:
+    """Writes ``out`` to ``dst`` as ``fmt`` with its provenance (``command`` run with ``params``
+    on ``src``) and completes ``summary`` with the input, the output and its format."""
+    out = replace(out, provenance=make_record(command, params, src))
+    summary["input"] = _label(src)
+    summary["output"] = write_result(dst, out, format=fmt, position=position, sidecar=sidecar)
+    summary["output_format"] = fmt
+    return summary
 
 
 def _label(src: PathOrStream) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, run_files
+from lattice_cli.batch import Expect, Outputs, run_files
 from lattice_cli.common import (
     ColumnsOpt,
     FormatOpt,
@@ -58,23 +58,12 @@ def convert(
     per voxel (--position centre or centroid).
     """
     from lattice.pipeline.convert import convert_file, convert_parameters
-    from lattice.pipeline.export import extension_of
 
     if output is None and output_dir is None and len(inputs) == 2:
         inputs, output = [inputs[0]], inputs[1]
     where = check_position(position)
     out_fmt = check_output(output, output_format, output_dir)
     job = functools.partial(convert_file, format=fmt, output_format=out_fmt, position=where, columns=columns)
-    run_files(
-        job,
-        inputs,
-        output=output,
-        output_dir=output_dir,
-        describe=describe,
-        as_json=as_json,
-        overwrite=overwrite,
-        workers=workers,
-        accept=is_point_input,
-        extension=extension_of(out_fmt),
-        expect=Expect("convert", convert_parameters(where, out_fmt, columns)),
-    )
+    expect = Expect("convert", convert_parameters(where, out_fmt, columns))
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    run_files(job, inputs, outputs, describe=describe, accept=is_point_input, expect=expect)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, run_files
+from lattice_cli.batch import Expect, Outputs, run_files
 from lattice_cli.common import (
     EXIT_USAGE,
     ColumnsOpt,
@@ -208,7 +208,6 @@ def model_run(
         warn(f"{model}: a classifier gives every point of a cloud the cloud's label")
     if strict_domain and bundle.domain is None:
         warn(f"{model}: the bundle records no training domain; --strict-domain checks nothing")
-    from lattice.pipeline.export import extension_of
     from lattice.pipeline.model_run import model_run_parameters
 
     options = {  # what changes the output: passed to the job and recorded by its outputs
@@ -226,16 +225,6 @@ def model_run(
         run_and_warn, model=str(model), format=fmt, columns=columns, output_format=output_format, **options
     )
     parameters = model_run_parameters(model=str(model), output_format=output_format or "npz", **options)
-    run_files(
-        job,
-        inputs,
-        output=output,
-        output_dir=output_dir,
-        describe=describe,
-        as_json=as_json,
-        overwrite=overwrite,
-        workers=workers,
-        accept=is_point_input,
-        extension=extension_of(output_format or "npz"),
-        expect=Expect("model-run", parameters),
-    )
+    expect = Expect("model-run", parameters)
+    outputs = Outputs(output, output_dir, output_format or "npz", overwrite, workers, as_json)
+    run_files(job, inputs, outputs, describe=describe, accept=is_point_input, expect=expect)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, run_files
+from lattice_cli.batch import Expect, Outputs, run_files
 from lattice_cli.common import (
     InputsArg,
     JsonOpt,
@@ -32,12 +32,15 @@ def is_sparse_file(path: Path) -> bool | str:
     return path.suffix.lower() == ".npz" or "not a sparse-tensor NPZ (.npz)"
 
 
+def rows_change(s: dict) -> str:
+    """``IN: N rows at stride S -> M rows at stride T``: how a pool or upsample summary begins."""
+    return f"{s['input']}: {s['rows_in']} rows at stride {s['stride_in']} -> {s['rows_out']} rows at stride {s['stride_out']}"
+
+
 def describe(s: dict) -> str:
     """The one-line text summary of a pool run."""
-    return (
-        f"{s['input']}: {s['rows_in']} rows at stride {s['stride_in']} -> {s['rows_out']} rows at stride "
-        f"{s['stride_out']} ({s['mode']} pool, kernel {s['kernel_size']}, {plural(s['channels'], 'channel')}) -> {s['output']}"
-    )
+    channels = plural(s["channels"], "channel")
+    return f"{rows_change(s)} ({s['mode']} pool, kernel {s['kernel_size']}, {channels}) -> {s['output']}"
 
 
 def pool(
@@ -63,7 +66,6 @@ def pool(
     The output's extension chooses the format: .npz the tensor, other point formats the voxels as points.
     """
     from lattice.pipeline import POOL_MODES, pool_file
-    from lattice.pipeline.export import extension_of
     from lattice.pipeline.sparse import pool_parameters
 
     if mode not in POOL_MODES:
@@ -79,16 +81,5 @@ def pool(
         expect = Expect("pool", pool_parameters(mode, k, s, where, out_fmt))
     except ValueError as err:  # the library's range checks: one line, exit 1
         fail(error_message(err))
-    run_files(
-        job,
-        inputs,
-        output=output,
-        output_dir=output_dir,
-        describe=describe,
-        as_json=as_json,
-        overwrite=overwrite,
-        workers=workers,
-        accept=is_sparse_file,
-        extension=extension_of(out_fmt),
-        expect=expect,
-    )
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    run_files(job, inputs, outputs, describe=describe, accept=is_sparse_file, expect=expect)

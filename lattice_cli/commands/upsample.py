@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, run_files
-from lattice_cli.commands.pool import is_sparse_file
+from lattice_cli.batch import Expect, Outputs, run_files
+from lattice_cli.commands.pool import is_sparse_file, rows_change
 from lattice_cli.common import (
     InputsArg,
     JsonOpt,
@@ -31,10 +31,8 @@ from lattice_cli.common import (
 def describe(s: dict) -> str:
     """The one-line text summary of an upsample run."""
     support = "target support" if s["target"] else "generated support"
-    return (
-        f"{s['input']}: {s['rows_in']} rows at stride {s['stride_in']} -> {s['rows_out']} rows at stride "
-        f"{s['stride_out']} ({s['method']}, {support}, {plural(s['channels'], 'channel')}) -> {s['output']}"
-    )
+    channels = plural(s["channels"], "channel")
+    return f"{rows_change(s)} ({s['method']}, {support}, {channels}) -> {s['output']}"
 
 
 def upsample(
@@ -68,7 +66,6 @@ def upsample(
 ) -> None:
     """Upsample a sparse tensor by a stride, by trilinear interpolation or a transposed pool."""
     from lattice.pipeline import UPSAMPLE_METHODS, upsample_file
-    from lattice.pipeline.export import extension_of
     from lattice.pipeline.sparse import upsample_parameters
 
     if method not in UPSAMPLE_METHODS:
@@ -89,16 +86,5 @@ def upsample(
         expect = Expect("upsample", upsample_parameters(s, tgt, method, k, where, out_fmt))
     except ValueError as err:  # the library's range checks: one line, exit 1
         fail(error_message(err))
-    run_files(
-        job,
-        inputs,
-        output=output,
-        output_dir=output_dir,
-        describe=describe,
-        as_json=as_json,
-        overwrite=overwrite,
-        workers=workers,
-        accept=is_sparse_file,
-        extension=extension_of(out_fmt),
-        expect=expect,
-    )
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    run_files(job, inputs, outputs, describe=describe, accept=is_sparse_file, expect=expect)

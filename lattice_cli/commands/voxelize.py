@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, run_files
+from lattice_cli.batch import Expect, Outputs, run_files
 from lattice_cli.common import (
     ColumnsOpt,
     FormatOpt,
@@ -105,23 +105,6 @@ def voxelize(
     job = functools.partial(
         voxelize_file, options=options, format=fmt, output_format=out_fmt, position=where, columns=columns
     )
-    run_files(
-        job,
-        inputs,
-        output=output,
-        output_dir=output_dir,
-        describe=describe,
-        as_json=as_json,
-        overwrite=overwrite,
-        workers=workers,
-        accept=is_point_input,
-        extension=extension_of(out_fmt),
-        expect=Expect("voxelize", voxelize_parameters(options, where, out_fmt)),
-    )
-
-
-def extension_of(fmt: str) -> str:
-    """The batch-mode extension of an output format."""
-    from lattice.pipeline.export import extension_of as ext
-
-    return ext(fmt)
+    expect = Expect("voxelize", voxelize_parameters(options, where, out_fmt))
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    run_files(job, inputs, outputs, describe=describe, accept=is_point_input, expect=expect)

@@ -1,0 +1,90 @@
+"""Point / voxel quantization (documented ``mlx_lattice.core.coords.quantization``).
+
+``v = floor((p - origin) / voxel_size)``; a sparse row is ``(batch, v_x, v_y, v_z)``.
+``SparseQuantization``, ``PointVoxelMap``, ``sparse_quantize`` and
+``interpolate_point_features`` are lattice's own. ``voxelize_features`` and
+``build_point_voxel_map`` are adapters to the documented signatures (lattice's
+``build_point_voxel_map`` takes the voxels as a SparseTensor).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import mlx.core as mx
+
+from lattice.core import SparseQuantization, SparseTensor, sparse_quantize
+from lattice.ops import PointVoxelMap, interpolate_point_features
+from lattice.ops import build_point_voxel_map as _build_point_voxel_map
+from lattice.ops import voxelize_features as _voxelize_features
+
+#: How point features reduce onto a voxel.
+VoxelReduction: TypeAlias = Literal["sum", "mean"]
+#: How voxel features are sampled at points.
+PointVoxelInterpolation: TypeAlias = Literal["nearest", "linear"]
+
+
+def voxelize_features(feats, quantization: SparseQuantization, *, active_rows=None, reduction="mean"):
+    """Point features ``(N, C)`` reduced onto the voxels of ``quantization`` (``sum`` / ``mean``).
+
+    Maps to ``lattice.ops.voxelize_features(feats, quantization, reduction=reduction)``.
+    ``active_rows`` (point rows in use) other than None is not served yet by lattice and
+    raises ``NotImplementedError``.
+    """
+    if active_rows is not None:
+        raise NotImplementedError(
+            "[voxelize_features] active_rows is not provided yet by lattice (issue 17): pass the live "
+            "point rows only"
+        )
+    return _voxelize_features(feats, quantization, reduction=reduction)
+
+
+def build_point_voxel_map(
+    points,
+    voxel_coords,
+    voxel_active_rows,
+    voxel_size=1.0,
+    *,
+    batch_indices=None,
+    point_active_rows=None,
+    origin=0.0,
+    interpolation="linear",
+) -> PointVoxelMap:
+    """Voxel rows and weights that sample the voxels ``voxel_coords`` at ``points``.
+
+    ``linear``: the 8 voxels whose centres surround each point, trilinear weights
+    (missing voxels weigh 0, the rest renormalised); ``nearest``: the voxel holding the
+    point (row -1 where there is none).
+
+    Maps to ``lattice.ops.build_point_voxel_map(points, voxels, ...)`` with ``voxels`` a
+    feature-less ``SparseTensor(voxel_coords, active_rows=voxel_active_rows)`` at stride 1.
+    ``point_active_rows`` other than None is not served yet and raises
+    ``NotImplementedError``.
+    """
+    if point_active_rows is not None:
+        raise NotImplementedError(
+            "[build_point_voxel_map] point_active_rows is not provided yet by lattice (issue 17): pass "
+            "the live points only"
+        )
+    coords = voxel_coords if isinstance(voxel_coords, mx.array) else mx.array(voxel_coords)
+    voxels = SparseTensor(coords, mx.zeros((coords.shape[0], 0), mx.float32), active_rows=voxel_active_rows)
+    return _build_point_voxel_map(
+        points,
+        voxels,
+        voxel_size,
+        batch_indices=batch_indices,
+        origin=origin,
+        interpolation=interpolation,
+    )
+
+
+__all__ = [
+    "PointVoxelInterpolation",
+    "PointVoxelMap",
+    "SparseQuantization",
+    "VoxelReduction",
+    "build_point_voxel_map",
+    "interpolate_point_features",
+    "sparse_quantize",
+    "voxelize_features",
+]

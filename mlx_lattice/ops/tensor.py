@@ -1,0 +1,74 @@
+"""Sparse tensor algebra and row selection (documented ``mlx_lattice.ops.tensor``).
+
+Joins follow database semantics (``inner`` / ``left`` / ``right`` / ``outer``); a side
+missing a coordinate reads its fill value. Most functions are lattice's own;
+``sparse_collate`` is an adapter (documented argument names ``coords`` / ``feats``) and
+``sparse_binary_op`` is ``lattice.ops.sparse_binary`` under its documented second name.
+``align_sparse`` (documented: alignment metadata), ``gather_aligned_features``,
+``sparse_cat_aligned`` and ``topk_rows`` are not provided yet; the ``*_from_artifact``
+functions are out of scope. Both raise ``mlx_lattice._missing.NotProvidedError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, TypeAlias
+
+from lattice import ops as _ops
+from lattice.ops import (
+    cat,
+    crop,
+    prune,
+    prune_mask,
+    reindex_sparse,
+    replace_feature,
+    sparse_add,
+    sparse_binary,
+    sparse_from_coordinates,
+    sparse_maximum,
+    sparse_minimum,
+    sparse_mul,
+    sparse_sub,
+)
+from mlx_lattice._missing import module_getattr
+from mlx_lattice.core.coords.alignment import SparseJoin
+
+SparseBinaryMode: TypeAlias = Literal["add", "sub", "mul", "maximum", "minimum"]
+DuplicateReduction: TypeAlias = Literal["none", "mean"]
+
+#: The documented second name of ``sparse_binary`` (the same function).
+sparse_binary_op = sparse_binary
+
+
+def sparse_collate(coords: Sequence, feats: Sequence, *, stride=1, duplicate_reduction: str = "none"):
+    """One batched SparseTensor from per-sample ``(n_i, 3)`` coords and ``(n_i, C)`` feats.
+
+    Sample ``i`` gets batch index ``i`` and ``batch_counts`` records the rows per sample.
+    Maps to ``lattice.ops.sparse_collate(coords, feats, ...)`` (whose arguments are named
+    ``coords_list`` / ``feats_list``).
+    """
+    return _ops.sparse_collate(coords, feats, stride=stride, duplicate_reduction=duplicate_reduction)
+
+
+__all__ = [
+    "DuplicateReduction",
+    "SparseBinaryMode",
+    "SparseJoin",
+    "cat",
+    "crop",
+    "prune",
+    "prune_mask",
+    "reindex_sparse",
+    "replace_feature",
+    "sparse_add",
+    "sparse_binary",
+    "sparse_binary_op",
+    "sparse_collate",
+    "sparse_from_coordinates",
+    "sparse_maximum",
+    "sparse_minimum",
+    "sparse_mul",
+    "sparse_sub",
+]
+
+__getattr__ = module_getattr(__name__)

@@ -1,0 +1,366 @@
+"""What mlx_lattice's adapters do, and the documented behaviour lattice does not have yet.
+
+Each adapter is held to the lattice function it maps to (the same result), to the
+documented defaults and argument names, and to its clear errors for the argument values
+lattice does not serve yet (``mlx_lattice._missing.LIMITED``). The gaps in
+``mlx_lattice._missing.BEHAVIOUR`` are strict xfails: once lattice has the behaviour the
+test fails, and the entry is to be dropped.
+"""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import mlx.nn
+import numpy as np
+import pytest
+
+import lattice
+import lattice.core
+import lattice.nn
+import lattice.ops
+import mlx_lattice
+from mlx_lattice import _missing
+from mlx_lattice._missing import NotProvidedError
+
+
+def _coords(n: int = 40, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    xyz = np.unique(rng.integers(-6, 6, size=(n, 3)), axis=0)
+    batch = (np.arange(len(xyz)) % 2)[:, None]
+    return np.unique(np.concatenate([batch, xyz], axis=1), axis=0).astype(np.int32)
+
+
+def _tensor(channels: int = 4, seed: int = 0) -> lattice.SparseTensor:
+    c = _coords(seed=seed)
+    f = np.random.default_rng(seed + 1).normal(size=(len(c), channels)).astype(np.float32)
+    return lattice.SparseTensor(c, f)
+
+
+def _same(a, b) -> None:
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# ---- backend_info -------------------------------------------------------------------------------
+
+
+def test_backend_info_is_the_documented_dict():
+    info = mlx_lattice.backend_info()
+    assert isinstance(info, dict)
+    assert info["version"] == lattice.__version__ and isinstance(info["version"], str)
+    caps = info["capabilities"]
+    assert {"cpu", "metal", "mlir", "cuda"} <= set(caps)
+    assert all(isinstance(v, bool) for v in caps.values())
+    assert caps["cpu"] is True and caps["mlir"] is False
+    native = lattice.backend_info()
+    assert caps["cuda"] is (native.gpu_kernels == "cuda")
+    assert caps["metal"] is (native.gpu_kernels == "metal")
+    # lattice's richer record follows as extra keys; the whole dict is plain data
+    assert info["compiled_backends"] == native.compiled_backends and info["blas"] == native.blas
+    json.dumps(info)
+
+
+# ---- core.types ---------------------------------------------------------------------------------
+
+
+def test_triple():
+    from mlx_lattice.core.types import Triple, triple
+
+    assert Triple == tuple[int, int, int]
+    assert triple(3, name="k") == (3, 3, 3)
+    assert triple((1, 2, 3), name="k") == (1, 2, 3)
+    assert triple([np.int64(2), 1, 1], name="k") == (2, 1, 1)
+    assert triple(np.int32(4), name="k") == (4, 4, 4)
+    for bad in ((1, 2), (1, 2, 3, 4), "abc", 2.5, (1.5, 2, 3), None):
+        with pytest.raises(ValueError, match=r"\[triple\] stride must be"):
+            triple(bad, name="stride")
+
+
+# ---- core.coords ----------------------------------------------------------------------------------
+
+
+def test_morton_sort_coords_gives_a_coordinate_ordering():
+    from mlx_lattice.core.coords.ordering import CoordinateOrdering, morton_sort_coords
+
+    c = mx.array(_coords())
+    o = morton_sort_coords(c)
+    assert isinstance(o, CoordinateOrdering)
+    s, order = lattice.core.morton_sort_coords(c)
+    _same(o.coords, s)
+    _same(o.order, order)
+    _same(c[o.order], o.coords)
+    _same(o.coords[o.inverse_rows], c)
+    assert o.inverse_rows.dtype == mx.int32
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "nearest"])
+def test_build_point_voxel_map_from_raw_coords(interpolation):
+    from mlx_lattice.core.coords.quantization import build_point_voxel_map
+
+    c = _coords()
+    pts = mx.array(np.random.default_rng(3).uniform(-6, 6, size=(50, 3)).astype(np.float32))
+    batch = mx.array((np.arange(50) % 2).astype(np.int32))
+    got = build_point_voxel_map(
+        pts, c, None, 0.5, batch_indices=batch, origin=0.25, interpolation=interpolation
+    )
+    voxels = lattice.SparseTensor(c, np.zeros((len(c), 1), np.float32))
+    want = lattice.ops.build_point_voxel_map(
+        pts, voxels, 0.5, batch_indices=batch, origin=0.25, interpolation=interpolation
+    )
+    _same(got.rows, want.rows)
+    np.testing.assert_allclose(np.asarray(got.weights), np.asarray(want.weights))
+
+
+def test_build_point_voxel_map_reads_only_the_live_voxel_rows():
+    from mlx_lattice.core.coords.quantization import build_point_voxel_map
+
+    c = _coords()
+    live = len(c) // 2
+    pts = mx.array(c[:, 1:].astype(np.float32) + 0.5)  # one point at every voxel centre
+    m = build_point_voxel_map(
+        pts, c, mx.array([live], mx.int32), batch_indices=mx.array(c[:, 0]), interpolation="nearest"
+    )
+    rows = np.asarray(m.rows)[:, 0]
+    np.testing.assert_array_equal(rows[:live], np.arange(live))
+    assert (rows[live:] == -1).all()
+
+
+def test_voxelize_features_and_its_limit():
+    from mlx_lattice.core.coords.quantization import voxelize_features
+
+    pts = np.random.default_rng(4).uniform(-3, 3, size=(200, 3)).astype(np.float32)
+    q = lattice.sparse_quantize(pts, 0.5)
+    f = mx.array(np.random.default_rng(5).normal(size=(200, 3)).astype(np.float32))
+    for reduction in ("sum", "mean"):
+        _same(voxelize_features(f, q, reduction=reduction), lattice.ops.voxelize_features(f, q, reduction))
+    with pytest.raises(NotImplementedError, match="issue 17"):
+        voxelize_features(f, q, active_rows=mx.array([100], mx.int32))
+
+
+# ---- ops ------------------------------------------------------------------------------------------
+
+
+def test_kernel_relation_has_the_documented_defaults():
+    from mlx_lattice.ops import kernel_relation
+
+    x = _tensor()
+    got = kernel_relation(x)
+    want = lattice.ops.kernel_relation(x, kernel_size=3, stride=1)
+    assert got.n_kernels == 27 == want.n_kernels
+    assert got.edge_count == want.edge_count and got.out_count == want.out_count
+    assert lattice.ops.kernel_relation(x).n_kernels == 8  # lattice's own defaults: 2, stride 2
+
+
+def test_sparse_collate_takes_the_documented_argument_names():
+    from mlx_lattice.ops import sparse_collate
+
+    coords = [np.array([[0, 0, 0], [1, 2, 3]], np.int32), np.array([[5, 5, 5]], np.int32)]
+    feats = [np.ones((2, 2), np.float32), np.full((1, 2), 2.0, np.float32)]
+    got = sparse_collate(coords=coords, feats=feats, stride=2)
+    want = lattice.ops.sparse_collate(coords, feats, stride=2)
+    _same(got.coords, want.coords)
+    _same(got.feats, want.feats)
+    _same(got.batch_counts, [2, 1])
+    assert got.stride == (2, 2, 2)
+
+
+def test_sparse_binary_op_is_sparse_binary():
+    from mlx_lattice.ops.tensor import sparse_binary_op
+
+    assert sparse_binary_op is lattice.ops.sparse_binary
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "reference"),
+    [
+        ("relu", {}, lambda x: lattice.ops.relu(x)),
+        ("sigmoid", {}, lambda x: lattice.ops.sigmoid(x)),
+        ("gelu", {"approximate": "tanh"}, lambda x: lattice.ops.gelu(x, approximate="tanh")),
+        ("silu", {}, lambda x: lattice.ops.silu(x)),
+        ("leaky_relu", {"alpha": 0.2}, lambda x: lattice.ops.leaky_relu(x, negative_slope=0.2)),
+        ("tanh", {}, lambda x: lattice.ops.tanh(x)),
+        ("softplus", {}, lambda x: lattice.ops.softplus(x)),
+    ],
+)
+def test_activation_maps_to_lattice(kind, extra, reference):
+    from mlx_lattice.ops import activation
+
+    x = _tensor()
+    got = activation(x, kind=kind, **extra)
+    assert got.coord_key == x.coord_key
+    _same(got.feats, reference(x).feats)
+    _same(activation(x.feats, kind=kind, **extra), reference(x.feats))  # the dense form
+
+
+def test_activation_unknown_kind():
+    from mlx_lattice.ops import activation
+
+    with pytest.raises(ValueError, match=r"\[activation\] kind must be one of"):
+        activation(mx.zeros((2, 2)), kind="swish")
+
+
+def test_softplus_defaults_and_limit():
+    from mlx_lattice.ops import activation, softplus
+
+    x = _tensor()
+    _same(softplus(x).feats, lattice.ops.softplus(x).feats)
+    _same(softplus(x, beta=1, threshold=20).feats, lattice.ops.softplus(x).feats)
+    for kwargs in ({"beta": 2.0}, {"threshold": 10.0}):
+        with pytest.raises(NotImplementedError, match="issue 17"):
+            softplus(x, **kwargs)
+        with pytest.raises(NotImplementedError, match="issue 17"):
+            activation(x, kind="softplus", **kwargs)
+
+
+def test_batch_norm_affine_is_optional_and_statistics_are_required():
+    from mlx_lattice.ops import batch_norm
+
+    x = _tensor()
+    mean, var = mx.array([0.1, 0.2, 0.3, 0.4]), mx.array([1.0, 2.0, 0.5, 1.5])
+    got = batch_norm(x, mean=mean, var=var)  # lattice needs weight= and bias= spelled out
+    _same(got.feats, lattice.ops.batch_norm(x, weight=None, bias=None, mean=mean, var=var).feats)
+    with pytest.raises(NotImplementedError, match="issue 17"):
+        batch_norm(x)
+
+
+def test_dense_feature_forms():
+    from mlx_lattice.ops import batch_norm_features, layer_norm_features, linear_features, rms_norm_features
+
+    f = mx.array(np.random.default_rng(6).normal(size=(9, 4)).astype(np.float32))
+    w, b = mx.ones((3, 4)), mx.array([1.0, 2.0, 3.0])
+    s, t = mx.array([1.0, 2.0, 0.5, 1.0]), mx.array([0.0, 1.0, 0.0, -1.0])
+    _same(linear_features(f, w, b), lattice.ops.linear(f, w, b))
+    _same(batch_norm_features(f, s, t, t, s), lattice.ops.batch_norm(f, weight=s, bias=t, mean=t, var=s))
+    _same(layer_norm_features(f, s, t, eps=1e-3), lattice.ops.layer_norm(f, weight=s, bias=t, eps=1e-3))
+    _same(rms_norm_features(f, s), lattice.ops.rms_norm(f, weight=s))
+
+
+def test_devoxelize_and_its_limit():
+    from mlx_lattice.ops import devoxelize
+
+    x = _tensor()
+    c = np.asarray(x.coords)
+    pts = mx.array(c[:, 1:].astype(np.float32) + 0.3)
+    b = mx.array(c[:, 0])
+    _same(devoxelize(pts, x, batch_indices=b), lattice.ops.devoxelize(pts, x, batch_indices=b))
+    with pytest.raises(NotImplementedError, match="issue 17"):
+        devoxelize(pts, x, batch_indices=b, point_active_rows=mx.array([3], mx.int32))
+
+
+def test_dequantize_weight_takes_weight_by_name():
+    w = mx.array(np.random.default_rng(7).normal(size=(8, 64)).astype(np.float32))
+    q = mlx_lattice.quantize_weight(w, group_size=32)
+    _same(mlx_lattice.dequantize_weight(weight=q), lattice.core.dequantize_weight(q))
+
+
+def test_quantize_weight_accepts_any_c_in():
+    # documented: C_in is zero-padded in storage to the group (12 channels, group 32)
+    w = mx.array(np.random.default_rng(8).normal(size=(8, 12)).astype(np.float32))
+    q = mlx_lattice.quantize_weight(w, group_size=32)
+    back = mlx_lattice.dequantize_weight(q)
+    assert back.shape == (8, 12)
+    np.testing.assert_allclose(np.asarray(back), np.asarray(w), atol=0.5)
+
+
+# ---- the documented imports of issue 17 ---------------------------------------------------------
+
+
+def test_the_issue_imports_say_what_is_missing():
+    from mlx_lattice import nn  # noqa: F401
+    from mlx_lattice.ops import contains_coords, lookup_coords, sparse_quantize  # noqa: F401
+
+    for stmt, name in (
+        ("from mlx_lattice.ops import contains_coords, topk_rows", "mlx_lattice.ops.topk_rows"),
+        ("from mlx_lattice.ops import sparse_cat_aligned", "mlx_lattice.ops.sparse_cat_aligned"),
+        (
+            "from mlx_lattice.ops import voxelize_with_quantization",
+            "mlx_lattice.ops.voxelize_with_quantization",
+        ),
+        (
+            "from mlx_lattice.core.coords.builders import build_kernel_relation",
+            "mlx_lattice.core.coords.builders.build_kernel_relation",
+        ),
+        (
+            "from mlx_lattice.core.relations import SparseRelationContract",
+            "mlx_lattice.core.relations.SparseRelationContract",
+        ),
+        ("from mlx_lattice.core.relations import NeighborEdges", "mlx_lattice.core.relations.NeighborEdges"),
+    ):
+        with pytest.raises(NotProvidedError, match=f"{name} is not provided yet by lattice \\(issue 17\\)"):
+            exec(stmt, {})
+
+
+def test_not_provided_is_an_import_error():
+    assert issubclass(NotProvidedError, ImportError)
+    with pytest.raises(ImportError, match="out of scope"):
+        exec("from mlx_lattice import artifact", {})
+    with pytest.raises(ImportError, match="out of scope"):
+        exec("import mlx_lattice.artifact", {})
+
+
+# ---- documented behaviour lattice lacks (strict xfails) ----------------------------------------
+
+
+def _active_rows():
+    x = _tensor()
+    a = x.active_rows
+    assert isinstance(a, mx.array) and a.dtype == mx.int32 and a.shape == (1,)
+
+
+def _jvp_conv():
+    x = _tensor()
+    w = mx.array(np.random.default_rng(9).normal(size=(27, 4, 2)).astype(np.float32))
+
+    def f(feats):
+        return lattice.ops.subm_conv3d(x.replace(feats=feats), w).feats
+
+    (out,), (tangent,) = mx.jvp(f, [x.feats], [mx.ones_like(x.feats)])
+    _same(tangent, f(mx.ones_like(x.feats)))  # linear in the features
+
+
+def _jvp_pool():
+    x = _tensor()
+
+    def f(feats):
+        return lattice.ops.avg_pool3d(x.replace(feats=feats)).feats
+
+    _, (tangent,) = mx.jvp(f, [x.feats], [mx.ones_like(x.feats)])
+    np.testing.assert_allclose(np.asarray(tangent), np.asarray(f(mx.ones_like(x.feats))), rtol=1e-6)
+
+
+def _nn_quantize():
+    class Model(mlx.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = lattice.nn.Linear(64, 32)
+
+    model = Model()
+    mlx.nn.quantize(model)
+    assert isinstance(model.fc, lattice.nn.QuantizedLinear)
+
+
+def _dtype_errors():
+    x = lattice.SparseTensor(_coords(), np.ones((len(_coords()), 2), np.int32))
+    with pytest.raises(Exception) as info:  # noqa: B017
+        lattice.ops.max_pool3d(x)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+
+
+BEHAVIOUR_CHECKS = {
+    "active_rows": _active_rows,
+    "jvp_conv": _jvp_conv,
+    "jvp_pool": _jvp_pool,
+    "nn_quantize": _nn_quantize,
+    "dtype_errors": _dtype_errors,
+}
+
+
+def test_behaviour_list_and_checks_agree():
+    assert set(BEHAVIOUR_CHECKS) == set(_missing.BEHAVIOUR)
+
+
+@pytest.mark.parametrize("key", sorted(_missing.BEHAVIOUR))
+@pytest.mark.xfail(strict=True, reason="documented behaviour lattice lacks (mlx_lattice._missing.BEHAVIOUR)")
+def test_documented_behaviour_lattice_lacks(key):
+    BEHAVIOUR_CHECKS[key]()
