@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lattice.backends import kernels  # noqa: E402
-from lattice.backends.cuda import _mma_stages  # noqa: E402
+from lattice.backends.cuda.conv import _mma_stages  # noqa: E402
 
 # MLX's generated preamble includes its device utils; these are the parts our kernels use.
 PRELUDE = (

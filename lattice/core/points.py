@@ -30,6 +30,15 @@ class SparseQuantization:
 
 
 @dataclass(frozen=True)
+class PointVoxelMap:
+    """For each point, its voxel rows (-1 where absent) and normalised weights: (N, 8) for
+    linear interpolation, (N, 1) for nearest."""
+
+    rows: mx.array
+    weights: mx.array
+
+
+@dataclass(frozen=True)
 class QuantizeInputs:
     """Checked arguments of a quantisation: points (N, 3) floating (the active rows only),
     voxel size and origin per axis, batch indices (N,) integers or None."""

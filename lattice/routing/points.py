@@ -13,10 +13,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lattice.routing.device import Capability, capability, gpu_kernels
-from lattice.routing.types import Route, RouteBuilder
+from lattice.routing.registry import RouteTable
+from lattice.routing.types import Backend, Route, RouteBuilder
 
 REDUCTIONS = ("mean", "sum", "max", "min", "first", "mode", "count")
 GPU_POINT_DTYPES = ("float32", "float16", "bfloat16")
+
+VOXELIZE = RouteTable(
+    "voxelize",
+    "impl(inputs: QuantizeInputs, reduce) -> (SparseQuantization, reduce(quantization, host_sums)): the "
+    "voxels of the points, then the op's feature reduction on the route's stream",
+)
+HASH_QUANTIZE_SEGMENT_REDUCE = VOXELIZE.route(
+    Backend.CPU, "hash_quantize_segment_reduce", "native quantize and first-occurrence dedup, then the reduction"
+)
+HASH_QUANTIZE = VOXELIZE.kernels("hash_quantize", "lattice's kernels: quantize and dedup in a GPU hash table")
+
+DEVOXELIZE = RouteTable(
+    "devoxelize",
+    "impl(points, voxels, voxel_size, origin, batch, linear, given, sample) -> sample(map): the "
+    "PointVoxelMap (or ``given``), then ``sample`` on the route's stream",
+)
+HASH_CORNER_LOOKUP = DEVOXELIZE.route(
+    Backend.CPU, "hash_corner_lookup", "native lookup of each point's corners, weights in NumPy"
+)
+CORNER_LOOKUP = DEVOXELIZE.kernels("corner_lookup", "lattice's kernels: corners looked up in the GPU hash table")
 
 
 @dataclass(frozen=True)
@@ -66,24 +87,21 @@ def _gpu_reason(req: PointsRequest, voxelize: bool) -> str:
 def route_points(req: PointsRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
     voxelize = req.op in ("voxelize", "voxelize_features")
-    gpu_algorithm = "hash_quantize" if voxelize else "corner_lookup"
+    kernels = HASH_QUANTIZE if voxelize else CORNER_LOOKUP
     facts = {"n_points": req.n_points, "channels": req.channels}
     facts |= {"reduction": req.reduction} if voxelize else {"interpolation": req.interpolation}
     facts |= {"points_dtype": req.points_dtype, "dtype": req.dtype, "device": req.device}
     rb = RouteBuilder(req.op, facts)
-    backend = gpu_kernels(rb, req.device, gpu_algorithm, cap)
+    backend = gpu_kernels(rb, req.device, kernels.algorithm, cap)
     if backend is not None:
         blocker = _gpu_blocker(req)
         if blocker is None:
-            return rb.take(backend, gpu_algorithm, _gpu_reason(req, voxelize))
-        rb.reject(backend, gpu_algorithm, blocker)
+            return rb.take(kernels[backend], _gpu_reason(req, voxelize))
+        rb.reject(kernels[backend], blocker)
     if voxelize:
         return rb.take(
-            "cpu",
-            "hash_quantize_segment_reduce",
+            HASH_QUANTIZE_SEGMENT_REDUCE,
             "native parallel quantize (first-occurrence dedup on a packed-key hash table), "
             f"then a {req.reduction} segment reduction",
         )
-    return rb.take(
-        "cpu", "hash_corner_lookup", "native lookup of each point's voxel corners, then a weighted gather"
-    )
+    return rb.take(HASH_CORNER_LOOKUP, "native lookup of each point's voxel corners, then a weighted gather")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lattice.routing.registry import RouteTable
 
 
 class Tier(StrEnum):
@@ -14,6 +18,46 @@ class Tier(StrEnum):
     GPU_METAL = "gpu-metal"
 
 
+class Backend(StrEnum):
+    """Who runs a route: the native CPU core, MLX's own GPU kernels, or lattice's GPU
+    kernels in one of their two dialects (``metal``: never run on Apple hardware)."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    CUDA = "cuda"
+    METAL = "metal"
+
+
+@dataclass(frozen=True)
+class RouteId:
+    """One route of one family: ``backend.algorithm``. Declared routes come from their
+    family's ``RouteTable`` (which ``dispatch`` reads); other ids only name an alternative
+    that was considered and rejected."""
+
+    backend: Backend
+    algorithm: str
+    family: str = ""
+    table: RouteTable | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}.{self.algorithm}"
+
+    @property
+    def implementation(self) -> object | None:
+        """What ``dispatch`` runs for this route (None for an undeclared or unimplemented id)."""
+        return None if self.table is None else self.table.impls.get(self)
+
+
+def describe(impl: object) -> str | None:
+    """``module.name`` of an implementation (its text for a descriptor such as ``Vjp``)."""
+    if impl is None:
+        return None
+    name = getattr(impl, "__qualname__", None)
+    module = getattr(impl, "__module__", None)
+    return f"{module}.{name}" if name and module else str(impl)
+
+
 @dataclass(frozen=True)
 class Rejection:
     """A route that was considered and not taken, with the predicate that failed."""
@@ -22,38 +66,53 @@ class Rejection:
     algorithm: str
     predicate: str
 
+    @property
+    def name(self) -> str:
+        return f"{self.backend}.{self.algorithm}"
+
 
 @dataclass(frozen=True)
 class Route:
-    """The chosen route of one call: backend, algorithm, why, and what was rejected."""
+    """The chosen route of one call: its id, why, and what was rejected."""
 
     op: str
-    backend: str
-    algorithm: str
+    id: RouteId
     reason: str
     rejected: tuple[Rejection, ...] = ()
     facts: dict = field(default_factory=dict, compare=False)
 
     @property
+    def backend(self) -> Backend:
+        return self.id.backend
+
+    @property
+    def algorithm(self) -> str:
+        return self.id.algorithm
+
+    @property
     def name(self) -> str:
-        return f"{self.backend}.{self.algorithm}"
+        return self.id.name
 
     def require(self, *implemented: str) -> Route:
-        """For ops with fixed implementations: this route, or an error naming it."""
+        """This route, or an error naming it where a caller takes only ``implemented`` (for
+        callers outside the dispatch tables; ops ``dispatch``)."""
         if self.name not in implemented:
             raise RuntimeError(f"[{self.op}] no implementation for route {self.name}")
         return self
+
+    def with_facts(self, **facts) -> Route:
+        """This route with more facts (measured after the choice, e.g. the edges it reads)."""
+        return replace(self, facts=self.facts | facts)
 
     def as_dict(self) -> dict:
         return {
             "op": self.op,
             "route": self.name,
-            "backend": self.backend,
+            "backend": str(self.backend),
             "algorithm": self.algorithm,
             "reason": self.reason,
-            "rejected": [
-                {"route": f"{r.backend}.{r.algorithm}", "failed": r.predicate} for r in self.rejected
-            ],
+            "implementation": describe(self.id.implementation),
+            "rejected": [{"route": r.name, "failed": r.predicate} for r in self.rejected],
             "facts": dict(self.facts),
         }
 
@@ -66,11 +125,11 @@ class RouteBuilder:
         self.facts = facts
         self._rejected: list[Rejection] = []
 
-    def reject(self, backend: str, algorithm: str, predicate: str) -> None:
-        self._rejected.append(Rejection(backend, algorithm, predicate))
+    def reject(self, route: RouteId, predicate: str) -> None:
+        self._rejected.append(Rejection(str(route.backend), route.algorithm, predicate))
 
-    def take(self, backend: str, algorithm: str, reason: str) -> Route:
-        return Route(self.op, backend, algorithm, reason, tuple(self._rejected), self.facts)
+    def take(self, route: RouteId, reason: str) -> Route:
+        return Route(self.op, route, reason, tuple(self._rejected), self.facts)
 
 
 def edge_facts(edges: int | None, n_out: int, average: str) -> dict:
