@@ -244,7 +244,9 @@ class CoordinateManager:
         """The downsample of ``key`` by ``stride`` if the manager holds it."""
         return self._downsampled.get((key.id, tuple(stride)))
 
-    def store_downsample(self, key, stride: Triple, out_key: CoordinateMapKey, inverse: mx.array) -> Downsample:
+    def store_downsample(
+        self, key, stride: Triple, out_key: CoordinateMapKey, inverse: mx.array
+    ) -> Downsample:
         """Keeps a downsample a GPU builder made (no window map)."""
         hit = self._downsampled[(key.id, tuple(stride))] = Downsample(out_key, inverse, None)
         return hit
@@ -378,5 +380,7 @@ class CoordinateManager:
 def transposed_level(in_stride: Triple, stride: Triple, op: str) -> Triple:
     """The level a transposed relation lands on: ``in_stride / stride`` (which must divide)."""
     if any(a % b for a, b in zip(in_stride, stride, strict=True)):
-        raise ValueError(f"[{op}] tensor stride {in_stride} is not divisible by the transposed stride {stride}")
+        raise ValueError(
+            f"[{op}] tensor stride {in_stride} is not divisible by the transposed stride {stride}"
+        )
     return tuple(a // b for a, b in zip(in_stride, stride, strict=True))

@@ -127,10 +127,10 @@ class ConvPlan:
         )
 
 
-def _plan(
-    op, x: SparseTensor, weight, bias, kind, spec, coordinates, *, normalized=False, eps=1e-8, device=None
-) -> ConvPlan:
+def _plan(op, x: SparseTensor, weight, bias, kind, spec, coordinates, *, eps=None, device=None) -> ConvPlan:
+    """The plan of every conv op (``eps`` given: the normalised form)."""
     _check_input(x, op)
+    normalized = eps is not None
     w = mapped_weight(weight, spec, op)
     c_in, c_out = _channels(w)
     if c_in != x.channels:
@@ -139,7 +139,7 @@ def _plan(
         raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
     rel = _relation(x, kind, spec, coordinates, op, device)
     route = route_conv(_conv_request(op, x, w, rel, normalized, device, coordinates is not None))
-    return ConvPlan(op, route, rel, w, x, bias, normalized, eps)
+    return ConvPlan(op, route, rel, w, x, bias, normalized, 1e-8 if eps is None else eps)
 
 
 def _relation(x, kind, spec, coordinates, op, device=None) -> KernelRelation:
@@ -175,7 +175,11 @@ def _example(kind: str):
 def conv3d(
     x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None, device=None
 ) -> ConvPlan:
-    """Sparse convolution: output on ``unique(floor(coords / stride))`` or on ``coordinates``."""
+    """Sparse convolution: output on ``unique(floor(coords / stride))`` or on ``coordinates``.
+
+    Edges ``input = output * stride + offset * dilation - padding``; ``weight`` dense
+    ``(C_out, Kx, Ky, Kz, C_in)``, mapped ``(K, C_in, C_out)`` or a packed ``QuantizedWeight``.
+    """
     spec = KernelSpec(kernel_size, stride, padding, dilation, op="conv3d")
     return _plan("conv3d", x, weight, bias, RelationKind.FORWARD, spec, coordinates, device=device)
 
@@ -192,7 +196,9 @@ def conv_transpose3d(
 ) -> ConvPlan:
     """Transposed convolution onto generated support ``unique(s*stride + k*d - p)`` or ``coordinates``."""
     spec = KernelSpec(kernel_size, stride, padding, dilation, op="conv_transpose3d")
-    return _plan("conv_transpose3d", x, weight, bias, RelationKind.TRANSPOSED, spec, coordinates, device=device)
+    return _plan(
+        "conv_transpose3d", x, weight, bias, RelationKind.TRANSPOSED, spec, coordinates, device=device
+    )
 
 
 @explainable(example=_example("transposed"))
@@ -200,11 +206,15 @@ def generative_conv_transpose3d(
     x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, device=None
 ) -> ConvPlan:
     """Generative transposed convolution: every coordinate of each input's kernel footprint."""
-    return _generative("generative_conv_transpose3d", x, weight, bias, kernel_size, stride, coordinates, device)
+    return _generative(
+        "generative_conv_transpose3d", x, weight, bias, kernel_size, stride, coordinates, device
+    )
 
 
 @explainable(example=_example("subm"))
-def normalized_subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, device=None) -> ConvPlan:
+def normalized_subm_conv3d(
+    x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, device=None
+) -> ConvPlan:
     """``conv(X, W) / sqrt(conv(1, W^2) + eps) + b`` on submanifold support."""
     return _subm("normalized_subm_conv3d", x, weight, bias, kernel_size, dilation, device, eps)
 
@@ -226,9 +236,7 @@ def normalized_conv_transpose3d(
     """Normalised transposed convolution (see ``normalized_subm_conv3d``)."""
     op = "normalized_conv_transpose3d"
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
-    return _plan(
-        op, x, weight, bias, RelationKind.TRANSPOSED, spec, coordinates, normalized=True, eps=eps, device=device
-    )
+    return _plan(op, x, weight, bias, RelationKind.TRANSPOSED, spec, coordinates, device=device, eps=eps)
 
 
 @explainable(example=_example("transposed"))
@@ -242,11 +250,9 @@ def normalized_generative_conv_transpose3d(
 
 def _subm(op, x, weight, bias, kernel_size, dilation, device, eps=None) -> ConvPlan:
     spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
-    normalized = {} if eps is None else {"normalized": True, "eps": eps}
-    return _plan(op, x, weight, bias, RelationKind.SUBMANIFOLD, spec, None, device=device, **normalized)
+    return _plan(op, x, weight, bias, RelationKind.SUBMANIFOLD, spec, None, device=device, eps=eps)
 
 
 def _generative(op, x, weight, bias, kernel_size, stride, coordinates, device, eps=None) -> ConvPlan:
     spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
-    normalized = {} if eps is None else {"normalized": True, "eps": eps}
-    return _plan(op, x, weight, bias, RelationKind.GENERATIVE, spec, coordinates, device=device, **normalized)
+    return _plan(op, x, weight, bias, RelationKind.GENERATIVE, spec, coordinates, device=device, eps=eps)

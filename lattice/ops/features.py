@@ -259,21 +259,3 @@ def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e
     weight = _channel_vector(weight, "weight", c, op)
     eps = _positive(eps, "eps", op)
     return _wrap(st, mx.fast.rms_norm(feats, weight, eps))
-
-
-__all__ = [
-    "active_feats",
-    "batch_norm",
-    "dropout",
-    "gelu",
-    "layer_norm",
-    "leaky_relu",
-    "linear",
-    "relu",
-    "rms_norm",
-    "sigmoid",
-    "silu",
-    "softplus",
-    "tanh",
-    "with_feats",
-]

@@ -304,16 +304,10 @@ def _geometry(points, voxels, voxel_size, batch_indices, origin, op):
 
 
 def build_point_voxel_map(
-    points,
-    voxels: SparseTensor,
-    voxel_size=1.0,
-    *,
-    batch_indices=None,
-    origin=0.0,
-    interpolation="linear",
-    device=None,
+    points, voxels, voxel_size=1.0, *, batch_indices=None, origin=0.0, interpolation="linear", device=None
 ) -> PointVoxelMap:
-    """Voxel rows and weights that sample ``voxels`` at ``points``.
+    """Voxel rows and weights that sample ``voxels`` (a SparseTensor) at ``points``, as
+    ``devoxelize`` does (same arguments and route).
 
     ``linear``: the 8 voxels whose centres surround the point, trilinear weights, missing
     voxels weight 0, the rest renormalised to sum 1 (a point with no voxel around gets

@@ -68,7 +68,9 @@ def pool_mode(mode, op: str) -> PoolMode:
     try:
         return PoolMode(mode)
     except ValueError:
-        raise ValueError(f"[{op}] mode must be one of {tuple(m.value for m in PoolMode)}, got {mode!r}") from None
+        raise ValueError(
+            f"[{op}] mode must be one of {tuple(m.value for m in PoolMode)}, got {mode!r}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,14 @@ class PoolPlan:
 
     def run(self) -> SparseTensor:
         feats = self.x.run_feats
-        y = dispatch(self.route, feats, self.edges, self.mode.value, backward=self.backward.algorithm,
-                     weights=self.weights)
+        y = dispatch(
+            self.route,
+            feats,
+            self.edges,
+            self.mode.value,
+            backward=self.backward.algorithm,
+            weights=self.weights,
+        )
         key, manager = self.edges.out_key, self.x.coord_manager
         return SparseTensor(manager.coords(key), y, key.stride, coord_key=key, coord_manager=manager)
 
@@ -116,19 +124,45 @@ def _features(x, op: str) -> mx.array:
     return x.run_feats
 
 
-
 # ---- local pooling ---------------------------------------------------------------------
 
 
-def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> PoolPlan:
+def _feature_fields(x: SparseTensor) -> dict:
+    """The request fields of the features pooled: dtype, channels, rows."""
+    return {"dtype": dtype_name(x.dtype), "channels": x.channels, "n_in": x.run_rows}
+
+
+def _geometry(
+    op: str,
+    *,
+    kernel_size: IntOrTriple = 2,
+    stride: IntOrTriple = 2,
+    padding: IntOrTriple = 0,
+    dilation: IntOrTriple = 1,
+    device=None,
+) -> tuple[KernelSpec, str]:
+    """(kernel spec, device) of the local pooling ops and the pool transpose: their keyword
+    parameters, declared here once."""
+    return KernelSpec(kernel_size, stride, padding, dilation, op=op), requested_device(device)
+
+
+def _pool_plan(op, x, mode, **geometry) -> PoolPlan:
+    """The plan of the local pooling ops."""
     _features(x, op)
     mode = pool_mode(mode, op)
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    spec, dev = _geometry(op, **geometry)
     manager = x.coord_manager
-    dev = requested_device(device)
-    req = PoolRequest(op=op, mode=mode.value, dtype=dtype_name(x.dtype), channels=x.channels,
-                      kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.run_rows,
-                      device=dev, padding=spec.padding, windows=manager.has_windows(x.coord_key, spec))
+    req = PoolRequest(
+        op=op,
+        mode=mode.value,
+        **_feature_fields(x),
+        kernel_size=spec.size,
+        stride=spec.stride,
+        dilation=spec.dilation,
+        device=dev,
+        padding=spec.padding,
+        windows=manager.has_windows(x.coord_key, spec),
+    )
     route = route_pool(req)
     # the edges the route reads: the downsample's window map, or the forward relation
     edges = (
@@ -143,35 +177,41 @@ def _kernel_example(x, req):
     return (x,), {"kernel_size": req.kernel_size, "stride": req.stride, "device": req.device}
 
 
-@explainable(example=_kernel_example)
-def pool3d(x, *, mode: PoolMode | str = "sum", kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2,
-           padding: IntOrTriple = 0, dilation: IntOrTriple = 1, device=None) -> PoolPlan:
+@explainable(example=_kernel_example, keywords=_geometry)
+def pool3d(x, *, mode: PoolMode | str = "sum", **geometry) -> PoolPlan:
     """Local sparse pooling (``mode`` sum, max or avg) over the forward relation.
 
     Output support ``unique(floor(coords / stride))`` at stride ``x.stride * stride``.
     """
-    return _pool_plan("pool3d", x, mode, kernel_size, stride, padding, dilation, device)
+    return _pool_plan("pool3d", x, mode, **geometry)
 
 
-@explainable(example=_kernel_example)
-def sum_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-               dilation: IntOrTriple = 1, device=None) -> PoolPlan:
-    """Local sparse sum pooling (see ``pool3d``)."""
-    return _pool_plan("sum_pool3d", x, PoolMode.SUM, kernel_size, stride, padding, dilation, device)
+def _fixed_mode(
+    name: str, mode: PoolMode, doc: str, plan=_pool_plan, keywords=_geometry, example=_kernel_example
+):
+    """The op ``name``: ``pool3d`` (``global_pool`` for ``plan=_global_plan``) with ``mode`` fixed,
+    its keyword parameters those of ``keywords``."""
+
+    def op(x, **options):
+        return plan(name, x, mode, **options)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    op.__annotations__["return"] = plan.__annotations__["return"]
+    return explainable(example=example, keywords=keywords)(op)
 
 
-@explainable(example=_kernel_example)
-def max_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-               dilation: IntOrTriple = 1, device=None) -> PoolPlan:
-    """Local sparse max pooling, per channel (see ``pool3d``; gradient ties go to the smallest input row)."""
-    return _pool_plan("max_pool3d", x, PoolMode.MAX, kernel_size, stride, padding, dilation, device)
-
-
-@explainable(example=_kernel_example)
-def avg_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-               dilation: IntOrTriple = 1, device=None) -> PoolPlan:
-    """Local sparse average pooling: divides by the contributors of each output row (see ``pool3d``)."""
-    return _pool_plan("avg_pool3d", x, PoolMode.AVG, kernel_size, stride, padding, dilation, device)
+sum_pool3d = _fixed_mode("sum_pool3d", PoolMode.SUM, "Local sparse sum pooling (see ``pool3d``).")
+max_pool3d = _fixed_mode(
+    "max_pool3d",
+    PoolMode.MAX,
+    "Local sparse max pooling, per channel (see ``pool3d``; gradient ties go to the smallest input row).",
+)
+avg_pool3d = _fixed_mode(
+    "avg_pool3d",
+    PoolMode.AVG,
+    "Local sparse average pooling: divides by the contributors of each output row (see ``pool3d``).",
+)
 
 
 # ---- upsampling ------------------------------------------------------------------------
@@ -193,15 +233,21 @@ def _target_key(op: str, x: SparseTensor, target, level: Triple) -> CoordinateMa
 
 
 def _upsample_plan(op, x, rel: KernelRelation, method, weights, explicit_target, device: str) -> PoolPlan:
-    req = UpsampleRequest(op=op, method=method, dtype=dtype_name(x.dtype), channels=x.channels,
-                          kernel_volume=rel.n_kernels, n_in=x.run_rows, n_out=rel.out_count,
-                          edges=rel.known_edge_count, explicit_target=explicit_target, device=device)
+    req = UpsampleRequest(
+        op=op,
+        method=method,
+        **_feature_fields(x),
+        kernel_volume=rel.n_kernels,
+        n_out=rel.out_count,
+        edges=rel.known_edge_count,
+        explicit_target=explicit_target,
+        device=device,
+    )
     return PoolPlan(op, route_upsample(req), route_upsample_backward(req), rel, PoolMode.AVG, x, weights)
 
 
-@explainable(example=_kernel_example)
-def pool_transpose3d(x, target=None, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2,
-                     padding: IntOrTriple = 0, dilation: IntOrTriple = 1, device=None) -> PoolPlan:
+@explainable(example=_kernel_example, keywords=_geometry)
+def pool_transpose3d(x, target=None, **geometry) -> PoolPlan:
     """Contributor average onto generated support or ``target`` (rows and order kept).
 
     Each fine row is the mean of the coarse rows reaching it through the transposed
@@ -210,9 +256,8 @@ def pool_transpose3d(x, target=None, *, kernel_size: IntOrTriple = 2, stride: In
     """
     op = "pool_transpose3d"
     _features(x, op)
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    spec, dev = _geometry(op, **geometry)
     tkey = _target_key(op, x, target, _fine_level(op, x, spec.stride))
-    dev = requested_device(device)
     rel = x.coord_manager.relation(RelationKind.TRANSPOSED, x.coord_key, spec, tkey, op=op, device=dev)
     return _upsample_plan(op, x, rel, "transpose", None, tkey is not None, dev)
 
@@ -251,12 +296,20 @@ def trilinear_upsample3d(x, target=None, *, stride: IntOrTriple = 2, device=None
 # ---- global pooling --------------------------------------------------------------------
 
 
-def _global_plan(op: str, x, mode, batch_size, device) -> GlobalPoolPlan:
+def _global_plan(op: str, x, mode, *, batch_size: int | None = None, device=None) -> GlobalPoolPlan:
+    """The plan of the global pooling ops, whose keyword parameters are declared here once."""
     _features(x, op)
     m = pool_mode(mode, op)
     size = _batch_size(op, x, batch_size, m)
-    req = GlobalPoolRequest(op=op, mode=m.value, dtype=dtype_name(x.dtype), channels=x.channels,
-                            n_in=x.active_count, batch_size=size, device=requested_device(device))
+    req = GlobalPoolRequest(
+        op=op,
+        mode=m.value,
+        dtype=dtype_name(x.dtype),
+        channels=x.channels,
+        n_in=x.active_count,
+        batch_size=size,
+        device=requested_device(device),
+    )
     return GlobalPoolPlan(op, route_global_pool(req), m, size, x)
 
 
@@ -286,29 +339,30 @@ def _device_example(x, req):
     return (x,), {"device": req.device}
 
 
-@explainable(example=_device_example)
-def global_pool(x, *, mode: PoolMode | str = "sum", batch_size: int | None = None, device=None) -> GlobalPoolPlan:
+@explainable(example=_device_example, keywords=_global_plan)
+def global_pool(x, *, mode: PoolMode | str = "sum", **options) -> GlobalPoolPlan:
     """Dense ``(B, C)`` pooling of each batch member's rows (``mode`` sum, max or avg).
 
     ``B`` is ``batch_size`` or the largest batch index + 1. Empty members give 0 for
     sum and avg (avg = sum / max(count, 1)); max over an empty member is an error.
     """
-    return _global_plan("global_pool", x, mode, batch_size, device)
+    return _global_plan("global_pool", x, mode, **options)
 
 
-@explainable(example=_device_example)
-def global_sum_pool(x, *, batch_size: int | None = None, device=None) -> GlobalPoolPlan:
-    """Dense ``(B, C)`` sum of each batch member's rows (see ``global_pool``)."""
-    return _global_plan("global_sum_pool", x, PoolMode.SUM, batch_size, device)
+def _fixed_global(name: str, mode: PoolMode, doc: str):
+    return _fixed_mode(name, mode, doc, _global_plan, _global_plan, _device_example)
 
 
-@explainable(example=_device_example)
-def global_avg_pool(x, *, batch_size: int | None = None, device=None) -> GlobalPoolPlan:
-    """Dense ``(B, C)`` mean of each batch member's rows; empty members give 0."""
-    return _global_plan("global_avg_pool", x, PoolMode.AVG, batch_size, device)
-
-
-@explainable(example=_device_example)
-def global_max_pool(x, *, batch_size: int | None = None, device=None) -> GlobalPoolPlan:
-    """Dense ``(B, C)`` per-channel max of each batch member's rows; an empty member is an error."""
-    return _global_plan("global_max_pool", x, PoolMode.MAX, batch_size, device)
+global_sum_pool = _fixed_global(
+    "global_sum_pool", PoolMode.SUM, "Dense ``(B, C)`` sum of each batch member's rows."
+)
+global_avg_pool = _fixed_global(
+    "global_avg_pool",
+    PoolMode.AVG,
+    "Dense ``(B, C)`` mean of each batch member's rows; empty members give 0.",
+)
+global_max_pool = _fixed_global(
+    "global_max_pool",
+    PoolMode.MAX,
+    "Dense ``(B, C)`` per-channel max of each batch member's rows; an empty member is an error.",
+)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from lattice.routing.device import NO_GPU, Capability, capability, gpu_kernels
 from lattice.routing.registry import RouteTable
-from lattice.routing.types import Backend, Route, RouteBuilder, Tier, edge_facts
+from lattice.routing.types import Backend, Route, RouteBuilder, Tier, edge_facts, facts_of
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -18,13 +18,19 @@ CONV = RouteTable(
 CPU, GPU = Backend.CPU, Backend.GPU
 POINTWISE_GEMM = CONV.route(CPU, "pointwise_gemm", "1x1x1 on the input support: one BLAS GEMM")
 GATHER_GEMM_SCATTER = CONV.route(CPU, "gather_gemm_scatter", "per offset: gather, BLAS GEMM, scatter-add")
-DEQUANT_POINTWISE_GEMM = CONV.route(CPU, "dequant_pointwise_gemm", "packed weight dequantized, then pointwise_gemm")
+DEQUANT_POINTWISE_GEMM = CONV.route(
+    CPU, "dequant_pointwise_gemm", "packed weight dequantized, then pointwise_gemm"
+)
 DEQUANT_GATHER_GEMM_SCATTER = CONV.route(
     CPU, "dequant_gather_gemm_scatter", "packed weight dequantized, then gather_gemm_scatter"
 )
 POINTWISE_MATMUL = CONV.route(GPU, "pointwise_matmul", "1x1x1 on the input support: one MLX GPU matmul")
-GATHER_MATMUL_SCATTER = CONV.route(GPU, "gather_matmul_scatter", "per offset: MLX gather, matmul, scatter-add")
-DEQUANT_POINTWISE_MATMUL = CONV.route(GPU, "dequant_pointwise_matmul", "packed weight dequantized, then pointwise_matmul")
+GATHER_MATMUL_SCATTER = CONV.route(
+    GPU, "gather_matmul_scatter", "per offset: MLX gather, matmul, scatter-add"
+)
+DEQUANT_POINTWISE_MATMUL = CONV.route(
+    GPU, "dequant_pointwise_matmul", "packed weight dequantized, then pointwise_matmul"
+)
 DEQUANT_GATHER_MATMUL_SCATTER = CONV.route(
     GPU, "dequant_gather_matmul_scatter", "packed weight dequantized, then gather_matmul_scatter"
 )
@@ -60,17 +66,11 @@ IDENTITY = "kernel_volume == 1 and output support == input support"
 def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     """Decision order: device -> op family -> relation kind -> weight layout -> shape/dtype -> tier."""
     cap = cap or capability()
-    facts = {
-        "kind": req.kind,
-        "dtype": req.dtype,
-        "channels": f"{req.c_in}->{req.c_out}",
-        "kernel_volume": req.kernel_volume,
-        "n_in": req.n_in,
-        "n_out": req.n_out,
-        **edge_facts(req.edges, req.n_out, "average_neighbors"),
-        "weight_layout": req.weight_layout,
-        "device": req.device,
-    }
+    facts = facts_of(req, "kind", "dtype") | {"channels": f"{req.c_in}->{req.c_out}"}
+    facts |= facts_of(req, "kernel_volume", "n_in", "n_out") | edge_facts(
+        req.edges, req.n_out, "average_neighbors"
+    )
+    facts |= facts_of(req, "weight_layout", "device")
     rb = RouteBuilder(req.op, facts)
     if req.dtype not in FLOAT_DTYPES:
         raise ValueError(f"[{req.op}] features must be one of {FLOAT_DTYPES}, got {req.dtype}")
@@ -112,7 +112,9 @@ def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool, cap: Capability
     implicit = DEQUANT_IMPLICIT_GEMM if packed else IMPLICIT_GEMM
     backend = gpu_kernels(rb, req.device, implicit.algorithm, cap)
     if backend is not None:
-        cores = "tensor cores where rows are whole 16-byte chunks" if backend == Backend.CUDA else "float32 FMAs"
+        cores = (
+            "tensor cores where rows are whole 16-byte chunks" if backend == Backend.CUDA else "float32 FMAs"
+        )
         return rb.take(
             implicit[backend],
             f"{how}implicit GEMM over the dense neighbour map: per 64 output rows, gather each offset's "

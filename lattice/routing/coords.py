@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lattice.routing.device import Capability, capability, gpu_kernels, requested_device
+from lattice.routing.device import Capability, capability, requested_device, take_kernels
 from lattice.routing.registry import RouteTable, dispatch_or_cpu
-from lattice.routing.types import Backend, Route, RouteBuilder, RouteId
+from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, facts_of
 
 COORDS = RouteTable(
     "coords",
@@ -17,6 +17,12 @@ COORDS = RouteTable(
 HASH_SET = COORDS.route(Backend.CPU, "hash_set", "native packed-key hash table")
 MORTON = COORDS.route(Backend.CPU, "morton", "native Morton codes / order over the rows")
 HASH_SET_CHECKED = COORDS.kernels("hash_set_checked", "lattice's kernels: GPU hash table, validated there")
+
+
+_CHECKED = (
+    "GPU hash table of the new set, validated there (duplicates, negative batches, a box the CPU core can "
+    "pack; one read-back); its CPU table is built only if a CPU route asks"
+)
 
 
 @dataclass(frozen=True)
@@ -31,15 +37,11 @@ def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> 
     """Coordinate-set functions: the native hash table (or Morton kernel) on the CPU; a new
     set (``insert``) is hashed by lattice's GPU kernels when the GPU is requested."""
     cap = cap or capability()
-    rb = RouteBuilder(req.op, {"n": req.n, "device": req.device})
+    rb = RouteBuilder(req.op, facts_of(req, "n", "device"))
     if req.op == "insert":
-        backend = gpu_kernels(rb, req.device, HASH_SET_CHECKED.algorithm, cap)
-        if backend is not None:
-            return rb.take(
-                HASH_SET_CHECKED[backend],
-                "GPU hash table of the new set, validated there (duplicates, negative batches, a box the "
-                "CPU core can pack; one read-back); its CPU table is built only if a CPU route asks",
-            )
+        gpu = take_kernels(rb, req.device, HASH_SET_CHECKED, cap, _CHECKED)
+        if gpu is not None:
+            return gpu
     elif req.device == "gpu":
         rb.reject(RouteId(Backend.GPU, req.op), "set functions other than insert run on the CPU core")
     if req.op.startswith("morton"):
@@ -52,4 +54,6 @@ def build_set(coords, op: str):
     route chosen here; an invalid set is re-checked by the CPU builder, whose error names
     the offending rows)."""
     req = CoordinateRequest("insert", int(coords.shape[0]), requested_device(None))
-    return dispatch_or_cpu(route_coordinates(req), lambda: route_coordinates(replace(req, device="cpu")), coords, op)[1]
+    return dispatch_or_cpu(
+        route_coordinates(req), lambda: route_coordinates(replace(req, device="cpu")), coords, op
+    )[1]

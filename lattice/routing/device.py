@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.routing.types import Backend, RouteBuilder, RouteId, Tier
+from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, Tier
 
 # lattice's own GPU kernels are one set of sources in two dialects (docs/backend.md): CUDA,
 # run and tested on an H200, and Metal, never compiled or run on Apple hardware — routed
@@ -62,6 +62,13 @@ def gpu_kernels(rb: RouteBuilder, device: str, algorithm: str, cap: Capability) 
 
 
 NO_GPU = "no GPU device in this process"
+
+
+def take_kernels(rb: RouteBuilder, device: str, routes, cap: Capability, reason: str) -> Route | None:
+    """The route of lattice's GPU kernels ``routes`` (a ``KernelRoutes``) for a request on
+    ``device``, taken with ``reason``; None (the rejection recorded) where they cannot run."""
+    backend = gpu_kernels(rb, device, routes.algorithm, cap)
+    return None if backend is None else rb.take(routes[backend], reason)
 
 
 @functools.cache

@@ -20,10 +20,15 @@ _PLANS: dict[str, Callable] = {}
 _EXAMPLES: dict[str, Callable] = {}
 
 
-def explainable(*, example: Callable | None = None) -> Callable[[Callable], Callable]:
+def explainable(
+    *, example: Callable | None = None, keywords: Callable | None = None
+) -> Callable[[Callable], Callable]:
     """Makes ``body`` (the op's one declaration, returning its plan) the op ``body.__name__``.
 
     The op has the body's signature; its return annotation is that of the plan's ``run``.
+    ``keywords``: a function whose keyword-only parameters the body takes as ``**kwargs``
+    (ops that share them — e.g. the kernel geometry of the pooling ops — declare them once
+    there); the op's signature lists them after the body's own.
     ``example(x, request)`` builds the op's call ``(args, kwargs)`` for ``lattice explain``
     from a tensor and an ``ExplainRequest`` (channels, kernel, dtype...): tensor ops pass
     ``x`` first, point ops (voxelize, devoxelize) sample points from it.
@@ -34,7 +39,7 @@ def explainable(*, example: Callable | None = None) -> Callable[[Callable], Call
         def op(*args, **kwargs):
             return body(*args, **kwargs).run()
 
-        op.__signature__ = _op_signature(body)
+        op.__signature__ = _op_signature(body, keywords)
         op.__lattice_plan__ = body
         _PLANS[op.__name__] = op
         if example is not None:
@@ -44,15 +49,21 @@ def explainable(*, example: Callable | None = None) -> Callable[[Callable], Call
     return wrap
 
 
-def _op_signature(body: Callable) -> inspect.Signature:
-    """The body's signature returning what its plan's ``run`` returns (read once, at import)."""
+def _op_signature(body: Callable, keywords: Callable | None = None) -> inspect.Signature:
+    """The body's signature (with ``keywords``' keyword-only parameters for its ``**kwargs``)
+    returning what its plan's ``run`` returns: read once, at import."""
     sig = inspect.signature(body)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if keywords is not None:
+        own = {p.name for p in params}
+        shared = inspect.signature(keywords).parameters.values()
+        params += [p for p in shared if p.kind is p.KEYWORD_ONLY and p.name not in own]
     plan = sig.return_annotation
     if isinstance(plan, str):
         plan = body.__globals__.get(plan)
     run = getattr(plan, "run", None)
     returns = inspect.signature(run).return_annotation if run is not None else inspect.Signature.empty
-    return sig.replace(return_annotation=returns)
+    return sig.replace(parameters=params, return_annotation=returns)
 
 
 def explainable_ops() -> list[str]:

@@ -6,13 +6,15 @@ from dataclasses import dataclass
 
 from lattice.routing.device import NO_GPU, Capability, capability
 from lattice.routing.registry import RouteTable
-from lattice.routing.types import Backend, Route, RouteBuilder, RouteId
+from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, facts_of
 
 LINEAR = RouteTable(
     "linear", "impl(a (M, in), weight (out, in) or a packed linear QuantizedWeight) -> a @ weight.T (M, out)"
 )
 BLAS_GEMM = LINEAR.route(Backend.CPU, "blas_gemm", "one GEMM through the linked BLAS")
-DEQUANT_BLAS_GEMM = LINEAR.route(Backend.CPU, "dequant_blas_gemm", "packed weight dequantized, then blas_gemm")
+DEQUANT_BLAS_GEMM = LINEAR.route(
+    Backend.CPU, "dequant_blas_gemm", "packed weight dequantized, then blas_gemm"
+)
 MLX_MATMUL = LINEAR.route(Backend.GPU, "mlx_matmul", "MLX's GPU matmul")
 # considered and rejected, never implemented
 _MLX_CPU_MATMUL = RouteId(Backend.CPU, "mlx_matmul")
@@ -33,13 +35,8 @@ class LinearRequest:
 
 def route_linear(req: LinearRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
-    facts = {
-        "dtype": req.dtype,
-        "rows": req.rows,
-        "channels": f"{req.c_in}->{req.c_out}",
-        "weight_layout": req.weight_layout,
-        "device": req.device,
-    }
+    facts = facts_of(req, "dtype", "rows") | {"channels": f"{req.c_in}->{req.c_out}"}
+    facts |= facts_of(req, "weight_layout", "device")
     rb = RouteBuilder(req.op, facts)
     if req.weight_layout not in ("dense", "packed"):
         raise ValueError(f"[{req.op}] weight_layout must be 'dense' or 'packed', got {req.weight_layout!r}")

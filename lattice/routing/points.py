@@ -14,34 +14,29 @@ from dataclasses import dataclass
 
 from lattice.routing.device import Capability, capability, gpu_kernels
 from lattice.routing.registry import RouteTable
-from lattice.routing.types import Backend, Route, RouteBuilder
+from lattice.routing.types import Backend, Route, RouteBuilder, facts_of
 
 REDUCTIONS = ("mean", "sum", "max", "min", "first", "mode", "count")
 GPU_POINT_DTYPES = ("float32", "float16", "bfloat16")
 
-VOXELIZE = RouteTable(
-    "voxelize",
-    "impl(inputs: QuantizeInputs, reduce) -> (SparseQuantization, reduce(quantization, host_sums)): the "
-    "voxels of the points, then the op's feature reduction on the route's stream",
+POINTS = RouteTable(
+    "points",
+    "voxelize: impl(inputs: QuantizeInputs, reduce) -> (SparseQuantization, reduce(quantization, host_sums)); "
+    "devoxelize: impl(points, voxels, voxel_size, origin, batch, linear, given, sample) -> sample(the "
+    "PointVoxelMap, or given) — the op's own work (reduce, sample) runs on the route's stream",
 )
-HASH_QUANTIZE_SEGMENT_REDUCE = VOXELIZE.route(
-    Backend.CPU, "hash_quantize_segment_reduce", "native quantize and first-occurrence dedup, then the reduction"
+HASH_QUANTIZE_SEGMENT_REDUCE = POINTS.route(
+    Backend.CPU, "hash_quantize_segment_reduce", "voxelize: native quantize and first-occurrence dedup"
 )
-HASH_QUANTIZE = VOXELIZE.kernels("hash_quantize", "lattice's kernels: quantize and dedup in a GPU hash table")
-
-DEVOXELIZE = RouteTable(
-    "devoxelize",
-    "impl(points, voxels, voxel_size, origin, batch, linear, given, sample) -> sample(map): the "
-    "PointVoxelMap (or ``given``), then ``sample`` on the route's stream",
-)
-HASH_CORNER_LOOKUP = DEVOXELIZE.route(
-    Backend.CPU, "hash_corner_lookup", "native lookup of each point's corners, weights in NumPy"
-)
-CORNER_LOOKUP = DEVOXELIZE.kernels("corner_lookup", "lattice's kernels: corners looked up in the GPU hash table")
+HASH_QUANTIZE = POINTS.kernels("hash_quantize", "voxelize: lattice's kernels, dedup in a GPU hash table")
+HASH_CORNER_LOOKUP = POINTS.route(Backend.CPU, "hash_corner_lookup", "devoxelize: native corner lookup")
+CORNER_LOOKUP = POINTS.kernels("corner_lookup", "devoxelize: lattice's kernels, GPU hash table lookup")
 
 
 @dataclass(frozen=True)
 class PointsRequest:
+    """voxelize / devoxelize: sizes and dtypes of the points and features, no arrays."""
+
     op: str
     n_points: int
     channels: int
@@ -88,9 +83,8 @@ def route_points(req: PointsRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
     voxelize = req.op in ("voxelize", "voxelize_features")
     kernels = HASH_QUANTIZE if voxelize else CORNER_LOOKUP
-    facts = {"n_points": req.n_points, "channels": req.channels}
-    facts |= {"reduction": req.reduction} if voxelize else {"interpolation": req.interpolation}
-    facts |= {"points_dtype": req.points_dtype, "dtype": req.dtype, "device": req.device}
+    facts = facts_of(req, "n_points", "channels", "reduction" if voxelize else "interpolation")
+    facts |= facts_of(req, "points_dtype", "dtype", "device")
     rb = RouteBuilder(req.op, facts)
     backend = gpu_kernels(rb, req.device, kernels.algorithm, cap)
     if backend is not None:

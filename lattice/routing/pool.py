@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lattice.routing.device import Capability, capability, gpu_kernels
+from lattice.routing.device import Capability, capability, gpu_kernels, take_kernels
 from lattice.routing.registry import RouteTable
-from lattice.routing.types import Backend, Route, RouteBuilder, edge_facts
+from lattice.routing.types import Backend, Route, RouteBuilder, edge_facts, facts_of
 
 POOL_MODES = ("sum", "max", "avg")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -31,17 +31,13 @@ POOL = RouteTable(
     "edges a KernelRelation, or the downsample's WindowMap where reads_windows(route); backward the "
     "algorithm of the backward route",
 )
-SEGMENT_REDUCE = POOL.route(Backend.CPU, "segment_reduce", "edges counting-sorted by output row, one pass per row")
-WINDOW_REDUCE = POOL.route(Backend.CPU, "window_reduce", "the downsample's window map, one pass per row, no sort")
+SEGMENT_REDUCE = POOL.route(Backend.CPU, "segment_reduce", "edges counting-sorted by output row, one pass")
+WINDOW_REDUCE = POOL.route(Backend.CPU, "window_reduce", "the downsample's window map, one pass, no sort")
 MAP_POOL = POOL.kernels("map_pool", "lattice's kernel over the dense neighbour map")
 
-POOL_BACKWARD = RouteTable(
-    "pool_backward", "the VJP of the forward pool route, taking the path the forward op fixed"
-)
-INPUT_EXCLUSIVE_GATHER = POOL_BACKWARD.route(
-    Backend.CPU, "input_exclusive_gather", "each input row reaches one output row: a pure gather"
-)
-SCATTER_GENERAL = POOL_BACKWARD.route(Backend.CPU, "scatter_general", "per kernel offset, scatter-add into dX")
+POOL_BACKWARD = RouteTable("pool_backward", "the forward implementation's VJP, on the path the op fixed")
+INPUT_EXCLUSIVE_GATHER = POOL_BACKWARD.route(Backend.CPU, "input_exclusive_gather", "a pure gather")
+SCATTER_GENERAL = POOL_BACKWARD.route(Backend.CPU, "scatter_general", "per offset, scatter-add into dX")
 MAP_POOL_GRAD = POOL_BACKWARD.kernels("map_pool_grad", "MLX ops over the (inverse) neighbour map")
 
 GLOBAL_POOL = RouteTable(
@@ -49,9 +45,11 @@ GLOBAL_POOL = RouteTable(
     "impl(feats (N, C), batch (N,), batch_size, mode, counts: rows per member) -> (batch_size, C)",
 )
 BATCH_SEGMENT_REDUCE = GLOBAL_POOL.route(
-    Backend.CPU, "batch_segment_reduce", "rows counting-sorted by member, runs reduced in parallel"
+    Backend.CPU, "batch_segment_reduce", "rows counting-sorted by member"
 )
-BATCH_ATOMIC_REDUCE = GLOBAL_POOL.kernels("batch_atomic_reduce", "lattice's kernels: runs of 64 rows per thread")
+BATCH_ATOMIC_REDUCE = GLOBAL_POOL.kernels(
+    "batch_atomic_reduce", "lattice's kernels: runs of 64 rows per thread"
+)
 
 Triple = tuple[int, int, int]
 
@@ -118,23 +116,17 @@ def _check(op: str, dtype: str, mode: str | None = None) -> None:
 
 
 def _pool_facts(req: PoolRequest) -> dict:
-    return {
-        "mode": req.mode,
-        "dtype": req.dtype,
-        "channels": req.channels,
-        "kernel_size": req.kernel_size,
-        "stride": req.stride,
-        "padding": req.padding,
-        "dilation": req.dilation,
-        "n_in": req.n_in,
-        "device": req.device,
-    }
+    fields = ("mode", "dtype", "channels", "kernel_size", "stride", "padding", "dilation", "n_in", "device")
+    return facts_of(req, *fields)
 
 
 def pool_edge_facts(edges) -> dict:
     """The facts of the edges a local pooling route reduces over (a relation or a window map),
     known only once the route has said which it reads."""
-    return {"n_out": edges.out_count, **edge_facts(edges.known_edge_count, edges.out_count, "average_contributors")}
+    return {
+        "n_out": edges.out_count,
+        **edge_facts(edges.known_edge_count, edges.out_count, "average_contributors"),
+    }
 
 
 def reads_windows(route: Route) -> bool:
@@ -189,14 +181,14 @@ def route_pool_backward(req: PoolRequest, cap: Capability | None = None) -> Rout
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
     rb = RouteBuilder(req.op + ".backward", _pool_facts(req))
-    backend = gpu_kernels(rb, req.device, MAP_POOL_GRAD.algorithm, cap)
-    if backend is not None:
-        how = (
-            "scatter-add of dY into the argmax rows"
-            if req.mode == "max"
-            else "gather of dY through the inverse map (no atomics)"
-        )
-        return rb.take(MAP_POOL_GRAD[backend], f"MLX ops on the GPU: {how}")
+    how = (
+        "scatter-add of dY into the argmax rows"
+        if req.mode == "max"
+        else "gather of dY through the inverse map (no atomics)"
+    )
+    gpu = take_kernels(rb, req.device, MAP_POOL_GRAD, cap, f"MLX ops on the GPU: {how}")
+    if gpu is not None:
+        return gpu
     what = "the argmax row of each output row and channel" if req.mode == "max" else "the output row"
     if windows_exclusive(req.kernel_size, req.stride, req.dilation):
         rb.reject(SCATTER_GENERAL, "input-exclusive windows take the pure gather")
@@ -218,14 +210,9 @@ def route_pool_backward(req: PoolRequest, cap: Capability | None = None) -> Rout
 
 
 def _upsample_facts(req: UpsampleRequest) -> dict:
-    return {
-        "method": req.method,
-        "dtype": req.dtype,
-        "channels": req.channels,
-        "kernel_volume": req.kernel_volume,
-        "n_in": req.n_in,
-        "n_out": req.n_out,
-        **edge_facts(req.edges, req.n_out, "average_contributors"),
+    facts = facts_of(req, "method", "dtype", "channels", "kernel_volume", "n_in", "n_out")
+    facts |= edge_facts(req.edges, req.n_out, "average_contributors")
+    return facts | {
         "support": "explicit target" if req.explicit_target else "generated",
         "device": req.device,
     }
@@ -265,13 +252,10 @@ def route_upsample_backward(req: UpsampleRequest, cap: Capability | None = None)
     cap = cap or capability()
     _check(req.op, req.dtype)
     rb = RouteBuilder(req.op + ".backward", _upsample_facts(req))
-    backend = gpu_kernels(rb, req.device, MAP_POOL_GRAD.algorithm, cap)
-    if backend is not None:
-        return rb.take(
-            MAP_POOL_GRAD[backend],
-            "MLX ops on the GPU: dY divided by each output row's weight total, gathered through the "
-            "inverse map and weighted per offset (no atomics)",
-        )
+    how = "dY divided by each output row's weight total, gathered through the inverse map and weighted per offset"
+    gpu = take_kernels(rb, req.device, MAP_POOL_GRAD, cap, f"MLX ops on the GPU: {how} (no atomics)")
+    if gpu is not None:
+        return gpu
     if req.kernel_volume == 1:
         rb.reject(SCATTER_GENERAL, "a single kernel offset takes the pure gather")
         return rb.take(
@@ -292,14 +276,7 @@ def route_global_pool(req: GlobalPoolRequest, cap: Capability | None = None) -> 
     """Global pooling: rows sorted by batch member, fixed runs of rows reduced in parallel."""
     cap = cap or capability()
     _check(req.op, req.dtype, req.mode)
-    facts = {
-        "mode": req.mode,
-        "dtype": req.dtype,
-        "channels": req.channels,
-        "n_in": req.n_in,
-        "batch_size": req.batch_size,
-        "device": req.device,
-    }
+    facts = facts_of(req, "mode", "dtype", "channels", "n_in", "batch_size", "device")
     rb = RouteBuilder(req.op, facts)
     backend = gpu_kernels(rb, req.device, BATCH_ATOMIC_REDUCE.algorithm, cap)
     if backend is not None:

@@ -80,7 +80,9 @@ class RouteTable:
 
     def kernels(self, algorithm: str, summary: str = "") -> KernelRoutes:
         """Declares ``cuda.algorithm`` and ``metal.algorithm`` (lattice's GPU kernels)."""
-        twin = KernelRoutes(self.route(Backend.CUDA, algorithm, summary), self.route(Backend.METAL, algorithm, summary))
+        twin = KernelRoutes(
+            self.route(Backend.CUDA, algorithm, summary), self.route(Backend.METAL, algorithm, summary)
+        )
         self.twins.append(twin)
         return twin
 

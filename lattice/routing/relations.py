@@ -7,7 +7,22 @@ from dataclasses import dataclass, replace
 
 from lattice.routing.device import Capability, capability, gpu_kernels, requested_device
 from lattice.routing.registry import RouteTable, dispatch_or_cpu
-from lattice.routing.types import Backend, Route, RouteBuilder
+from lattice.routing.types import Backend, Route, RouteBuilder, facts_of
+
+
+@dataclass(frozen=True)
+class RelationRequest:
+    """A relation to build: its kind, the input's rows and the kernel volume, no arrays."""
+
+    op: str
+    kind: str
+    n_in: int
+    kernel_volume: int
+    device: str = "cpu"
+    # non-overlapping windows (even kernel == stride, no padding/dilation) between a set and
+    # its downsample: forward onto the downsample, or transposed back onto the parent set
+    exclusive: bool = False
+
 
 RELATIONS = RouteTable(
     "relations",
@@ -26,27 +41,17 @@ HASH_RELATION_SCATTER = RELATIONS.route(
 HASH_RELATION_EXCLUSIVE = RELATIONS.route(
     Backend.CPU, "hash_relation_exclusive", "even kernel == stride: the downsample's point -> row map"
 )
-HASH_MAP_SUBMANIFOLD = RELATIONS.kernels("hash_map_submanifold", "lattice's kernels: dense (N, K) map, GPU hash")
-HASH_MAP_PROBE = RELATIONS.kernels("hash_map_probe", "lattice's kernels: output set on the GPU, one probe per pair")
-
-
-@dataclass(frozen=True)
-class RelationRequest:
-    op: str
-    kind: str
-    n_in: int
-    kernel_volume: int
-    device: str = "cpu"
-    # non-overlapping windows (even kernel == stride, no padding/dilation) between a set and
-    # its downsample: forward onto the downsample, or transposed back onto the parent set
-    exclusive: bool = False
+HASH_MAP_SUBMANIFOLD = RELATIONS.kernels(
+    "hash_map_submanifold", "lattice's kernels: dense (N, K) map, GPU hash"
+)
+HASH_MAP_PROBE = RELATIONS.kernels(
+    "hash_map_probe", "lattice's kernels: output set on the GPU, one probe per pair"
+)
 
 
 def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
-    rb = RouteBuilder(
-        req.op, {"kind": req.kind, "n_in": req.n_in, "kernel_volume": req.kernel_volume, "device": req.device}
-    )
+    rb = RouteBuilder(req.op, facts_of(req, "kind", "n_in", "kernel_volume", "device"))
     backend = gpu_kernels(rb, req.device, "hash_map", cap)
     if backend is not None:
         if req.kind == "submanifold":

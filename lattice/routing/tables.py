@@ -24,7 +24,13 @@ def markdown() -> str:
     ]
     rows = route_tables()
     for t in tables():
-        out += ["", f"**{t.family}** — `{t.contract}`", "", "| route | implementation | what |", "| --- | --- | --- |"]
+        out += [
+            "",
+            f"**{t.family}** — `{t.contract}`",
+            "",
+            "| route | implementation | what |",
+            "| --- | --- | --- |",
+        ]
         for row in rows:
             if row.family == t.family:
                 impl = f"`{row.implementation}`" if row.implementation else "**none**"
@@ -49,7 +55,9 @@ def generated_section(text: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lattice.routing.tables", description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
-    ap.add_argument("--write", type=Path, metavar="FILE", help="replace the section between the markers of FILE")
+    ap.add_argument(
+        "--write", type=Path, metavar="FILE", help="replace the section between the markers of FILE"
+    )
     args = ap.parse_args(argv)
     if args.write is not None:
         text = args.write.read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,17 +82,9 @@ class Route:
     rejected: tuple[Rejection, ...] = ()
     facts: dict = field(default_factory=dict, compare=False)
 
-    @property
-    def backend(self) -> Backend:
-        return self.id.backend
-
-    @property
-    def algorithm(self) -> str:
-        return self.id.algorithm
-
-    @property
-    def name(self) -> str:
-        return self.id.name
+    backend = property(attrgetter("id.backend"), doc="The route's Backend.")
+    algorithm = property(attrgetter("id.algorithm"), doc="The route's algorithm name.")
+    name = property(attrgetter("id.name"), doc="``backend.algorithm``, as explain reports it.")
 
     def require(self, *implemented: str) -> Route:
         """This route, or an error naming it where a caller takes only ``implemented`` (for
@@ -130,6 +123,11 @@ class RouteBuilder:
 
     def take(self, route: RouteId, reason: str) -> Route:
         return Route(self.op, route, reason, tuple(self._rejected), self.facts)
+
+
+def facts_of(req, *fields: str) -> dict:
+    """The named fields of a request value, as route facts (in that order)."""
+    return {f: getattr(req, f) for f in fields}
 
 
 def edge_facts(edges: int | None, n_out: int, average: str) -> dict:

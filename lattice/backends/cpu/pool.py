@@ -65,12 +65,24 @@ def window_reduce(feats: mx.array, windows: WindowMap, mode: str, *, backward: s
         raise ValueError("[window_reduce] a window map has unit weights")
     if backward not in BACKWARD_ROUTES:
         raise ValueError(f"[window_reduce] backward must be one of {BACKWARD_ROUTES}, got {backward!r}")
-    return _ext.sparse_pool(feats, windows.in_rows, windows.out_rows, [0, windows.edge_count], windows.out_count,
-                            mode, backward, None, distinct=True, stream=mx.cpu)
+    return _ext.sparse_pool(
+        feats,
+        windows.in_rows,
+        windows.out_rows,
+        [0, windows.edge_count],
+        windows.out_count,
+        mode,
+        backward,
+        None,
+        distinct=True,
+        stream=mx.cpu,
+    )
 
 
 @implements(routes.BATCH_SEGMENT_REDUCE)
-def batch_segment_reduce(feats: mx.array, batch: mx.array, batch_size: int, mode: str, counts=None) -> mx.array:
+def batch_segment_reduce(
+    feats: mx.array, batch: mx.array, batch_size: int, mode: str, counts=None
+) -> mx.array:
     """Dense ``(batch_size, C)`` ``mode`` of the rows of each batch member (differentiable;
     ``counts``, the rows per member, are counted natively)."""
     return _ext.global_pool(feats, batch, int(batch_size), mode, stream=mx.cpu)

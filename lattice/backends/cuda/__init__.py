@@ -26,7 +26,6 @@ Sizes travel as small int32 ``params`` arrays, never as template arguments (each
 template value is a new NVRTC compile); templates carry only dtypes and the tile width.
 """
 
-
 from lattice.backends.cuda import conv, coords, points, pool, relations
 
 __all__ = ["conv", "coords", "points", "pool", "relations"]

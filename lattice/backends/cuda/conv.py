@@ -110,7 +110,10 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array, order: mx.array) -> 
     if n_out == 0 or n_in == 0 or c_in == 0 or c_out == 0:
         return mx.zeros((kv, c_in, c_out), dtype=mx.float32)
     check_index_range(
-        "conv_weight_grad", features=n_in * c_in, output_grad=n_out * c_out, neighbor_map=n_out * kv,
+        "conv_weight_grad",
+        features=n_in * c_in,
+        output_grad=n_out * c_out,
+        neighbor_map=n_out * kv,
         weight=kv * c_in * c_out,
     )
     tt = 64 if min(c_in, c_out) > 32 else 32

@@ -43,7 +43,12 @@ def build_table(coords: mx.array, count: mx.array | None = None) -> GpuTable:
         if n == 0:
             return GpuTable(coords, mx.full((cap,), -1, dtype=mx.int32))
         (slots,) = launch(
-            "coords", "table_insert", [coords, count_params(count, n, cap - 1)], [(cap,)], [mx.int32], n,
+            "coords",
+            "table_insert",
+            [coords, count_params(count, n, cap - 1)],
+            [(cap,)],
+            [mx.int32],
+            n,
             init=-1,
         )
         return GpuTable(coords, slots)
@@ -54,7 +59,12 @@ def _owners(t: GpuTable, count: mx.array | None = None) -> mx.array:
     occurrences); -1 for rows past a lazy ``count``."""
     n = t.size
     (owner,) = launch(
-        "coords", "table_owner", [t.coords, t.slots, count_params(count, n, t.mask)], [(n,)], [mx.int32], n,
+        "coords",
+        "table_owner",
+        [t.coords, t.slots, count_params(count, n, t.mask)],
+        [(n,)],
+        [mx.int32],
+        n,
         init=None if count is None else -1,
     )
     return owner
@@ -101,8 +111,13 @@ def compact(
     a lazy ``count`` map to -1; ``fill``: buffer rows past the unique ones are -1 (batch -1)."""
     n = int(coords.shape[0])
     out, inverse = launch(
-        "coords", "compact", [coords, owner, rank, count_params(count, n)], [(rows, 4), (n,)],
-        [mx.int32, mx.int32], n, init=-1 if fill or count is not None else None,
+        "coords",
+        "compact",
+        [coords, owner, rank, count_params(count, n)],
+        [(rows, 4), (n,)],
+        [mx.int32, mx.int32],
+        n,
+        init=-1 if fill or count is not None else None,
     )
     return out, inverse
 

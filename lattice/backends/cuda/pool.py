@@ -37,7 +37,12 @@ def pool(feats: mx.array, nmap: mx.array, mode: str, weights: tuple[float, ...] 
         y, arg = launch(
             "pool",
             "pool_map",
-            [feats, nmap, _offset_weights(weights or (1.0,) * kv), int_params(n_out, kv, ch, _POOL_MODES[mode])],
+            [
+                feats,
+                nmap,
+                _offset_weights(weights or (1.0,) * kv),
+                int_params(n_out, kv, ch, _POOL_MODES[mode]),
+            ],
             [(n_out, ch), (n_out, ch)],
             [feats.dtype, mx.int32],
             n_out * ch,
@@ -121,14 +126,30 @@ def _global_argmax(feats: mx.array, batch: mx.array, batch_size: int) -> mx.arra
     """(batch_size, C) row of each member's largest value per channel (NaN largest, ties to
     the smallest row); 0 for a member without rows."""
     n, ch = int(feats.shape[0]), int(feats.shape[1])
-    params, threads, template = int_params(n, ch, _GLOBAL_RUN), -(-n // _GLOBAL_RUN) * ch, [("T", feats.dtype)]
+    params, threads, template = (
+        int_params(n, ch, _GLOBAL_RUN),
+        -(-n // _GLOBAL_RUN) * ch,
+        [("T", feats.dtype)],
+    )
     (key,) = launch(
-        "pool", "global_max_key", [feats, batch, params], [(batch_size, ch)], [mx.uint32], threads,
-        template=template, init=0,
+        "pool",
+        "global_max_key",
+        [feats, batch, params],
+        [(batch_size, ch)],
+        [mx.uint32],
+        threads,
+        template=template,
+        init=0,
     )
     (winner,) = launch(
-        "pool", "global_argmax", [feats, batch, key, params], [(batch_size, ch)], [mx.uint32], threads,
-        template=template, init=0,
+        "pool",
+        "global_argmax",
+        [feats, batch, key, params],
+        [(batch_size, ch)],
+        [mx.uint32],
+        threads,
+        template=template,
+        init=0,
     )
     return mx.where(winner > 0, n - winner.astype(mx.int32), 0)
 

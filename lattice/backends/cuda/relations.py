@@ -65,7 +65,13 @@ def invert_map(nmap: mx.array, in_count: int) -> mx.array:
         if n == 0 or in_count == 0:
             return mx.full((in_count, kv), -1, dtype=mx.int32)
         (inv,) = launch(
-            "relations", "invert_map", [nmap, int_params(n, kv)], [(in_count, kv)], [mx.int32], n * kv, init=-1
+            "relations",
+            "invert_map",
+            [nmap, int_params(n, kv)],
+            [(in_count, kv)],
+            [mx.int32],
+            n * kv,
+            init=-1,
         )
         return inv
 
@@ -113,5 +119,7 @@ def build_probe(manager, kind, in_key, spec, target_key, op):
         out_key = manager.add_gpu_set(coords, level)
     else:
         out_key = downsample_set(manager, in_key, spec.stride)
-    nmap = probe_map(table, manager.coords(out_key), offsets, spec.stride, spec.padding, transposed=transposed)
+    nmap = probe_map(
+        table, manager.coords(out_key), offsets, spec.stride, spec.padding, transposed=transposed
+    )
     return out_key, None, nmap
