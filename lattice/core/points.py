@@ -18,7 +18,7 @@ class SparseQuantization:
     ``coords`` (M, 4) int32 unique voxels in first-occurrence order;
     ``inverse_rows`` (N,) the voxel row of every point; ``counts`` (M,) points per voxel.
     ``table``: the hash table of ``coords`` — native (an ``_ext.CoordTable``), or a GPU
-    table (``lattice.backends.cuda.GpuTable``) where voxelize quantised on the GPU — so a
+    table (``lattice.backends.cuda.coords.GpuTable``) where voxelize quantised on the GPU — so a
     caller can register it with ``CoordinateManager.adopt`` instead of hashing the coords again.
     """
 

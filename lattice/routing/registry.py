@@ -51,7 +51,13 @@ class KernelRoutes:
         return self.cuda.algorithm
 
     def __getitem__(self, backend: Backend) -> RouteId:
-        return self.cuda if backend == Backend.CUDA else self.metal
+        if backend == Backend.CUDA:
+            return self.cuda
+        if backend == Backend.METAL:
+            return self.metal
+        raise KeyError(
+            f"[routing] {self.algorithm} runs on lattice's GPU kernels (cuda, metal), not {backend}"
+        )
 
 
 class RouteTable:
@@ -105,6 +111,8 @@ def implements(*routes: RouteId) -> Callable:
 
     def wrap(fn):
         for r in routes:
+            if r.table is None:
+                raise LookupError(f"[routing] {r.name} is not a declared route (no table)")
             r.table.register(r, fn)
         return fn
 
