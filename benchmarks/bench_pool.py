@@ -156,7 +156,7 @@ def stage_rows(coords_np: np.ndarray, channels: int, repeats: int) -> list[dict]
     import mlx.core as mx
 
     from lattice import _ext, ops
-    from lattice.backends import cpu_pool
+    from lattice.backends.cpu import pool as cpu_pool
     from lattice.core import KernelSpec, SparseTensor
 
     coords = mx.array(coords_np)

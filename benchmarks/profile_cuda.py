@@ -18,7 +18,9 @@ from _common import median_ms
 from bench_conv_gpu import shells
 
 import lattice
-from lattice.backends import cuda
+from lattice.backends.cuda import conv as cuda_conv
+from lattice.backends.cuda import coords as cuda_coords
+from lattice.backends.cuda import relations as cuda_relations
 from lattice.core.kernel import KernelSpec
 from lattice.ops import subm_conv3d
 
@@ -32,12 +34,12 @@ def main() -> None:
     spec = KernelSpec(3, op="profile")
     offsets = spec.offsets()
     mx.eval(coords, offsets)
-    table = cuda.build_table(coords)
-    nmap = cuda.submanifold_map(table, offsets)
+    table = cuda_coords.build_table(coords)
+    nmap = cuda_relations.submanifold_map(table, offsets)
     mx.eval(table.slots, nmap)
-    print("build_table", med(lambda: mx.eval(cuda.build_table(coords).slots)))
-    print("submanifold_map", med(lambda: mx.eval(cuda.submanifold_map(table, offsets))))
-    print("both", med(lambda: mx.eval(cuda.submanifold_map(cuda.build_table(coords), offsets))))
+    print("build_table", med(lambda: mx.eval(cuda_coords.build_table(coords).slots)))
+    print("submanifold_map", med(lambda: mx.eval(cuda_relations.submanifold_map(table, offsets))))
+    print("both", med(lambda: mx.eval(cuda_relations.submanifold_map(cuda_coords.build_table(coords), offsets))))
     tensors = [lattice.SparseTensor(coords, mx.zeros((coords.shape[0], 1))) for _ in range(25)]
     times = []
     for x in tensors:
@@ -46,12 +48,12 @@ def main() -> None:
         mx.eval(rel.neighbor_map)
         times.append((time.perf_counter() - t0) * 1e3)
     print("manager.relation", round(statistics.median(times[2:]), 3))
-    inv = cuda.invert_map(nmap, coords.shape[0])
-    print("invert_map", med(lambda: mx.eval(cuda.invert_map(nmap, coords.shape[0]))))
+    inv = cuda_relations.invert_map(nmap, coords.shape[0])
+    print("invert_map", med(lambda: mx.eval(cuda_relations.invert_map(nmap, coords.shape[0]))))
     n = coords.shape[0]
-    order, inv_order, unsorted = cuda.row_order(nmap), cuda.row_order(inv), mx.arange(n, dtype=mx.int32)
+    order, inv_order, unsorted = cuda_relations.row_order(nmap), cuda_relations.row_order(inv), mx.arange(n, dtype=mx.int32)
     mx.eval(order, inv_order, unsorted)
-    print("row_order", med(lambda: mx.eval(cuda.row_order(nmap))))
+    print("row_order", med(lambda: mx.eval(cuda_relations.row_order(nmap))))
     op_path(coords, spec, nmap, order)
     for c in (32, 64):
         for dtype in (mx.float32, mx.float16):
@@ -59,22 +61,22 @@ def main() -> None:
             w = (mx.random.normal((27, c, c)) * 0.05).astype(dtype)
             mx.eval(x, w)
             tag = f"C={c} {str(dtype).split('.')[-1]}"
-            print(f"conv kernel {tag}", med(lambda x=x, w=w: mx.eval(cuda._conv_kernel(x, w, nmap, order))))
+            print(f"conv kernel {tag}", med(lambda x=x, w=w: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order))))
             print(
                 f"  conv kernel {tag} rows unsorted",
-                med(lambda x=x, w=w: mx.eval(cuda._conv_kernel(x, w, nmap, unsorted))),
+                med(lambda x=x, w=w: mx.eval(cuda_conv._conv_kernel(x, w, nmap, unsorted))),
             )
             wt = w.swapaxes(1, 2)
             print(
                 f"input grad kernel {tag}",
-                med(lambda x=x, wt=wt: mx.eval(cuda._conv_kernel(x, wt, inv, inv_order))),
+                med(lambda x=x, wt=wt: mx.eval(cuda_conv._conv_kernel(x, wt, inv, inv_order))),
             )
-            print(f"weight grad {tag}", med(lambda x=x: mx.eval(cuda._weight_grad(x, x, nmap, order))))
+            print(f"weight grad {tag}", med(lambda x=x: mx.eval(cuda_conv._weight_grad(x, x, nmap, order))))
             print(
                 f"  weight grad {tag} rows unsorted",
-                med(lambda x=x: mx.eval(cuda._weight_grad(x, x, nmap, unsorted))),
+                med(lambda x=x: mx.eval(cuda_conv._weight_grad(x, x, nmap, unsorted))),
             )
-            if cuda.uses_tensor_cores(dtype, c):
+            if cuda_conv.uses_tensor_cores(dtype, c):
                 stages_sweep(tag, x, w, nmap, order)
 
 
@@ -93,28 +95,28 @@ def op_path(coords, spec, nmap, order, c: int = 32, dtype=mx.float16) -> None:
     mx.eval(one)
     with mx.stream(mx.gpu):
         print("op path: eval floor", med(lambda: mx.eval(one + 1), 50))
-        print("op path: kernel", med(lambda: mx.eval(cuda._conv_kernel(x.feats, wm, nmap, order)), 50))
-        print("op path: route fn", med(lambda: mx.eval(cuda.implicit_gemm(x.feats, wm, rel)), 50))
+        print("op path: kernel", med(lambda: mx.eval(cuda_conv._conv_kernel(x.feats, wm, nmap, order)), 50))
+        print("op path: route fn", med(lambda: mx.eval(cuda_conv.implicit_gemm(x.feats, wm, rel)), 50))
         print("op path: subm_conv3d", med(lambda: mx.eval(subm_conv3d(x, w, device="gpu").feats), 50))
         xs = [x.feats * (i + 1) for i in range(8)]
         mx.eval(xs)
         print(
             "op path: kernel x8 / 8",
-            round(med(lambda: mx.eval([cuda._conv_kernel(f, wm, nmap, order) for f in xs]), 20) / 8, 3),
+            round(med(lambda: mx.eval([cuda_conv._conv_kernel(f, wm, nmap, order) for f in xs]), 20) / 8, 3),
         )
 
 
 def stages_sweep(tag, x, w, nmap, order) -> None:
     """The tensor-core kernel at each pipeline depth from 2 to its default
-    (cuda._mma_stages: the most that fit static shared memory, at most 4)."""
-    default = cuda._mma_stages
+    (cuda_conv._mma_stages: the most that fit static shared memory, at most 4)."""
+    default = cuda_conv._mma_stages
     deepest = default(x.dtype.size, 32 if w.shape[2] <= 32 else 64)
     try:
         for p in range(2, deepest + 1):
-            cuda._mma_stages = lambda *_, p=p: p
-            print(f"  conv kernel {tag} P={p}", med(lambda: mx.eval(cuda._conv_kernel(x, w, nmap, order))))
+            cuda_conv._mma_stages = lambda *_, p=p: p
+            print(f"  conv kernel {tag} P={p}", med(lambda: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order))))
     finally:
-        cuda._mma_stages = default
+        cuda_conv._mma_stages = default
 
 
 if __name__ == "__main__":

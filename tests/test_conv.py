@@ -24,9 +24,9 @@ from reference import conv as rconv
 
 import lattice
 from lattice import ops
-from lattice.backends import cpu
 from lattice.core import SparseTensor
 from lattice.routing import ConvRequest, route_conv
+from lattice.routing.conv import CONV
 
 TOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2}
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -542,13 +542,15 @@ ROUTE_CASES = [
 def test_route_taken_is_the_predicted_one(monkeypatch, case):
     op_name, kind, size, stride = case
     calls: list[str] = []
-    for name, fn in list(cpu.CONV.items()):
+    for rid, fn in list(CONV.impls.items()):
+        if rid.backend != "cpu":
+            continue
 
-        def spy(*args, _name=name, _fn=fn):
+        def spy(*args, _name=rid.algorithm, _fn=fn):
             calls.append(_name)
             return _fn(*args)
 
-        monkeypatch.setitem(cpu.CONV, name, spy)
+        monkeypatch.setitem(CONV.impls, rid, spy)
     coords = make_cloud("random_sparse")
     x, _ = make_input(coords, 3, stride=stride if kind in ("transposed", "generative") else 1)
     w, _ = make_weight(size, 3, 4)

@@ -13,11 +13,12 @@ import pytest
 from test_pool import cloud_coords, features
 
 from lattice import ops
-from lattice.backends import cuda
+from lattice.backends.cuda import pool as cuda_pool
+from lattice.backends.cuda import relations as cuda_relations
 from lattice.core import SparseTensor
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import RelationKind
-from lattice.ops.pool import _pool_transpose_plan, _trilinear_plan
+from lattice.routing.explain import plan_of
 
 
 def _ref_pool(feats, nmap, mode, weights=None):
@@ -67,10 +68,10 @@ def _ref_global_argmax(feats, batch, batch_size):
 @pytest.fixture
 def kernels_on_the_cpu(monkeypatch, cpu_device):
     monkeypatch.setattr(mx, "gpu", mx.cpu)
-    monkeypatch.setattr(cuda, "pool", _ref_pool)
-    monkeypatch.setattr(cuda, "invert_map", _ref_invert)
-    monkeypatch.setattr(cuda, "_global_sum", _ref_global_sum)
-    monkeypatch.setattr(cuda, "_global_argmax", _ref_global_argmax)
+    monkeypatch.setattr(cuda_pool, "pool", _ref_pool)
+    monkeypatch.setattr(cuda_relations, "invert_map", _ref_invert)
+    monkeypatch.setattr(cuda_pool, "_global_sum", _ref_global_sum)
+    monkeypatch.setattr(cuda_pool, "_global_argmax", _ref_global_argmax)
 
 
 def _tensor(seed=3, channels=5, batched=False, close_gaps=False):
@@ -99,7 +100,7 @@ def test_map_pool_and_its_vjp(mode):
     rel = x.coord_manager.relation(RelationKind.FORWARD, x.coord_key, spec, device="cpu")
     op = getattr(ops, f"{mode}_pool3d")
     _compare(
-        lambda v: cuda.map_pool(v, rel, mode),
+        lambda v: cuda_pool.map_pool(v, rel, mode),
         lambda v: op(x.replace(feats=v), kernel_size=3, stride=2, device="cpu").feats,
         x,
     )
@@ -110,12 +111,12 @@ def test_map_pool_and_its_vjp(mode):
 def test_weighted_map_pool_of_upsampling_and_its_vjp(method):
     x = _tensor()
     x = SparseTensor(np.asarray(x.coords), x.feats, 2)
-    plan = (_trilinear_plan(x, device="cpu") if method == "trilinear"
-            else _pool_transpose_plan(x, kernel_size=3, stride=2, device="cpu"))
+    plan = (plan_of(ops.trilinear_upsample3d, x, device="cpu") if method == "trilinear"
+            else plan_of(ops.pool_transpose3d, x, kernel_size=3, stride=2, device="cpu"))
     op = ops.trilinear_upsample3d if method == "trilinear" else ops.pool_transpose3d
     kw = {} if method == "trilinear" else {"kernel_size": 3, "stride": 2}
     _compare(
-        lambda v: cuda.map_pool(v, plan.edges, "avg", plan.weights),
+        lambda v: cuda_pool.map_pool(v, plan.edges, "avg", plan.weights),
         lambda v: op(x.replace(feats=v), **kw, device="cpu").feats,
         x,
     )
@@ -127,7 +128,7 @@ def test_global_pool_and_its_vjp(mode):
     x = _tensor(batched=True, close_gaps=mode == "max")  # sum / avg: member 1 empty; max needs rows
     size = None if mode == "max" else x.batch_size + 2  # trailing empty members for sum / avg
     _compare(
-        lambda v: cuda.global_pool(v, x.batch_indices, size or x.batch_size, mode, x.batch_counts),
+        lambda v: cuda_pool.global_pool(v, x.batch_indices, size or x.batch_size, mode, x.batch_counts),
         lambda v: ops.global_pool(x.replace(feats=v), mode=mode, batch_size=size, device="cpu"),
         x,
     )

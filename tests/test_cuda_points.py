@@ -398,11 +398,11 @@ def test_cli_explain_names_the_point_routes(fake_cuda, monkeypatch):
 
 
 def test_voxelize_runs_the_route_explain_reports_on_the_cpu(monkeypatch):
-    import lattice.ops.points as points_ops
+    import lattice.backends.cpu.coords as cpu_coords
 
     seen = []
-    real = points_ops.native_quantize
-    monkeypatch.setattr(points_ops, "native_quantize", lambda inputs: seen.append("cpu") or real(inputs))
+    real = cpu_coords.native_quantize
+    monkeypatch.setattr(cpu_coords, "native_quantize", lambda inputs: seen.append("cpu") or real(inputs))
     pts, feats = point_cloud("line"), _feats(301)
     route = lattice.explain(voxelize, pts, feats, 0.5, device="cpu")
     voxelize(pts, feats, 0.5, device="cpu")

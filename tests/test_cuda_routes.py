@@ -14,7 +14,12 @@ import numpy as np
 import pytest
 
 import lattice
-from lattice.backends import cuda, kernels
+from lattice.backends import kernels
+from lattice.backends.cuda import conv as cuda_conv
+from lattice.backends.cuda import coords as cuda_coords
+from lattice.backends.cuda import launch as cuda_launch
+from lattice.backends.cuda import pool as cuda_pool
+from lattice.backends.cuda import relations as cuda_relations
 from lattice.core.kernel import KernelSpec
 from lattice.ops import conv3d, conv_transpose3d, generative_conv_transpose3d, subm_conv3d
 
@@ -72,14 +77,14 @@ def test_entry_parser_rejects_malformed_blocks():
 def test_gpu_dedup_and_downsample_match_the_cpu_order(seed):
     c = _coords(seed)
     dup = np.concatenate([c, c[::3], c[5:40]])
-    out, inv, _ = cuda.unique_rows(mx.array(dup))
+    out, inv, _ = cuda_coords.unique_rows(mx.array(dup))
     _, first = np.unique(dup, axis=0, return_index=True)
     ref = dup[np.sort(first)]
     np.testing.assert_array_equal(np.array(out), ref)
     np.testing.assert_array_equal(np.array(out)[np.array(inv)], dup)
     for stride in [(2, 2, 2), (3, 1, 2)]:
         x_gpu, x_cpu = _pair(c)
-        kg = x_gpu.coord_manager.downsample(x_gpu.coord_key, stride, gpu=True)
+        kg = cuda_coords.downsample_set(x_gpu.coord_manager, x_gpu.coord_key, stride)
         kc = x_cpu.coord_manager.downsample(x_cpu.coord_key, stride)
         np.testing.assert_array_equal(
             np.array(x_gpu.coord_manager.coords(kg)), np.array(x_cpu.coord_manager.coords(kc))
@@ -101,16 +106,16 @@ def test_tensors_made_on_the_gpu_are_checked_there_and_keep_the_cpu_errors():
     neg[5, 0] = -1
     with pytest.raises(ValueError, match="batch indices must be non-negative"):
         lattice.SparseTensor(neg, mx.ones((len(neg), 2)))
-    t, ok = cuda.build_checked_table(mx.array(dup))
+    t, ok = cuda_coords.build_checked_table(mx.array(dup))
     assert not ok and t.size == len(dup)
 
 
 @needs_cuda
 def test_gpu_table_on_empty_and_single_sets():
-    out, inv, _ = cuda.unique_rows(mx.zeros((0, 4), dtype=mx.int32))
+    out, inv, _ = cuda_coords.unique_rows(mx.zeros((0, 4), dtype=mx.int32))
     assert out.shape == (0, 4) and inv.shape == (0,)
-    t = cuda.build_table(mx.array([[0, 5, -3, 7]], dtype=mx.int32))
-    m = cuda.submanifold_map(t, KernelSpec(3, op="t").offsets())
+    t = cuda_coords.build_table(mx.array([[0, 5, -3, 7]], dtype=mx.int32))
+    m = cuda_relations.submanifold_map(t, KernelSpec(3, op="t").offsets())
     expect = -np.ones((1, 27), np.int32)
     expect[0, 13] = 0
     np.testing.assert_array_equal(np.array(m), expect)
@@ -155,7 +160,7 @@ def test_gpu_relations_equal_the_cpu_relations(name, kind, kw, seed):
     assert g.edge_count == r.edge_count
     # the map derived from CPU edges equals the map the GPU built
     np.testing.assert_array_equal(np.array(g.neighbor_map), np.array(r.neighbor_map))
-    inv = np.array(cuda.in_major_map(g))
+    inv = np.array(cuda_relations.in_major_map(g))
     nm = np.array(g.neighbor_map)
     for o, k in zip(*np.nonzero(nm >= 0), strict=True):
         assert inv[nm[o, k], k] == o
@@ -219,7 +224,7 @@ def test_cuda_conv_matches_the_cpu_route(name, dtype, monkeypatch):
 @pytest.mark.parametrize("c_in, c_out", [(8, 6), (40, 70), (3, 32)])
 def test_cuda_conv_gradients_match_the_cpu_route(c_in, c_out, tf32, monkeypatch):
     monkeypatch.setenv("MLX_ENABLE_TF32", tf32)
-    from lattice.backends.cuda import uses_tensor_cores
+    from lattice.backends.cuda.conv import uses_tensor_cores
 
     assert uses_tensor_cores(mx.float32, 8) == (tf32 == "1")
     c = _coords(6, n=600)
@@ -244,7 +249,7 @@ def test_cuda_conv_gradients_match_the_cpu_route(c_in, c_out, tf32, monkeypatch)
 @pytest.mark.parametrize("c_in, c_out", [(16, 24), (8, 70), (5, 8)])
 def test_cuda_conv_gradients_in_half_precision(dtype, c_in, c_out):
     """16-bit features with C_in % 8 == 0 run on tensor cores (forward and input gradient)."""
-    from lattice.backends.cuda import uses_tensor_cores
+    from lattice.backends.cuda.conv import uses_tensor_cores
 
     assert uses_tensor_cores(dtype, c_in) == (c_in % 8 == 0)
     assert not uses_tensor_cores(mx.float32, 6)
@@ -293,7 +298,7 @@ def test_cuda_tensor_core_conv_over_many_offsets_and_tiles_no_input_reaches(dtyp
     column tiles); a target whose far half no input reaches has whole tiles with no step
     (zeros written); above 1024 offsets (k=11) the FMA kernel takes over."""
     monkeypatch.setenv("MLX_ENABLE_TF32", "1")
-    assert cuda.uses_tensor_cores(dtype, 40)
+    assert cuda_conv.uses_tensor_cores(dtype, 40)
     c = _coords(21, n=900, span=9)
     x_gpu, x_cpu = _pair(c, c=40, dtype=dtype)
     rng = np.random.default_rng(22)
@@ -339,17 +344,17 @@ def test_conv_row_order_sorts_by_offset_mask_and_leaves_results_bit_equal(k, dty
     masks = np.zeros(len(m), np.uint64)
     for j in range(kv):
         masks |= m[:, j].astype(np.uint64) << np.uint64(j * 32 // kv)
-    order = np.array(cuda.row_order(nmap))
+    order = np.array(cuda_relations.row_order(nmap))
     assert sorted(order.tolist()) == list(range(len(m)))
     assert np.all(np.diff(masks[order].astype(np.int64)) >= 0)
     w = mx.array(np.random.default_rng(32).normal(size=(kv, 16, 24)).astype(np.float32) * 0.2).astype(dtype)
     shuffled = mx.array(np.random.default_rng(33).permutation(len(m)).astype(np.int32))
-    ys = [cuda._conv_kernel(x_gpu.feats, w, nmap, o) for o in (mx.array(order), shuffled)]
+    ys = [cuda_conv._conv_kernel(x_gpu.feats, w, nmap, o) for o in (mx.array(order), shuffled)]
     np.testing.assert_array_equal(np.array(ys[0].astype(mx.float32)), np.array(ys[1].astype(mx.float32)))
     # the weight gradient skips 32-row chunks that do not read an offset: any order, the
     # same sums (float32 atomics: to rounding), and the NumPy sum
     dy = ys[0]
-    dws = [np.array(cuda._weight_grad(x_gpu.feats, dy, nmap, o)) for o in (mx.array(order), shuffled)]
+    dws = [np.array(cuda_conv._weight_grad(x_gpu.feats, dy, nmap, o)) for o in (mx.array(order), shuffled)]
     xf, dyf, nm = (np.array(a.astype(mx.float32)).astype(np.float64) for a in (x_gpu.feats, dy, nmap))
     ref = np.stack([xf[nm[m[:, j], j].astype(int)].T @ dyf[m[:, j]] for j in range(kv)])
     for dw in dws:
@@ -390,7 +395,7 @@ def test_cuda_pool_kernel_matches_the_cpu_pooling(mode, dtype):
     )
     spec = KernelSpec(3, 2, 0, op="pool")
     rel = x_gpu.coord_manager.relation("forward", x_gpu.coord_key, spec, device="gpu")
-    y, arg = cuda.pool(x_gpu.feats, rel.neighbor_map, mode)
+    y, arg = cuda_pool.pool(x_gpu.feats, rel.neighbor_map, mode)
     ref = getattr(lattice.ops, f"{mode}_pool3d")(x_cpu, kernel_size=3, stride=2, device="cpu")
     np.testing.assert_array_equal(np.array(rel.out_coords), np.array(ref.coords))
     tol = TOL[dtype]
@@ -421,10 +426,10 @@ def test_cuda_map_pool_and_its_gradient_match_the_cpu_pooling(mode, k, s):
     rel = x_gpu.coord_manager.relation("forward", x_gpu.coord_key, spec, device="gpu")
     op = getattr(lattice.ops, f"{mode}_pool3d")
     ref = op(x_cpu, kernel_size=k, stride=s, device="cpu")
-    y = cuda.map_pool(x_gpu.feats, rel, mode)
+    y = cuda_pool.map_pool(x_gpu.feats, rel, mode)
     np.testing.assert_allclose(np.array(y), np.array(ref.feats), rtol=1e-5, atol=1e-5)
     wt = mx.array(np.random.default_rng(16).normal(size=(rel.out_count, 6)).astype(np.float32))
-    g = mx.grad(lambda v: (cuda.map_pool(v, rel, mode) * wt).sum())(x_gpu.feats)
+    g = mx.grad(lambda v: (cuda_pool.map_pool(v, rel, mode) * wt).sum())(x_gpu.feats)
     r = mx.grad(
         lambda v: (op(x_cpu.replace(feats=v), kernel_size=k, stride=s, device="cpu").feats * wt).sum()
     )(x_cpu.feats)
@@ -432,9 +437,9 @@ def test_cuda_map_pool_and_its_gradient_match_the_cpu_pooling(mode, k, s):
 
 
 def test_kernel_index_range_is_checked_before_launch():
-    cuda.check_index_range("implicit_gemm", features=2**31 - 1, output=10)
+    cuda_launch.check_index_range("implicit_gemm", features=2**31 - 1, output=10)
     with pytest.raises(ValueError, match=r"\[implicit_gemm\] output has 2,147,483,648 elements; .* below 2\^31"):
-        cuda.check_index_range("implicit_gemm", features=10, output=2**31)
+        cuda_launch.check_index_range("implicit_gemm", features=10, output=2**31)
 
 
 UPSAMPLES = {  # id: (level of the coarse rows, op, arguments)
@@ -532,7 +537,7 @@ def test_cuda_global_max_takes_nan_as_largest_and_the_smallest_tied_row():
         np.float32,
     )
     x = lattice.SparseTensor(coords, mx.array(f))
-    arg = np.array(cuda._global_argmax(x.feats, x.batch_indices, 2))
+    arg = np.array(cuda_pool._global_argmax(x.feats, x.batch_indices, 2))
     np.testing.assert_array_equal(arg, [[1, 2], [8, 6]])
     y = np.array(lattice.ops.global_max_pool(x, device="gpu"))
     ref = np.array(lattice.ops.global_max_pool(x, device="cpu"))

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from conftest import make_cloud
 
+from lattice.backends.cpu import blas
 from lattice.core import SparseTensor
 from lattice.ops import features as F
-from lattice.routing import LinearRequest, Route, route_linear
+from lattice.routing import Backend, LinearRequest, Route, RouteId, route_linear
+from lattice.routing.linear import MLX_MATMUL
 
 RNG = np.random.default_rng(7)
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -146,13 +148,13 @@ def test_linear_gradients_are_analytic():
 
 def test_linear_takes_the_cpu_blas_route(monkeypatch):
     calls = []
-    real = F.cpu.blas_gemm
+    real = blas.blas_gemm
 
     def spy(a, b, *, trans_b=False):
         calls.append((tuple(a.shape), tuple(b.shape), trans_b))
         return real(a, b, trans_b=trans_b)
 
-    monkeypatch.setattr(F.cpu, "blas_gemm", spy)
+    monkeypatch.setattr(blas, "blas_gemm", spy)
     x = _tensor(c=4)
     F.linear(x, mx.ones((2, 4)), device="cpu")
     assert calls == [((x.active_count, 4), (2, 4), True)]
@@ -162,14 +164,14 @@ def test_linear_takes_the_cpu_blas_route(monkeypatch):
 
 
 def test_linear_dispatches_on_the_route_value(monkeypatch):
-    gpu = Route("linear", "gpu", "mlx_matmul", "test")
+    gpu = Route("linear", MLX_MATMUL, "test")
     monkeypatch.setattr(F, "route_linear", lambda req: gpu)
-    monkeypatch.setattr(F.cpu, "blas_gemm", lambda *a, **k: pytest.fail("CPU BLAS used on a GPU route"))
+    monkeypatch.setattr(blas, "blas_gemm", lambda *a, **k: pytest.fail("CPU BLAS used on a GPU route"))
     x = _tensor(c=4)
     w = mx.array(RNG.normal(size=(2, 4)).astype(np.float32))
     np.testing.assert_allclose(np.asarray(F.linear(x, w).feats), np.asarray(x.feats) @ np.asarray(w).T,
                                rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(F, "route_linear", lambda req: Route("linear", "cpu", "magic", "test"))
+    monkeypatch.setattr(F, "route_linear", lambda req: Route("linear", RouteId(Backend.CPU, "magic"), "test"))
     with pytest.raises(RuntimeError, match=r"^\[linear\] route cpu.magic has no implementation"):
         F.linear(x, w)
 

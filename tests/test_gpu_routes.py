@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import lattice
-from lattice.backends import cpu, gpu
+from lattice.backends.cpu import conv as cpu
+from lattice.backends.gpu import conv as gpu
 from lattice.core.quantized import quantize_weight
 from lattice.ops import conv3d, conv_transpose3d, generative_conv_transpose3d, subm_conv3d
 

@@ -190,7 +190,7 @@ def test_lazy_rows_is_scoped_and_off_by_default():
 @needs_cuda
 @pytest.mark.parametrize("stride", [(2, 2, 2), (3, 1, 2)])
 def test_cuda_downsample_lazy_buffer_matches_the_eager_set(stride):
-    from lattice.backends import cuda
+    from lattice.backends.cuda import coords as cuda
 
     coords = mx.array(np.asarray(exact_tensor(n=900).coords))
     down_e, inv_e, none = cuda.downsample(coords, stride)

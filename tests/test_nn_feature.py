@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from conftest import make_cloud
 
+from lattice.backends.cpu import blas
 from lattice.core import SparseTensor
 from lattice.nn import feature as L
-from lattice.ops import features as F
 
 RNG = np.random.default_rng(3)
 
@@ -61,8 +61,8 @@ def test_module_matches_parent_on_features(ours, parent, args):
 
 def test_linear_parameters_and_route(monkeypatch):
     calls = []
-    real = F.cpu.blas_gemm
-    monkeypatch.setattr(F.cpu, "blas_gemm", lambda a, b, **k: calls.append(a.shape) or real(a, b, **k))
+    real = blas.blas_gemm
+    monkeypatch.setattr(blas, "blas_gemm", lambda a, b, **k: calls.append(a.shape) or real(a, b, **k))
     lin = L.Linear(4, 6)
     assert set(lin.parameters()) == {"weight", "bias"} and lin.weight.shape == (6, 4)
     assert set(L.Linear(4, 6, bias=False).parameters()) == {"weight"}

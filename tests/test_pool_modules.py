@@ -170,7 +170,7 @@ def test_a_small_network_trains_through_every_module():
 
 def test_routes_are_pure_values():
     req = PoolRequest(op="max_pool3d", mode="max", dtype="float32", channels=32, kernel_size=(2, 2, 2),
-                      stride=(2, 2, 2), dilation=(1, 1, 1), n_in=100, n_out=20, edges=100, device="gpu")
+                      stride=(2, 2, 2), dilation=(1, 1, 1), n_in=100, device="gpu")
     cpu_only = Capability((Tier.CPU,), ("cpu",))
     route = route_pool(req, cpu_only)
     assert route == route_pool(req, cpu_only) and route.name == "cpu.segment_reduce"

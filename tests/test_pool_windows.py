@@ -22,7 +22,7 @@ from test_pool import ALL_CLOUDS, cloud_coords, scan_cloud
 from typer.testing import CliRunner
 
 from lattice import _ext, ops
-from lattice.backends import cpu_pool
+from lattice.backends.cpu import pool as cpu_pool
 from lattice.core import KernelSpec, RelationKind, SparseTensor, lookup_coords
 from lattice.routing import Capability, PoolRequest, Tier, route_pool
 from lattice.routing.explain import explain
@@ -227,7 +227,7 @@ def test_route_names_window_reduce():
 
 def test_route_function_is_pure():
     req = PoolRequest(op="max_pool3d", mode="max", dtype="float32", channels=32, kernel_size=(2, 2, 2),
-                      stride=(2, 2, 2), dilation=(1, 1, 1), n_in=100, n_out=60, edges=100, windows=True)
+                      stride=(2, 2, 2), dilation=(1, 1, 1), n_in=100, windows=True)
     assert route_pool(req) == route_pool(req) and route_pool(req).name == "cpu.window_reduce"
     gpu = route_pool(PoolRequest(**{**req.__dict__, "device": "gpu"}), Capability((Tier.CPU,), ("cpu",)))
     assert gpu.name == "cpu.window_reduce" and gpu.rejected[0].backend.startswith("gpu")

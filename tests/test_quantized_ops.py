@@ -15,9 +15,10 @@ from reference import conv as rconv
 
 import lattice
 from lattice import ops
-from lattice.backends import cpu, cuda, gpu
 from lattice.core import SparseTensor
 from lattice.core.quantized import dequantize_mapped, dequantize_weight, quantize_weight
+from lattice.routing.conv import CONV
+from lattice.routing.linear import DEQUANT_BLAS_GEMM, LINEAR
 
 # ---- every op kind ----------------------------------------------------------------------------
 
@@ -95,10 +96,9 @@ def test_ops_dispatch_the_packed_route_explain_reports(monkeypatch):
         q = quantize_weight(rand_weight((4, k, k, k, 8)), bits=8)
         route = lattice.explain(ops.conv3d, x, q, **kwargs)
         called = []
-        for backend, table in (("cpu", cpu.CONV), ("gpu", gpu.CONV), ("cuda", cuda.CONV)):
-            for name, fn in list(table.items()):
-                spy = lambda *a, _n=f"{backend}.{name}", _f=fn, _c=called: _c.append(_n) or _f(*a)  # noqa: E731
-                monkeypatch.setitem(table, name, spy)
+        for rid, fn in list(CONV.impls.items()):
+            spy = lambda *a, _n=rid.name, _f=fn, _c=called: _c.append(_n) or _f(*a)  # noqa: E731
+            monkeypatch.setitem(CONV.impls, rid, spy)
         ops.conv3d(x, q, **kwargs)
         assert called == [route.name]
         monkeypatch.undo()
@@ -161,17 +161,12 @@ def test_linear_matches_dequantized_and_float(bits, shape):
     np.testing.assert_allclose(as_np(y16), as_np(ops.linear(a, dequantize_weight(q))), rtol=5e-3, atol=5e-3)
 
 
-def test_linear_packed_route_is_reported():
+def test_linear_packed_route_is_reported(monkeypatch):
     q = quantize_weight(rand_weight((8, 16)), bits=8)
     calls = []
-    original = cpu.dequant_blas_gemm
-    from lattice.ops import features as F
-
-    F._LINEAR["cpu.dequant_blas_gemm"] = lambda a, w: calls.append(w) or original(a, w)
-    try:
-        ops.linear(mx.ones((3, 16)), q)
-    finally:
-        F._LINEAR["cpu.dequant_blas_gemm"] = original
+    original = LINEAR.impls[DEQUANT_BLAS_GEMM]
+    monkeypatch.setitem(LINEAR.impls, DEQUANT_BLAS_GEMM, lambda a, w: calls.append(w) or original(a, w))
+    ops.linear(mx.ones((3, 16)), q)
     assert calls == [q]
 
 

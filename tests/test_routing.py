@@ -11,9 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 import lattice
-from lattice.backends import cpu, cuda, gpu
+from lattice.backends import kernels
+from lattice.backends.cuda import conv as cuda_conv
 from lattice.ops import conv3d, conv_transpose3d, subm_conv3d
 from lattice.routing import Capability, ConvRequest, LinearRequest, Tier, route_conv, route_linear
+from lattice.routing.conv import CONV
 from lattice_cli.main import app
 
 
@@ -97,9 +99,8 @@ def test_explain_reports_the_route_the_op_dispatches(monkeypatch, op, kwargs, ks
     w = mx.array(np.random.default_rng(1).normal(size=(5, ksize, ksize, ksize, 4)).astype(np.float32))
     route = lattice.explain(op, x, w, **kwargs)
     called = []
-    for backend, table in (("cpu", cpu.CONV), ("gpu", gpu.CONV), ("cuda", cuda.CONV)):
-        for name, fn in list(table.items()):
-            monkeypatch.setitem(table, name, lambda *a, _n=f"{backend}.{name}", _f=fn: called.append(_n) or _f(*a))
+    for rid, fn in list(CONV.impls.items()):
+        monkeypatch.setitem(CONV.impls, rid, lambda *a, _n=rid.name, _f=fn: called.append(_n) or _f(*a))
     op(x, w, **kwargs)
     assert called == [route.name]
     assert route.facts["n_in"] == x.active_count and route.facts["edges"] > 0
@@ -229,11 +230,12 @@ def test_transposed_back_onto_the_parent_set_reverses_the_forward_relation():
 
 
 def test_coordinate_functions_ask_the_routing_layer(monkeypatch):
-    import lattice.routing.relations as rr
+    import lattice.core.coordsets as cs
+    import lattice.routing.coords as rr
 
     seen = []
     real = rr.route_coordinates
-    monkeypatch.setattr(rr, "route_coordinates", lambda req, cap=None: seen.append(req.op) or real(req, cap))
+    monkeypatch.setattr(cs, "route_coordinates", lambda req, cap=None: seen.append(req.op) or real(req, cap))
     x = _tensor()
     lattice.core.downsample_coords(x, 2)
     lattice.core.lookup_coords(x, np.array(x.coords))
@@ -243,7 +245,7 @@ def test_coordinate_functions_ask_the_routing_layer(monkeypatch):
 
 
 def test_new_coordinate_sets_are_hashed_where_the_routing_layer_says():
-    from lattice.routing.relations import CoordinateRequest, route_coordinates
+    from lattice.routing.coords import CoordinateRequest, route_coordinates
 
     cuda_cap = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
     cpu_cap = Capability((Tier.CPU,), ("cpu",))
@@ -280,14 +282,10 @@ def test_upsampling_and_global_pooling_take_the_cuda_routes_under_the_cuda_tier(
 def test_metal_kernels_are_routed_only_when_opted_in(monkeypatch):
     """Under the Metal tier lattice's kernels (never run on Apple hardware) take every GPU route
     the CUDA tier takes, by the same names on the metal backend, only with LATTICE_METAL_KERNELS=1."""
+    from lattice.routing.coords import CoordinateRequest, route_coordinates
     from lattice.routing.points import PointsRequest, route_points
     from lattice.routing.pool import GlobalPoolRequest, PoolRequest, route_global_pool, route_pool
-    from lattice.routing.relations import (
-        CoordinateRequest,
-        RelationRequest,
-        route_coordinates,
-        route_relation,
-    )
+    from lattice.routing.relations import RelationRequest, route_relation
 
     off = Capability((Tier.CPU, Tier.GPU_METAL), ("cpu",), "metal")
     on = replace(off, metal_kernels=True)
@@ -301,7 +299,7 @@ def test_metal_kernels_are_routed_only_when_opted_in(monkeypatch):
          "hash_map_submanifold"),
         (lambda c: route_coordinates(CoordinateRequest("insert", 100, "gpu"), c), "hash_set_checked"),
         (lambda c: route_pool(PoolRequest("max_pool3d", "max", "float32", 4, (2, 2, 2), (2, 2, 2), (1, 1, 1),
-                                          100, 20, 100, device="gpu"), c), "map_pool"),
+                                          100, device="gpu"), c), "map_pool"),
         (lambda c: route_global_pool(GlobalPoolRequest("global_pool", "sum", "float32", 4, 100, 2, "gpu"), c),
          "batch_atomic_reduce"),
         (lambda c: route_points(PointsRequest("voxelize", 100, 4, device="gpu"), c), "hash_quantize"),
@@ -314,7 +312,7 @@ def test_metal_kernels_are_routed_only_when_opted_in(monkeypatch):
         rejected = [r for r in fallback.rejected if r.backend == "metal"]
         assert rejected and "LATTICE_METAL_KERNELS=1" in rejected[0].predicate
     # the kernels are then built in the Metal dialect, without the CUDA-only tensor cores
-    monkeypatch.setattr(cuda, "capability", lambda: on)
-    assert cuda.dialect() == "metal" and not cuda.uses_tensor_cores(mx.float16, 16)
-    monkeypatch.setattr(cuda, "capability", lambda: cuda_cap)
-    assert cuda.dialect() == "cuda" and cuda.uses_tensor_cores(mx.float16, 16)
+    monkeypatch.setattr(kernels, "capability", lambda: on)
+    assert kernels.dialect() == "metal" and not cuda_conv.uses_tensor_cores(mx.float16, 16)
+    monkeypatch.setattr(kernels, "capability", lambda: cuda_cap)
+    assert kernels.dialect() == "cuda" and cuda_conv.uses_tensor_cores(mx.float16, 16)

@@ -5,7 +5,7 @@
                                   [--resources] [--dump DIR]
 
 What is compiled. For every ``//@kernel`` block of ``cuda/*.cu`` and every variant that
-``lattice/backends/cuda.py`` launches (``_variants`` below: the input dtypes and the
+``lattice/backends/cuda/`` launches (``_variants`` below: the input dtypes and the
 ``template=`` values of each ``_launch``), the source ``mx.fast.cuda_kernel`` builds at its
 first launch (MLX 0.32.4, ``mlx/backend/cuda/custom_kernel.cpp``: ``build_kernel``):
 
@@ -51,7 +51,7 @@ with ``pip install '.[ci]'``.
 What it does not check: anything at run time (launch bounds, shared-memory limits past
 the static 48 KiB, results). Those need the GPU (``tests/test_cuda_routes.py`` there).
 The variant table is checked against the code: every ``_launch("family", "name", ...)``
-of ``lattice/backends/cuda.py`` and every ``//@kernel`` of ``cuda/*.cu`` must have an entry.
+of ``lattice/backends/cuda/*.py`` and every ``//@kernel`` of ``cuda/*.cu`` must have an entry.
 
 ``--source-root`` reads ``cuda/`` and ``kernels/`` of another folder (a copy: the test that
 breaks one) through the same ``lattice.backends.kernels`` functions. ``--resources``
@@ -85,7 +85,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# ---- what lattice/backends/cuda.py launches --------------------------------------------------
+# ---- what lattice/backends/cuda/ launches ---------------------------------------------------
 
 FLOATS = ("float32", "float16", "bfloat16")
 # MLX's dtype_to_cuda_type for the dtypes our kernels see.
@@ -113,7 +113,7 @@ class Variant:
 
 def _variants() -> dict[str, list[Variant]]:
     # The tensor-core kernel's pipeline depth is computed by the route itself.
-    from lattice.backends.cuda import _mma_stages
+    from lattice.backends.cuda.conv import _mma_stages
 
     size = {"float32": 4, "float16": 2, "bfloat16": 2}
     v = {
@@ -160,10 +160,12 @@ def _variants() -> dict[str, list[Variant]]:
 
 
 def launched_kernels(path: Path) -> set[tuple[str, str]]:
-    """(family, name) of every ``_launch("family", "name", ...)`` in ``path``."""
+    """(family, name) of every ``launch("family", "name", ...)`` in the Python files of the
+    package folder ``path`` (``lattice/backends/cuda/``)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_launch" and len(node.args) >= 2:
+    nodes = (n for f in sorted(path.glob("*.py")) for n in ast.walk(ast.parse(f.read_text())))
+    for node in nodes:
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "launch" and len(node.args) >= 2:
             fam, name = node.args[0], node.args[1]
             if isinstance(fam, ast.Constant) and isinstance(name, ast.Constant):
                 found.add((fam.value, name.value))
@@ -585,11 +587,11 @@ def run_checks(args, kernels, root: Path, nvrtc: Nvrtc, mlx: MlxCuda, t0: float)
             problems.append(
                 f"FAIL {path.relative_to(root)}:{name}: no variants in tools/check_kernels.py _variants"
             )
-    cuda_py = Path(sys.modules["lattice.backends.cuda"].__file__)
+    cuda_glue = Path(sys.modules["lattice.backends.cuda"].__file__).parent
     families = {p.stem for p in declared.values()}
-    for fam, name in sorted(launched_kernels(cuda_py)):
+    for fam, name in sorted(launched_kernels(cuda_glue)):
         if fam not in families or (name != "*" and name not in declared):
-            problems.append(f"FAIL lattice/backends/cuda.py launches {fam}.{name}, which cuda/{fam}.cu lacks")
+            problems.append(f"FAIL lattice/backends/cuda/ launches {fam}.{name}, which cuda/{fam}.cu lacks")
 
     jobs = []
     for name, path in sorted(declared.items(), key=lambda kv: (kv[1].name, kv[0])):

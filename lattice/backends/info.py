@@ -36,6 +36,6 @@ def backend_info() -> BackendInfo:
         cpu_threads=_ext.num_threads(),
         blas=_ext.blas_vendor(),
         gpu=cap.gpu_name,
-        gpu_kernels=cap.kernel_backend,
+        gpu_kernels=None if cap.kernel_backend is None else str(cap.kernel_backend),
         platform=f"{platform.system()} {platform.machine()}",
     )

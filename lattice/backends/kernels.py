@@ -27,6 +27,9 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from lattice.routing.device import capability
+from lattice.routing.types import Backend
+
 _DIALECT = {"cuda": ("cuda", "dialect.cuh", ".cu"), "metal": ("metal", "dialect.metal", ".metal")}
 
 
@@ -82,6 +85,13 @@ def parse_entries(text: str, origin: str) -> dict[str, KernelEntry]:
             cur["body"].append(line)
     close()
     return entries
+
+
+def dialect() -> str:
+    """The dialect the kernels are built in: 'metal' where the routing layer sends this
+    process's GPU routes to lattice's Metal kernels (LATTICE_METAL_KERNELS=1 on Apple
+    silicon), else 'cuda'."""
+    return "metal" if capability().kernel_backend == Backend.METAL else "cuda"
 
 
 @functools.cache

@@ -1,8 +1,13 @@
-"""Coordinate manager: owns coordinate sets (with their native hash tables) and
-caches the relations between them.
+"""Coordinate manager: a cache of coordinate sets (with their native and GPU hash tables),
+their downsamples and the relations between them.
 
 A manager is explicit — a key on each tensor — never a hidden global. Tensors
 derived from one input share their manager, so a U-Net builds each relation once.
+
+It chooses no route and holds no builder: a set it does not hash yet, or a relation it
+does not hold yet, is built where the routing layer says (``lattice.routing.coords.
+build_set``, ``lattice.routing.relations.build_relation``) by the backends' builders,
+which register what they make here (``adopt``, ``add_gpu_set``, ``store_downsample``).
 """
 
 from __future__ import annotations
@@ -17,8 +22,14 @@ import numpy as np
 from lattice import _ext
 from lattice.core._checks import Triple, coords_array, int_triple
 from lattice.core.kernel import KernelSpec
-from lattice.core.relation import KernelRelation, RelationEdges, RelationKind, WindowMap
-from lattice.core.rows import RowCount, lazy_rows_enabled
+from lattice.core.relation import KernelRelation, RelationKind, WindowMap
+from lattice.core.rows import RowCount
+from lattice.routing.coords import build_set
+from lattice.routing.relations import build_relation
+
+# rows per downsample cell up to which the native downsample groups the rows by cell
+# (an occupancy mask of 32 bits per cell: csrc/backend/cpu/coords.h, kMaxWindowVolume)
+MAX_WINDOW_VOLUME = 32
 
 _manager_ids = itertools.count()
 
@@ -70,7 +81,7 @@ class CoordinateManager:
         self._next_id = itertools.count()
         self._tables: dict[int, _ext.CoordTable | _Pending] = {}
         self._cpu_tables: dict[int, _ext.CoordTable] = {}  # of GPU-made sets, built on first CPU use
-        self._gpu_tables: dict[int, object] = {}  # lattice.backends.cuda.GpuTable, built on first GPU use
+        self._gpu_tables: dict[int, object] = {}  # lattice.backends.cuda.coords.GpuTable, built on first GPU use
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
         self._downsampled: dict[tuple[int, Triple], Downsample] = {}
@@ -89,31 +100,26 @@ class CoordinateManager:
         not) and its CPU table is built only if a CPU route asks; an invalid set is
         re-checked by the CPU builder, whose error names the offending rows.
         """
-        from lattice.routing import requested_device
-        from lattice.routing.relations import CoordinateRequest, route_coordinates
-
         coords = coords_array(coords, op)
         stride = int_triple(stride, "stride", op, minimum=1)
-        route = route_coordinates(CoordinateRequest("insert", int(coords.shape[0]), requested_device(None)))
-        if route.require("cpu.hash_set", "cuda.hash_set_checked", "metal.hash_set_checked").backend != "cpu":
-            from lattice.backends import cuda
-
-            gpu_table, valid = cuda.build_checked_table(coords)
-            if valid:
-                return self.adopt(gpu_table, stride)
-        return self._register(_ext.build_table(coords, op), stride)
+        return self.adopt(build_set(coords, op), stride)
 
     def adopt(self, table, stride=1) -> CoordinateMapKey:
         """Registers a table made by lattice's own coordinate functions (quantize, union,
         dedup: unique rows by construction) without hashing its rows again: a native table,
-        or a GPU table (``lattice.backends.cuda.GpuTable``) of a set known to be valid, whose
-        CPU table is built only if a CPU route asks."""
+        or a GPU table (``lattice.backends.cuda.coords.GpuTable``) of a set known to be valid,
+        whose CPU table is built only if a CPU route asks."""
         stride = int_triple(stride, "stride", "CoordinateManager.adopt", minimum=1)
         if isinstance(table, _ext.CoordTable):
             return self._register(table, stride)
         key = self._register(_Pending(table.coords), stride)
         self._gpu_tables[key.id] = table
         return key
+
+    def add_gpu_set(self, coords: mx.array, stride, count: RowCount | None = None) -> CoordinateMapKey:
+        """Registers unique rows made by a GPU builder (no table yet: its CPU table is built on
+        first CPU use). ``count``: the lazy count of an upper-bound buffer (``lazy_rows``)."""
+        return self._register(_Pending(coords, count), tuple(stride))
 
     def intern(self, coords, stride=1, *, op: str = "CoordinateManager.intern") -> CoordinateMapKey:
         """Like ``insert``, but the same coordinates at the same stride give the same key.
@@ -166,17 +172,14 @@ class CoordinateManager:
             hit = self._cpu_tables[key_id] = _ext.build_table(coords, "CoordinateManager")
         return hit
 
-    def gpu_table(self, key: CoordinateMapKey):
-        """The GPU hash table of a set (lattice.backends.cuda), built on first use and kept."""
+    def gpu_table(self, key: CoordinateMapKey, build):
+        """The GPU hash table of a set, made by ``build(coords, count)`` on first use and kept
+        (``lattice.backends.cuda.coords.gpu_table`` passes the GPU table builder)."""
         self.check_key(key)
         hit = self._gpu_tables.get(key.id)
         if hit is None:
-            from lattice.backends import cuda
-
             count = self.row_count(key)
-            hit = self._gpu_tables[key.id] = cuda.build_table(
-                self.coords(key), None if count is None else count.array
-            )
+            hit = self._gpu_tables[key.id] = build(self.coords(key), None if count is None else count.array)
         return hit
 
     def coords(self, key: CoordinateMapKey) -> mx.array:
@@ -217,38 +220,53 @@ class CoordinateManager:
         """Number of cached relations."""
         return len(self._relations)
 
-    def downsample(self, key: CoordinateMapKey, stride, *, gpu: bool = False) -> CoordinateMapKey:
-        """Key of ``unique(floor(coords / stride))`` at level ``key.stride * stride`` (cached).
-
-        Rows keep first-occurrence order on either device; ``gpu`` deduplicates with the
-        GPU hash table (the new set's CPU table is built only if a CPU route asks).
-        """
+    def downsample(self, key: CoordinateMapKey, stride) -> CoordinateMapKey:
+        """Key of ``unique(floor(coords / stride))`` at level ``key.stride * stride`` (cached;
+        rows in first-occurrence order). Made by the native core unless a GPU builder stored
+        one first (``store_downsample``)."""
         stride = int_triple(stride, "stride", "downsample", minimum=1)
         self.check_key(key, "downsample")
         if stride == (1, 1, 1):
             return key
-        return self._downsample(key, stride, gpu).out_key
+        return self._downsample(key, stride).out_key
 
-    def _downsample(self, key: CoordinateMapKey, stride: Triple, gpu: bool = False) -> Downsample:
-        cache = (key.id, stride)
-        hit = self._downsampled.get(cache)
+    def _downsample(self, key: CoordinateMapKey, stride: Triple) -> Downsample:
+        hit = self._downsampled.get((key.id, stride))
         if hit is None:
             level = tuple(a * b for a, b in zip(key.stride, stride, strict=True))
-            if gpu:
-                from lattice.backends import cuda
-
-                count = self.row_count(key)
-                coords, inverse, out_count = cuda.downsample(
-                    self.coords(key), stride, None if count is None else count.array, lazy=lazy_rows_enabled()
-                )
-                pending = _Pending(coords, None if out_count is None else RowCount(out_count))
-                hit = self._downsampled[cache] = Downsample(self._register(pending, level), inverse, None)
-            else:
-                table, inverse, rows, out = _ext.downsample(self._cpu_table(key.id), stride)
-                out_key = self._register(table, level)
-                windows = None if rows is None else WindowMap(key, out_key, rows, out, table.size)
-                hit = self._downsampled[cache] = Downsample(out_key, inverse, windows)
+            table, inverse, rows, out = _ext.downsample(self._cpu_table(key.id), stride)
+            out_key = self._register(table, level)
+            windows = None if rows is None else WindowMap(key, out_key, rows, out, table.size)
+            hit = self._downsampled[(key.id, stride)] = Downsample(out_key, inverse, windows)
         return hit
+
+    def cached_downsample(self, key: CoordinateMapKey, stride: Triple) -> Downsample | None:
+        """The downsample of ``key`` by ``stride`` if the manager holds it."""
+        return self._downsampled.get((key.id, tuple(stride)))
+
+    def store_downsample(
+        self, key, stride: Triple, out_key: CoordinateMapKey, inverse: mx.array
+    ) -> Downsample:
+        """Keeps a downsample a GPU builder made (no window map)."""
+        hit = self._downsampled[(key.id, tuple(stride))] = Downsample(out_key, inverse, None)
+        return hit
+
+    def downsample_inverse(self, key: CoordinateMapKey, stride: Triple) -> mx.array:
+        """Every row's row in the downsample by ``stride`` (made as ``downsample`` makes it)."""
+        return self._downsample(key, tuple(stride)).inverse
+
+    def has_windows(self, key: CoordinateMapKey, spec: KernelSpec) -> bool:
+        """Whether ``windows(key, spec)`` gives a window map, without making it: the windows
+        are the downsample's cells, of at most 32 lattice points, and the downsample is not
+        one a GPU builder made."""
+        if not spec.cell_windows:
+            return False
+        if spec.stride == (1, 1, 1):
+            return True
+        hit = self.cached_downsample(key, spec.stride)
+        if hit is not None:
+            return hit.windows is not None
+        return spec.stride[0] * spec.stride[1] * spec.stride[2] <= MAX_WINDOW_VOLUME
 
     def windows(self, key: CoordinateMapKey, spec: KernelSpec) -> WindowMap | None:
         """The rows of ``key`` grouped by the windows of ``spec`` when they are the cells of its
@@ -295,85 +313,20 @@ class CoordinateManager:
         return hit
 
     def _build(self, kind, in_key, spec, target_key, op, device=None) -> KernelRelation:
-        from lattice.routing import requested_device
-        from lattice.routing.relations import RelationRequest, route_relation
-
-        exclusive = self._exclusive(kind, in_key, spec, target_key)
-        route = route_relation(
-            RelationRequest(
-                op, kind.value, self.capacity(in_key), spec.volume, device=requested_device(device),
-                exclusive=exclusive,
-            )
-        )
-        route.require(  # the relation builders of this build
-            "cpu.hash_relation_symmetric",
-            "cpu.hash_relation_input_driven",
-            "cpu.hash_relation_scatter",
-            "cpu.hash_relation_exclusive",
-            "cuda.hash_map_submanifold",
-            "cuda.hash_map_probe",
-            "metal.hash_map_submanifold",
-            "metal.hash_map_probe",
-        )
         self._check_relation(kind, in_key, spec, target_key, op)
-        if route.backend != "cpu":
-            from lattice.backends.cuda import NotRepresentable
-
-            try:
-                return self._build_gpu(kind, in_key, spec, target_key, route)
-            except NotRepresentable:
-                pass  # the CPU builder raises the precise error
-        table = self._cpu_table(in_key.id)
-        if kind is RelationKind.SUBMANIFOLD:
-            arrays, out_key = self._build_submanifold(table, in_key, spec, target_key, op)
-        elif kind in (RelationKind.FORWARD, RelationKind.TARGET):
-            arrays, out_key = self._build_forward(table, kind, in_key, spec, target_key, op, exclusive)
-        else:
-            arrays, out_key = self._build_transposed(table, kind, in_key, spec, target_key, op, exclusive)
-        in_rows, out_rows, counts = arrays[:3]
-        return self._relation_value(
-            kind, spec, in_key, out_key, route, spec.offsets(), edges=RelationEdges(in_rows, out_rows, counts)
-        )
-
-    def _relation_value(self, kind, spec, in_key, out_key, route, offsets, *, edges=None, nmap=None):
+        route, out_key, edges, nmap = build_relation(self, kind, in_key, spec, target_key, op, device)
         return KernelRelation(
             kind=kind,
             spec=spec,
             in_key=in_key,
             out_key=out_key,
             out_coords=self.coords(out_key),
-            kernel_offsets=offsets,
+            kernel_offsets=spec.offsets(),
             in_count=self.capacity(in_key),
             built_edges=edges,
             built_map=nmap,
             route=route,
         )
-
-    def _build_gpu(self, kind, in_key, spec, target_key, route) -> KernelRelation:
-        """Dense neighbour map built by the CUDA kernels: the input's GPU hash table, the
-        output set deduplicated on the GPU where the relation generates it, one probe per
-        (output row, offset). No coordinates leave the GPU (two scalar reads: set sizes)."""
-        from lattice.backends import cuda
-
-        offsets = spec.offsets()
-        table = self.gpu_table(in_key)
-        if kind is RelationKind.SUBMANIFOLD:
-            out_key = in_key
-            nmap = cuda.submanifold_map(table, offsets)
-        else:
-            transposed = kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE)
-            if target_key is not None:
-                out_key = target_key
-            elif transposed:
-                level = self._transposed_level(in_key.stride, spec.stride, "relation")
-                coords = cuda.generated_support(self.live_coords(in_key), offsets, spec.stride, spec.padding)
-                out_key = self._register(_Pending(coords), level)
-            else:
-                out_key = self.downsample(in_key, spec.stride, gpu=True)
-            nmap = cuda.probe_map(
-                table, self.coords(out_key), offsets, spec.stride, spec.padding, transposed=transposed
-            )
-        return self._relation_value(kind, spec, in_key, out_key, route, offsets, nmap=nmap)
 
     def _check_relation(self, kind, in_key, spec, target_key, op) -> None:
         """Argument rules shared by every builder."""
@@ -401,11 +354,11 @@ class CoordinateManager:
                     f"[{op}] generative relations take no padding or dilation, got padding "
                     f"{spec.padding} dilation {spec.dilation}"
                 )
-            level = self._transposed_level(in_key.stride, spec.stride, op)
+            level = transposed_level(in_key.stride, spec.stride, op)
             if target_key is not None:
                 self._check_level(target_key, level, op)
 
-    def _exclusive(self, kind, in_key, spec, target_key) -> bool:
+    def exclusive(self, kind, in_key, spec, target_key) -> bool:
         """Non-overlapping windows between a set and its downsample (even kernel == stride,
         no padding or dilation): the downsample's point->row map is the relation."""
         if not spec.cell_windows:
@@ -417,47 +370,17 @@ class CoordinateManager:
             return hit is not None and hit.out_key == in_key
         return False
 
-    def _build_submanifold(self, table, in_key, spec, target_key, op):
-        return _ext.relation_submanifold(table, spec.size, spec.dilation), in_key
-
-    def _build_forward(self, table, kind, in_key, spec, target_key, op, exclusive):
-        out_key = self.downsample(in_key, spec.stride) if kind is RelationKind.FORWARD else target_key
-        if exclusive:
-            if spec.stride == (1, 1, 1):
-                inverse = mx.arange(table.size, dtype=mx.int32)
-            else:
-                # (a downsample made on the GPU from a lazily counted set has -1 past its count)
-                inverse = self._downsample(in_key, spec.stride).inverse[: table.size]
-            return _ext.relation_exclusive(table, inverse, spec.stride), out_key
-        arrays = _ext.relation_forward(
-            table, self._cpu_table(out_key.id), spec.size, spec.stride, spec.padding, spec.dilation
-        )
-        return arrays, out_key
-
-    def _build_transposed(self, table, kind, in_key, spec, target_key, op, exclusive):
-        level = self._transposed_level(in_key.stride, spec.stride, op)
-        if exclusive:
-            # Back onto the set this one was downsampled from: the forward relation of
-            # that set, edges reversed (same offsets).
-            fwd = self.relation(RelationKind.FORWARD, target_key, spec, op=op, device="cpu")
-            return (fwd.edges.out_rows, fwd.edges.in_rows, fwd.counts), target_key
-        target_table = None if target_key is None else self._cpu_table(target_key.id)
-        arrays = _ext.relation_transposed(
-            table, target_table, spec.size, spec.stride, spec.padding, spec.dilation
-        )
-        out_key = target_key if target_key is not None else self._register(arrays[3], level)
-        return arrays, out_key
-
-    @staticmethod
-    def _transposed_level(in_stride: Triple, stride: Triple, op: str) -> Triple:
-        if any(a % b for a, b in zip(in_stride, stride, strict=True)):
-            raise ValueError(
-                f"[{op}] tensor stride {in_stride} is not divisible by the transposed stride {stride}"
-            )
-        return tuple(a // b for a, b in zip(in_stride, stride, strict=True))
-
     def _check_level(self, key: CoordinateMapKey, level: Triple, op: str) -> None:
         if key.stride != tuple(level):
             raise ValueError(
                 f"[{op}] target stride must be {tuple(level)} for this relation, got {key.stride}"
             )
+
+
+def transposed_level(in_stride: Triple, stride: Triple, op: str) -> Triple:
+    """The level a transposed relation lands on: ``in_stride / stride`` (which must divide)."""
+    if any(a % b for a, b in zip(in_stride, stride, strict=True)):
+        raise ValueError(
+            f"[{op}] tensor stride {in_stride} is not divisible by the transposed stride {stride}"
+        )
+    return tuple(a // b for a, b in zip(in_stride, stride, strict=True))

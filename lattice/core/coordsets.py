@@ -15,6 +15,8 @@ import numpy as np
 from lattice import _ext
 from lattice.core._checks import coords_array, int_triple
 from lattice.core.tensor import SparseTensor
+from lattice.routing.coords import CoordinateRequest, route_coordinates
+from lattice.routing.registry import dispatch
 
 
 @dataclass(frozen=True)
@@ -28,32 +30,38 @@ class CoordinateSet:
         return self.active_rows
 
 
-def _route(op: str, x) -> None:
-    """Coordinate functions have one implemented route (the CPU hash table); asking keeps
-    the decision in the routing layer, where ``lattice explain`` and GPU routes find it."""
-    from lattice.routing.relations import CoordinateRequest, route_coordinates
-
+def _route(op: str, x):
+    """The route of a coordinate function (the CPU hash table or the Morton kernel): asking
+    keeps the decision in the routing layer, where ``lattice explain`` and GPU routes find it."""
     n = x.active_count if isinstance(x, SparseTensor) else len(x) if isinstance(x, CoordinateSet) else -1
-    route_coordinates(CoordinateRequest(op, n)).require("cpu.hash_set", "cpu.morton")
+    return route_coordinates(CoordinateRequest(op, n))
 
 
-def _table(x, op: str, name: str = "coords"):
-    """The native table of a SparseTensor (cached) or of a coordinate array (built)."""
-    _route(op, x)
-    if isinstance(x, SparseTensor):
-        return x.coord_manager.table(x.coord_key)
-    if isinstance(x, CoordinateSet):
-        x = x.coords[: x.active_rows]
-    return _ext.build_table(coords_array(x, op, name), op)
-
-
-def _coords(x, op: str, name: str = "coords") -> mx.array:
-    _route(op, x)
+def _rows(x, op: str, name: str) -> mx.array:
     if isinstance(x, SparseTensor):
         return x.coords[: x.active_count]
     if isinstance(x, CoordinateSet):
         return x.coords[: x.active_rows]
     return coords_array(x, op, name)
+
+
+def _table(x, op: str, name: str = "coords"):
+    """The table of a SparseTensor (its manager's, cached) or of coordinates (built by the route)."""
+    route = _route(op, x)
+    if isinstance(x, SparseTensor):
+        return x.coord_manager.table(x.coord_key)
+    return dispatch(route, _rows(x, op, name), op)
+
+
+def _coords(x, op: str, name: str = "coords") -> mx.array:
+    """The rows of ``x`` in the form the route of ``op`` reads them (the Morton functions:
+    the rows themselves)."""
+    return dispatch(_route(op, x), _rows(x, op, name), op)
+
+
+def _queries(x, op: str, name: str) -> mx.array:
+    """Rows looked up in a table (not a set: they may repeat)."""
+    return _rows(x, op, name)
 
 
 def _set(table) -> CoordinateSet:
@@ -80,7 +88,7 @@ def intersection_coords(lhs, rhs) -> CoordinateSet:
 
 def lookup_coords(coords, queries) -> mx.array:
     """Row of each query in ``coords`` (int32), -1 where absent."""
-    return _ext.lookup(_table(coords, "lookup_coords"), _coords(queries, "lookup_coords", "queries"))
+    return _ext.lookup(_table(coords, "lookup_coords"), _queries(queries, "lookup_coords", "queries"))
 
 
 def contains_coords(coords, queries) -> mx.array:
@@ -97,7 +105,7 @@ def inverse_map(source, target) -> mx.array:
     the coarse rows they were pooled into.
     """
     op = "inverse_map"
-    queries = _coords(source, op, "source")
+    queries = _queries(source, op, "source")
     if isinstance(source, SparseTensor) and isinstance(target, SparseTensor):
         if source.stride != target.stride:
             ratio = []
@@ -132,5 +140,5 @@ def morton_sort_coords(coords) -> tuple[mx.array, mx.array]:
 
 def batch_counts_of(coords, batch_size: int | None = None) -> mx.array:
     """Rows per batch index (int32)."""
-    b = np.asarray(_coords(coords, "batch_counts")[:, 0])
+    b = np.asarray(_queries(coords, "batch_counts", "coords")[:, 0])
     return mx.array(np.bincount(b, minlength=batch_size or 0).astype(np.int32))

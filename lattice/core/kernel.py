@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import mlx.core as mx
 
@@ -89,21 +90,10 @@ class KernelGeometry:
 
     spec: KernelSpec
 
-    @property
-    def kernel_size(self) -> Triple:
-        return self.spec.size
-
-    @property
-    def stride(self) -> Triple:
-        return self.spec.stride
-
-    @property
-    def padding(self) -> Triple:
-        return self.spec.padding
-
-    @property
-    def dilation(self) -> Triple:
-        return self.spec.dilation
+    kernel_size = property(attrgetter("spec.size"), doc="Kernel size per axis (a Triple).")
+    stride = property(attrgetter("spec.stride"), doc="Stride per axis (a Triple).")
+    padding = property(attrgetter("spec.padding"), doc="Padding per axis (a Triple).")
+    dilation = property(attrgetter("spec.dilation"), doc="Dilation per axis (a Triple).")
 
 
 def kernel_offsets(kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1) -> mx.array:

@@ -18,7 +18,7 @@ class SparseQuantization:
     ``coords`` (M, 4) int32 unique voxels in first-occurrence order;
     ``inverse_rows`` (N,) the voxel row of every point; ``counts`` (M,) points per voxel.
     ``table``: the hash table of ``coords`` — native (an ``_ext.CoordTable``), or a GPU
-    table (``lattice.backends.cuda.GpuTable``) where voxelize quantised on the GPU — so a
+    table (``lattice.backends.cuda.coords.GpuTable``) where voxelize quantised on the GPU — so a
     caller can register it with ``CoordinateManager.adopt`` instead of hashing the coords again.
     """
 
@@ -27,6 +27,15 @@ class SparseQuantization:
     inverse_rows: mx.array
     counts: mx.array
     table: object = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class PointVoxelMap:
+    """For each point, its voxel rows (-1 where absent) and normalised weights: (N, 8) for
+    linear interpolation, (N, 1) for nearest."""
+
+    rows: mx.array
+    weights: mx.array
 
 
 @dataclass(frozen=True)

@@ -274,16 +274,15 @@ def dequantize_mapped(q: QuantizedWeight, *, dtype: mx.Dtype = mx.float32) -> mx
     raise ValueError(f"[dequantize_mapped] a {q.layout} weight {q.shape} is not a conv weight")
 
 
-def with_packed_forms(table: dict) -> dict:
-    """A conv dispatch table (algorithm -> impl(feats, weight, rel, ...)) plus the packed-weight
-    form of each route, ``dequant_<algorithm>``: the weight dequantized into the mapped
-    layout (tiny, on the CPU stream: ``_unpacked``), then the route itself."""
+def dequantized(impl):
+    """The packed-weight form of a conv route's implementation ``impl(feats, weight, rel)``
+    (its ``dequant_*`` route): the weight dequantized into the mapped layout (tiny, on the
+    CPU stream: ``_unpacked``), then ``impl`` itself."""
 
-    def packed(impl):
-        def run(feats, qweight, rel, **kwargs):
-            return impl(feats, dequantize_mapped(qweight), rel, **kwargs)
+    def run(feats, qweight, rel, **kwargs):
+        return impl(feats, dequantize_mapped(qweight), rel, **kwargs)
 
-        run.__name__ = f"dequant_{impl.__name__}"
-        return run
-
-    return table | {f"dequant_{name}": packed(impl) for name, impl in table.items()}
+    run.__module__ = impl.__module__
+    run.__name__ = f"dequant_{impl.__name__}"
+    run.__qualname__ = f"dequantized({impl.__qualname__})"
+    return run

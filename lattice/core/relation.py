@@ -227,17 +227,19 @@ class NeighborRelation:
     each of its edges.
     """
 
-    offsets: mx.array
+    offsets: mx.array  # (Q + 1,) int32: the CSR row starts
     source_rows: mx.array
     distances: mx.array
 
     @property
-    def query_rows(self) -> mx.array:
-        return _repeat_index(self.counts)
+    def counts(self) -> mx.array:
+        """Neighbours of each query (int32 (Q,))."""
+        return self.offsets[1:] - self.offsets[:-1]
 
     @property
-    def counts(self) -> mx.array:
-        return self.offsets[1:] - self.offsets[:-1]
+    def query_rows(self) -> mx.array:
+        """The query row of each edge (int32)."""
+        return _repeat_index(self.counts)
 
     @property
     def edge_count(self) -> int:

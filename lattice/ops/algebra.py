@@ -197,34 +197,25 @@ def sparse_binary(lhs: SparseTensor, rhs: SparseTensor, op: BinaryOp, *, join: s
     return _binary("sparse_binary", lhs, rhs, op, join, lhs_fill, rhs_fill)
 
 
-def sparse_add(lhs: SparseTensor, rhs: SparseTensor, *, join: str = "outer", lhs_fill: float = 0.0,
-               rhs_fill: float = 0.0) -> SparseTensor:
-    """``lhs + rhs`` (outer join by default: the union, missing rows read 0)."""
-    return _binary("sparse_add", lhs, rhs, "add", join, lhs_fill, rhs_fill)
+def _binary_op(name: str, op: str, join: str, doc: str):
+    """The named elementwise op ``name`` (``_binary`` with ``op`` and a default ``join``)."""
+
+    def fn(lhs: SparseTensor, rhs: SparseTensor, *, join: str = join, lhs_fill: float = 0.0,
+           rhs_fill: float = 0.0) -> SparseTensor:
+        return _binary(name, lhs, rhs, op, join, lhs_fill, rhs_fill)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
 
 
-def sparse_sub(lhs: SparseTensor, rhs: SparseTensor, *, join: str = "outer", lhs_fill: float = 0.0,
-               rhs_fill: float = 0.0) -> SparseTensor:
-    """``lhs - rhs`` (outer join by default)."""
-    return _binary("sparse_sub", lhs, rhs, "sub", join, lhs_fill, rhs_fill)
-
-
-def sparse_mul(lhs: SparseTensor, rhs: SparseTensor, *, join: str = "inner", lhs_fill: float = 0.0,
-               rhs_fill: float = 0.0) -> SparseTensor:
-    """``lhs * rhs`` (inner join by default: the intersection in lhs order)."""
-    return _binary("sparse_mul", lhs, rhs, "mul", join, lhs_fill, rhs_fill)
-
-
-def sparse_maximum(lhs: SparseTensor, rhs: SparseTensor, *, join: str = "inner", lhs_fill: float = 0.0,
-                   rhs_fill: float = 0.0) -> SparseTensor:
-    """Elementwise maximum (inner join by default)."""
-    return _binary("sparse_maximum", lhs, rhs, "maximum", join, lhs_fill, rhs_fill)
-
-
-def sparse_minimum(lhs: SparseTensor, rhs: SparseTensor, *, join: str = "inner", lhs_fill: float = 0.0,
-                   rhs_fill: float = 0.0) -> SparseTensor:
-    """Elementwise minimum (inner join by default)."""
-    return _binary("sparse_minimum", lhs, rhs, "minimum", join, lhs_fill, rhs_fill)
+sparse_add = _binary_op("sparse_add", "add", "outer", "``lhs + rhs`` (outer join by default: the union, missing rows read 0).")
+sparse_sub = _binary_op("sparse_sub", "sub", "outer", "``lhs - rhs`` (outer join by default).")
+sparse_mul = _binary_op(
+    "sparse_mul", "mul", "inner", "``lhs * rhs`` (inner join by default: the intersection in lhs order)."
+)
+sparse_maximum = _binary_op("sparse_maximum", "maximum", "inner", "Elementwise maximum (inner join by default).")
+sparse_minimum = _binary_op("sparse_minimum", "minimum", "inner", "Elementwise minimum (inner join by default).")
 
 
 # ---- concatenation, alignment, reindexing --------------------------------------------------
@@ -455,9 +446,3 @@ for _name, _sparse_fn, _fn, _reverse in (
 SparseTensor.__neg__ = lambda self: with_feats(self, -active_feats(self))
 SparseTensor.__array_ufunc__ = None  # NumPy defers to the reflected operators above
 del _name, _sparse_fn, _fn, _reverse
-
-__all__ = [
-    "align_sparse", "cat", "crop", "prune", "prune_mask", "reindex_sparse", "replace_feature", "sparse_add",
-    "sparse_binary", "sparse_collate", "sparse_from_coordinates", "sparse_maximum", "sparse_minimum",
-    "sparse_mul", "sparse_sub",
-]

@@ -1,7 +1,9 @@
 """Sparse convolutions: forward / target, submanifold, transposed, generative, normalised.
 
-Each op validates, builds (or fetches) its relation from the input's coordinate
-manager, asks the routing layer for a route, and dispatches on it.
+Each op is declared once (``@explainable``): it validates, builds (or fetches) its
+relation from the input's coordinate manager, asks the routing layer for a route and
+returns the plan; calling the op runs the plan (``dispatch`` of its route),
+``lattice.explain`` stops before that.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.backends import cpu, cuda, gpu
 from lattice.core._checks import dtype_name
 from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
@@ -19,6 +20,7 @@ from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
 from lattice.routing import ConvRequest, Route, requested_device, route_conv
 from lattice.routing.explain import explainable
+from lattice.routing.registry import dispatch
 
 
 def mapped_weight(
@@ -96,19 +98,39 @@ def _conv_request(op, x, w, rel, normalized, device, explicit_target=False) -> C
 
 @dataclass(frozen=True)
 class ConvPlan:
-    """What a conv call will do: its relation, mapped weight and route."""
+    """What a conv call will do: its relation, mapped weight and route; ``run`` does it."""
 
     op: str
     route: Route
     relation: KernelRelation
     weight: mx.array | QuantizedWeight
+    x: SparseTensor
+    bias: mx.array | None
     normalized: bool = False
+    eps: float = 1e-8
+
+    def run(self) -> SparseTensor:
+        rel, w, x = self.relation, self.weight, self.x
+        feats = x.run_feats
+        y = dispatch(self.route, feats, w, rel)
+        if self.normalized:
+            # conv(1, W^2): the squared weight summed over C_in, applied to a one-channel input of ones.
+            ones = mx.ones((feats.shape[0], 1), dtype=mx.float32)
+            w2 = mx.sum(mx.square(w.astype(mx.float32)), axis=1, keepdims=True)
+            norm = dispatch(self.route, ones, w2, rel)
+            y = (y.astype(mx.float32) / mx.sqrt(norm + self.eps)).astype(y.dtype)
+        if self.bias is not None:
+            y = y + self.bias.astype(y.dtype)
+        manager = x.coord_manager
+        return SparseTensor(
+            manager.coords(rel.out_key), y, rel.out_key.stride, coord_key=rel.out_key, coord_manager=manager
+        )
 
 
-def _plan(
-    op, x: SparseTensor, weight, bias, kind, spec, coordinates, *, normalized=False, device=None
-) -> ConvPlan:
+def _plan(op, x: SparseTensor, weight, bias, kind, spec, coordinates, *, eps=None, device=None) -> ConvPlan:
+    """The plan of every conv op (``eps`` given: the normalised form)."""
     _check_input(x, op)
+    normalized = eps is not None
     w = mapped_weight(weight, spec, op)
     c_in, c_out = _channels(w)
     if c_in != x.channels:
@@ -117,30 +139,7 @@ def _plan(
         raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
     rel = _relation(x, kind, spec, coordinates, op, device)
     route = route_conv(_conv_request(op, x, w, rel, normalized, device, coordinates is not None))
-    return ConvPlan(op, route, rel, w, normalized)
-
-
-# backend -> algorithm -> impl (lattice's GPU kernels: one implementation, CUDA or Metal dialect)
-_CONV_ROUTES = {"cpu": cpu.CONV, "gpu": gpu.CONV, "cuda": cuda.CONV, "metal": cuda.CONV}
-
-
-def _execute(plan: ConvPlan, x: SparseTensor, bias, eps=1e-8) -> SparseTensor:
-    impl = _CONV_ROUTES[plan.route.backend][plan.route.algorithm]
-    rel, w = plan.relation, plan.weight
-    feats = x.run_feats
-    y = impl(feats, w, rel)
-    if plan.normalized:
-        # conv(1, W^2): the squared weight summed over C_in, applied to a one-channel input of ones.
-        ones = mx.ones((feats.shape[0], 1), dtype=mx.float32)
-        w2 = mx.sum(mx.square(w.astype(mx.float32)), axis=1, keepdims=True)
-        norm = impl(ones, w2, rel)
-        y = (y.astype(mx.float32) / mx.sqrt(norm + eps)).astype(y.dtype)
-    if bias is not None:
-        y = y + bias.astype(y.dtype)
-    manager = x.coord_manager
-    return SparseTensor(
-        manager.coords(rel.out_key), y, rel.out_key.stride, coord_key=rel.out_key, coord_manager=manager
-    )
+    return ConvPlan(op, route, rel, w, x, bias, normalized, 1e-8 if eps is None else eps)
 
 
 def _relation(x, kind, spec, coordinates, op, device=None) -> KernelRelation:
@@ -172,184 +171,55 @@ def _example(kind: str):
     return build
 
 
-def _conv3d_plan(
+@explainable(example=_example("forward"))
+def conv3d(
     x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None, device=None
 ) -> ConvPlan:
+    """Sparse convolution: output on ``unique(floor(coords / stride))`` or on ``coordinates``.
+
+    Edges ``input = output * stride + offset * dilation - padding``; ``weight`` dense
+    ``(C_out, Kx, Ky, Kz, C_in)``, mapped ``(K, C_in, C_out)`` or a packed ``QuantizedWeight``.
+    """
     spec = KernelSpec(kernel_size, stride, padding, dilation, op="conv3d")
     return _plan("conv3d", x, weight, bias, RelationKind.FORWARD, spec, coordinates, device=device)
 
 
-@explainable(_conv3d_plan, example=_example("forward"))
-def conv3d(
-    x, weight, bias=None, *, kernel_size=3, stride=1, padding=0, dilation=1, coordinates=None, device=None
-) -> SparseTensor:
-    """Sparse convolution: output on ``unique(floor(coords / stride))`` or on ``coordinates``."""
-    plan = _conv3d_plan(
-        x,
-        weight,
-        bias,
-        kernel_size=kernel_size,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        coordinates=coordinates,
-        device=device,
-    )
-    return _execute(plan, x, bias)
-
-
-def _subm_plan(
-    x, weight, bias=None, *, kernel_size=3, dilation=1, device=None, _normalized=False, _op="subm_conv3d"
-) -> ConvPlan:
-    spec = KernelSpec(kernel_size, 1, 0, dilation, op=_op)
-    return _plan(
-        _op, x, weight, bias, RelationKind.SUBMANIFOLD, spec, None, normalized=_normalized, device=device
-    )
-
-
-@explainable(_subm_plan, example=_example("subm"))
-def subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, device=None) -> SparseTensor:
+@explainable(example=_example("subm"))
+def subm_conv3d(x, weight, bias=None, *, kernel_size=3, dilation=1, device=None) -> ConvPlan:
     """Submanifold convolution: output support is the input support (odd kernels)."""
-    return _execute(
-        _subm_plan(x, weight, bias, kernel_size=kernel_size, dilation=dilation, device=device), x, bias
-    )
+    return _subm("subm_conv3d", x, weight, bias, kernel_size, dilation, device)
 
 
-def _transpose_plan(
-    x,
-    weight,
-    bias=None,
-    *,
-    kernel_size=2,
-    stride=2,
-    padding=0,
-    dilation=1,
-    coordinates=None,
-    device=None,
-    _normalized=False,
-    _op="conv_transpose3d",
-) -> ConvPlan:
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=_op)
-    return _plan(
-        _op,
-        x,
-        weight,
-        bias,
-        RelationKind.TRANSPOSED,
-        spec,
-        coordinates,
-        normalized=_normalized,
-        device=device,
-    )
-
-
-@explainable(_transpose_plan, example=_example("transposed"))
+@explainable(example=_example("transposed"))
 def conv_transpose3d(
     x, weight, bias=None, *, kernel_size=2, stride=2, padding=0, dilation=1, coordinates=None, device=None
-) -> SparseTensor:
-    """Transposed convolution onto generated support ``unique(s*stride + k*d - p)`` or ``coordinates``."""
-    plan = _transpose_plan(
-        x,
-        weight,
-        bias,
-        kernel_size=kernel_size,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        coordinates=coordinates,
-        device=device,
-    )
-    return _execute(plan, x, bias)
-
-
-def _generative_plan(
-    x,
-    weight,
-    bias=None,
-    *,
-    kernel_size=2,
-    stride=2,
-    coordinates=None,
-    device=None,
-    _normalized=False,
-    _op="generative_conv_transpose3d",
 ) -> ConvPlan:
-    spec = KernelSpec(kernel_size, stride, 0, 1, op=_op)
+    """Transposed convolution onto generated support ``unique(s*stride + k*d - p)`` or ``coordinates``."""
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op="conv_transpose3d")
     return _plan(
-        _op,
-        x,
-        weight,
-        bias,
-        RelationKind.GENERATIVE,
-        spec,
-        coordinates,
-        normalized=_normalized,
-        device=device,
+        "conv_transpose3d", x, weight, bias, RelationKind.TRANSPOSED, spec, coordinates, device=device
     )
 
 
-@explainable(_generative_plan, example=_example("transposed"))
+@explainable(example=_example("transposed"))
 def generative_conv_transpose3d(
     x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, device=None
-) -> SparseTensor:
+) -> ConvPlan:
     """Generative transposed convolution: every coordinate of each input's kernel footprint."""
-    plan = _generative_plan(
-        x, weight, bias, kernel_size=kernel_size, stride=stride, coordinates=coordinates, device=device
-    )
-    return _execute(plan, x, bias)
-
-
-def _nsubm_plan(x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, device=None) -> ConvPlan:
-    return _subm_plan(
-        x,
-        weight,
-        bias,
-        kernel_size=kernel_size,
-        dilation=dilation,
-        device=device,
-        _normalized=True,
-        _op="normalized_subm_conv3d",
+    return _generative(
+        "generative_conv_transpose3d", x, weight, bias, kernel_size, stride, coordinates, device
     )
 
 
-@explainable(_nsubm_plan, example=_example("subm"))
+@explainable(example=_example("subm"))
 def normalized_subm_conv3d(
     x, weight, bias=None, *, kernel_size=3, dilation=1, eps=1e-8, device=None
-) -> SparseTensor:
-    """``conv(X, W) / sqrt(conv(1, W^2) + eps) + b`` on submanifold support."""
-    plan = _nsubm_plan(x, weight, bias, kernel_size=kernel_size, dilation=dilation, eps=eps, device=device)
-    return _execute(plan, x, bias, eps)
-
-
-def _ntranspose_plan(
-    x,
-    weight,
-    bias=None,
-    *,
-    kernel_size=2,
-    stride=2,
-    padding=0,
-    dilation=1,
-    coordinates=None,
-    eps=1e-8,
-    device=None,
 ) -> ConvPlan:
-    return _transpose_plan(
-        x,
-        weight,
-        bias,
-        kernel_size=kernel_size,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        coordinates=coordinates,
-        device=device,
-        _normalized=True,
-        _op="normalized_conv_transpose3d",
-    )
+    """``conv(X, W) / sqrt(conv(1, W^2) + eps) + b`` on submanifold support."""
+    return _subm("normalized_subm_conv3d", x, weight, bias, kernel_size, dilation, device, eps)
 
 
-@explainable(_ntranspose_plan, example=_example("transposed"))
+@explainable(example=_example("transposed"))
 def normalized_conv_transpose3d(
     x,
     weight,
@@ -362,52 +232,27 @@ def normalized_conv_transpose3d(
     coordinates=None,
     eps=1e-8,
     device=None,
-) -> SparseTensor:
-    """Normalised transposed convolution (see ``normalized_subm_conv3d``)."""
-    plan = _ntranspose_plan(
-        x,
-        weight,
-        bias,
-        kernel_size=kernel_size,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        coordinates=coordinates,
-        eps=eps,
-        device=device,
-    )
-    return _execute(plan, x, bias, eps)
-
-
-def _ngenerative_plan(
-    x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, eps=1e-8, device=None
 ) -> ConvPlan:
-    return _generative_plan(
-        x,
-        weight,
-        bias,
-        kernel_size=kernel_size,
-        stride=stride,
-        coordinates=coordinates,
-        device=device,
-        _normalized=True,
-        _op="normalized_generative_conv_transpose3d",
-    )
+    """Normalised transposed convolution (see ``normalized_subm_conv3d``)."""
+    op = "normalized_conv_transpose3d"
+    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    return _plan(op, x, weight, bias, RelationKind.TRANSPOSED, spec, coordinates, device=device, eps=eps)
 
 
-@explainable(_ngenerative_plan, example=_example("transposed"))
+@explainable(example=_example("transposed"))
 def normalized_generative_conv_transpose3d(
     x, weight, bias=None, *, kernel_size=2, stride=2, coordinates=None, eps=1e-8, device=None
-) -> SparseTensor:
+) -> ConvPlan:
     """Normalised generative transposed convolution (see ``normalized_subm_conv3d``)."""
-    plan = _ngenerative_plan(
-        x,
-        weight,
-        bias,
-        kernel_size=kernel_size,
-        stride=stride,
-        coordinates=coordinates,
-        eps=eps,
-        device=device,
-    )
-    return _execute(plan, x, bias, eps)
+    op = "normalized_generative_conv_transpose3d"
+    return _generative(op, x, weight, bias, kernel_size, stride, coordinates, device, eps)
+
+
+def _subm(op, x, weight, bias, kernel_size, dilation, device, eps=None) -> ConvPlan:
+    spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
+    return _plan(op, x, weight, bias, RelationKind.SUBMANIFOLD, spec, None, device=device, eps=eps)
+
+
+def _generative(op, x, weight, bias, kernel_size, stride, coordinates, device, eps=None) -> ConvPlan:
+    spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
+    return _plan(op, x, weight, bias, RelationKind.GENERATIVE, spec, coordinates, device=device, eps=eps)

@@ -15,11 +15,11 @@ from collections.abc import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
-from lattice.backends import cpu
 from lattice.core._checks import dtype_name
 from lattice.core.quantized import QuantizedWeight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
+from lattice.routing.registry import dispatch
 
 FeatureInput = SparseTensor | mx.array
 GELU_APPROXIMATIONS = ("none", "precise", "tanh", "fast")
@@ -87,29 +87,6 @@ def _positive(value: float, name: str, op: str) -> float:
 # ---- linear ---------------------------------------------------------------------------
 
 
-def _gemm_blas(a: mx.array, w: mx.array) -> mx.array:
-    return cpu.blas_gemm(a, w, trans_b=True)
-
-
-def _gemm_mlx(a: mx.array, w: mx.array) -> mx.array:
-    # the route was chosen for the GPU: run there whatever the default device (when one exists)
-    from lattice.routing.device import capability
-
-    with mx.stream(mx.gpu if _has_gpu(capability()) else mx.default_device()):
-        return mx.matmul(a, w.T)
-
-
-def _has_gpu(cap) -> bool:
-    return len(cap.tiers) > 1
-
-
-_LINEAR = {
-    "cpu.blas_gemm": _gemm_blas,
-    "gpu.mlx_matmul": _gemm_mlx,
-    "cpu.dequant_blas_gemm": cpu.dequant_blas_gemm,  # packed (quantized) weights
-}
-
-
 def _linear_out_channels(weight, c_in: int, op: str) -> int:
     """C_out of a dense ``(out, in)`` weight or a packed linear ``QuantizedWeight``."""
     if isinstance(weight, QuantizedWeight):
@@ -160,11 +137,7 @@ def linear(
     a = feats.reshape(-1, c_in).astype(dtype)
     req = LinearRequest(op=op, dtype=dtype_name(dtype), rows=int(a.shape[0]), c_in=c_in, c_out=c_out,
                         device=requested_device(device), **(weight.route_fields if packed else {}))
-    route = route_linear(req)
-    impl = _LINEAR.get(route.name)
-    if impl is None:
-        raise RuntimeError(f"[{op}] route {route.name} has no implementation in this build")
-    y = impl(a, weight if packed else weight.astype(dtype))
+    y = dispatch(route_linear(req), a, weight if packed else weight.astype(dtype))
     if bias is not None:
         y = y + bias.astype(dtype)
     return _wrap(st, y.reshape(*lead, c_out))
@@ -286,21 +259,3 @@ def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e
     weight = _channel_vector(weight, "weight", c, op)
     eps = _positive(eps, "eps", op)
     return _wrap(st, mx.fast.rms_norm(feats, weight, eps))
-
-
-__all__ = [
-    "active_feats",
-    "batch_norm",
-    "dropout",
-    "gelu",
-    "layer_norm",
-    "leaky_relu",
-    "linear",
-    "relu",
-    "rms_norm",
-    "sigmoid",
-    "silu",
-    "softplus",
-    "tanh",
-    "with_feats",
-]

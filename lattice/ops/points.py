@@ -6,36 +6,26 @@ points widen exactly). Voxel ``i`` of a tensor at stride ``s`` covers
 sampling position for devoxelize.
 
 Routes (``lattice.routing.points``): the native CPU core, or under the CUDA tier lattice's
-kernels (``cuda/points.cu``), which give the same voxels, rows and order.
+kernels (``cuda/points.cu``), which give the same voxels, rows and order. ``voxelize`` and
+``devoxelize`` are declared once (``@explainable``) and return their plan; calling them
+runs it (``dispatch`` of the route), ``lattice.explain`` stops before that.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 import numpy as np
 
-from lattice import _ext
-from lattice.backends import cuda
 from lattice.core._checks import Triple, dtype_name, float_triple, int_triple
 from lattice.core.coordinates import CoordinateManager
-from lattice.core.points import QuantizeInputs, SparseQuantization, native_quantize, quantize_inputs
+from lattice.core.points import PointVoxelMap, QuantizeInputs, SparseQuantization, quantize_inputs
 from lattice.core.tensor import SparseTensor
 from lattice.routing import Route, requested_device
-from lattice.routing.device import KERNEL_BACKENDS
 from lattice.routing.explain import explainable
 from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
-
-
-@dataclass(frozen=True)
-class PointVoxelMap:
-    """For each point, its voxel rows (-1 where absent) and normalised weights: (N, 8) for
-    linear interpolation, (N, 1) for nearest."""
-
-    rows: mx.array
-    weights: mx.array
-
+from lattice.routing.registry import dispatch_or_cpu
 
 # Up to this many channels, per-voxel sums go through NumPy's bincount (one pass per channel):
 # MLX's CPU scatter-add costs ~25 ns per index row whatever the width, bincount ~3 ns per
@@ -156,23 +146,46 @@ def _segment_mode(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
 
 @dataclass(frozen=True)
 class VoxelizePlan:
-    """What voxelize runs: its route, the checked quantisation inputs and the features."""
+    """What voxelize runs: its route (and request), the checked quantisation inputs and the
+    features; ``run`` quantizes and reduces on the route."""
 
     route: Route
+    request: PointsRequest
     inputs: QuantizeInputs
     feats: mx.array | None
-    reduction: str
+    reduction: str | tuple[str, ...]
     level: Triple
+    truncate: bool  # active_rows given: the features past the points' rows are dropped
+    return_index: bool
+
+    def run(self):
+        def reduce(q: SparseQuantization, host_sums: bool) -> mx.array:
+            feats = self.feats
+            if feats is not None and self.truncate:
+                feats = feats[: q.inverse_rows.shape[0]]
+            return _voxelize_features(feats, q, self.reduction, host_sums=host_sums)
+
+        cpu = lambda: route_points(replace(self.request, device="cpu"))  # noqa: E731
+        _, (q, vfeats) = dispatch_or_cpu(self.route, cpu, self.inputs, reduce)
+        # The quantizer's hash table (native, or the GPU table) already holds these unique coords:
+        # register it rather than letting SparseTensor hash them again (about 15 % of the call on
+        # a 200k-point scan on the CPU).
+        manager = CoordinateManager()
+        key = manager.adopt(q.table, self.level)
+        tensor = SparseTensor(q.coords, vfeats, self.level, coord_key=key, coord_manager=manager)
+        return (tensor, q.inverse_rows) if self.return_index else tensor
 
 
-@dataclass(frozen=True)
-class DevoxelizePlan:
-    """The route of devoxelize / build_point_voxel_map."""
+def _voxelize_example(x, req):
+    """``lattice explain voxelize``: the centres of ``x``'s voxels as the points (lazy arrays)."""
+    coords = x.coords[: x.active_count]
+    points = coords[:, 1:].astype(mx.float32) + 0.5
+    feats = mx.zeros((coords.shape[0], req.channels[0]), dtype=getattr(mx, req.dtype))
+    return (points, feats), {"batch_indices": coords[:, 0], "device": req.device}
 
-    route: Route
 
-
-def _voxelize_plan(
+@explainable(example=_voxelize_example)
+def voxelize(
     points,
     feats=None,
     voxel_size=1.0,
@@ -185,6 +198,16 @@ def _voxelize_plan(
     return_index=False,
     device=None,
 ) -> VoxelizePlan:
+    """Points (N, 3) and their features (N, C) -> a SparseTensor of voxels.
+
+    ``reduction``: mean | sum | max | min | first | mode | count (count needs no features:
+    one channel of point counts), or one of the others per channel (a sequence of C names,
+    e.g. ``("mean", "mean", "mode")`` for two measurements and a class id; ``mode`` is the
+    most frequent value, ties to the smallest, and passes no gradient). ``lattice.io.kinds``
+    says which reduction each kind of attribute gets by default in the file pipeline. With ``return_index=True`` also returns the voxel row of every
+    point (int32 (N,)), to map voxel results back to the original points. On the CUDA
+    route (``device`` or MLX's default a CUDA GPU) everything stays on the GPU.
+    """
     op = "voxelize"
     reduction = _reductions(reduction, None, op)
     level = int_triple(stride, "stride", op, minimum=1)
@@ -207,88 +230,37 @@ def _voxelize_plan(
         points_dtype=dtype_name(inputs.points.dtype),
         dtype="float32" if feats is None else dtype_name(feats.dtype),
     )
-    route = route_points(req).require(
-        "cpu.hash_quantize_segment_reduce", "cuda.hash_quantize", "metal.hash_quantize"
+    return VoxelizePlan(
+        route_points(req), req, inputs, feats, reduction, level, active_rows is not None, return_index
     )
-    return VoxelizePlan(route, inputs, feats, reduction, level)
-
-
-def _quantize(plan: VoxelizePlan) -> SparseQuantization:
-    """The voxels of the points on the plan's route; the native quantizer words the errors."""
-    if plan.route.backend in KERNEL_BACKENDS:
-        a = plan.inputs
-        try:
-            coords, inverse, counts, table = cuda.quantize(a.points, a.voxel_size, a.origin, a.batch)
-            return SparseQuantization(coords, int(coords.shape[0]), inverse, counts, table)
-        except cuda.NotRepresentable:
-            pass  # the native quantizer raises the precise error
-    return native_quantize(plan.inputs)
-
-
-def _voxelize_example(x, req):
-    """``lattice explain voxelize``: the centres of ``x``'s voxels as the points (lazy arrays)."""
-    coords = x.coords[: x.active_count]
-    points = coords[:, 1:].astype(mx.float32) + 0.5
-    feats = mx.zeros((coords.shape[0], req.channels[0]), dtype=getattr(mx, req.dtype))
-    return (points, feats), {"batch_indices": coords[:, 0], "device": req.device}
-
-
-@explainable(_voxelize_plan, example=_voxelize_example)
-def voxelize(
-    points,
-    feats=None,
-    voxel_size=1.0,
-    *,
-    batch_indices=None,
-    origin=0.0,
-    active_rows=None,
-    reduction="mean",
-    stride=1,
-    return_index=False,
-    device=None,
-):
-    """Points (N, 3) and their features (N, C) -> a SparseTensor of voxels.
-
-    ``reduction``: mean | sum | max | min | first | mode | count (count needs no features:
-    one channel of point counts), or one of the others per channel (a sequence of C names,
-    e.g. ``("mean", "mean", "mode")`` for two measurements and a class id; ``mode`` is the
-    most frequent value, ties to the smallest, and passes no gradient). ``lattice.io.kinds``
-    says which reduction each kind of attribute gets by default in the file pipeline. With ``return_index=True`` also returns the voxel row of every
-    point (int32 (N,)), to map voxel results back to the original points. On the CUDA
-    route (``device`` or MLX's default a CUDA GPU) everything stays on the GPU.
-    """
-    plan = _voxelize_plan(
-        points,
-        feats,
-        voxel_size,
-        batch_indices=batch_indices,
-        origin=origin,
-        active_rows=active_rows,
-        reduction=reduction,
-        stride=stride,
-        device=device,
-    )
-    q = _quantize(plan)
-    feats = plan.feats
-    if feats is not None and active_rows is not None:
-        feats = feats[: q.inverse_rows.shape[0]]
-    on_gpu = plan.route.backend in KERNEL_BACKENDS
-    with mx.stream(mx.gpu if on_gpu else mx.default_device()):
-        vfeats = _voxelize_features(feats, q, plan.reduction, host_sums=not on_gpu)
-    # The quantizer's hash table (native, or the GPU table) already holds these unique coords:
-    # register it rather than letting SparseTensor hash them again (about 15 % of the call on
-    # a 200k-point scan on the CPU).
-    manager = CoordinateManager()
-    key = manager.adopt(q.table, plan.level)
-    tensor = SparseTensor(q.coords, vfeats, plan.level, coord_key=key, coord_manager=manager)
-    return (tensor, q.inverse_rows) if return_index else tensor
 
 
 def _points_dtype(points) -> str:
     return dtype_name(points.dtype) if isinstance(points, mx.array) else np.asarray(points).dtype.name
 
 
-def _corner_route(points, voxels, interpolation, device) -> Route:
+@dataclass(frozen=True)
+class DevoxelizePlan:
+    """What devoxelize / build_point_voxel_map run: the corner-lookup route (and request), the
+    checked geometry, and ``sample`` (the op's work on the map, on the route's stream)."""
+
+    route: Route
+    request: PointsRequest
+    points: object
+    voxels: SparseTensor
+    geometry: tuple | None  # (voxel size x stride, origin, batch) — None with a given map
+    linear: bool
+    given: PointVoxelMap | None
+    sample: object
+
+    def run(self):
+        cpu = lambda: route_points(replace(self.request, device="cpu"))  # noqa: E731
+        vs, org, batch = self.geometry or (None, None, None)
+        args = (self.points, self.voxels, vs, org, batch, self.linear, self.given, self.sample)
+        return dispatch_or_cpu(self.route, cpu, *args)[1]
+
+
+def _corner_plan(points, voxels, voxel_size, batch_indices, origin, interpolation, device, given, sample):
     op = "devoxelize"
     if not isinstance(voxels, SparseTensor):
         raise TypeError(f"[{op}] voxels must be a SparseTensor, got {type(voxels).__name__}")
@@ -303,33 +275,13 @@ def _corner_route(points, voxels, interpolation, device) -> Route:
         points_dtype=_points_dtype(points),
         dtype=dtype_name(voxels.dtype),
     )
-    return route_points(req).require("cpu.hash_corner_lookup", "cuda.corner_lookup", "metal.corner_lookup")
+    route = route_points(req)
+    geometry = None if given is not None else _geometry(points, voxels, voxel_size, batch_indices, origin, op)
+    return DevoxelizePlan(route, req, points, voxels, geometry, interpolation == "linear", given, sample)
 
 
-def build_point_voxel_map(
-    points,
-    voxels: SparseTensor,
-    voxel_size=1.0,
-    *,
-    batch_indices=None,
-    origin=0.0,
-    interpolation="linear",
-    device=None,
-) -> PointVoxelMap:
-    """Voxel rows and weights that sample ``voxels`` at ``points``.
-
-    ``linear``: the 8 voxels whose centres surround the point, trilinear weights, missing
-    voxels weight 0, the rest renormalised to sum 1 (a point with no voxel around gets
-    all-zero weights). ``nearest``: the voxel containing the point, weight 1 (or -1 / 0).
-    """
-    route = _corner_route(points, voxels, interpolation, device)
-    return _point_voxel_map(points, voxels, voxel_size, batch_indices, origin, interpolation, route)
-
-
-def _point_voxel_map(
-    points, voxels, voxel_size, batch_indices, origin, interpolation, route
-) -> PointVoxelMap:
-    op = "devoxelize"
+def _geometry(points, voxels, voxel_size, batch_indices, origin, op):
+    """(voxel size times the tensor stride, origin, batch indices or None), checked."""
     shape = tuple(np.shape(points))
     if len(shape) != 2 or shape[1] != 3:
         raise ValueError(f"[{op}] points must have shape (N, 3), got {shape}")
@@ -348,47 +300,26 @@ def _point_voxel_map(
         )
         if tuple(batch.shape) != (n,):
             raise ValueError(f"[{op}] batch_indices must have shape ({n},), got {tuple(batch.shape)}")
-    if route.backend in KERNEL_BACKENDS:
-        pts = points if isinstance(points, mx.array) else mx.array(np.asarray(points))
-        b = batch if batch is None or isinstance(batch, mx.array) else mx.array(batch)
-        table = voxels.coord_manager.gpu_table(voxels.coord_key)
-        try:
-            return PointVoxelMap(
-                *cuda.point_voxel_map(pts, table, vs, org, b, linear=interpolation == "linear")
-            )
-        except cuda.NotRepresentable:
-            pass  # the CPU route decides (and words the error)
-    table = voxels.coord_manager.table(voxels.coord_key)
-    return _host_point_voxel_map(points, table, vs, org, batch, interpolation == "linear", op)
+    return vs, org, batch
 
 
-def _host_point_voxel_map(points, table, vs, org, batch, linear: bool, op: str) -> PointVoxelMap:
-    """The CPU route: indices and weights in NumPy (float64), rows from the native table."""
-    if isinstance(points, mx.array) and points.dtype == mx.bfloat16:
-        points = points.astype(mx.float32)  # exact; NumPy has no bfloat16
-    pts = np.asarray(points, dtype=np.float64)
-    if not np.all(np.isfinite(pts)):
-        raise ValueError(f"[{op}] points must be finite")
-    n = len(pts)
-    batch = np.zeros(n, np.int64) if batch is None else np.asarray(batch, np.int64)
-    u = (pts - np.asarray(org)) / np.asarray(vs)
-    if not linear:
-        q = np.concatenate([batch[:, None], np.floor(u)], axis=1).astype(np.int32)
-        rows = np.asarray(_ext.lookup(table, mx.array(q)))[:, None]
-        return PointVoxelMap(mx.array(rows), mx.array((rows >= 0).astype(np.float32)))
-    base = np.floor(u - 0.5)
-    frac = (u - 0.5 - base).astype(np.float32)
-    corners = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)], np.int64)
-    cells = base[:, None, :].astype(np.int64) + corners[None]  # (N, 8, 3)
-    q = np.concatenate([np.repeat(batch[:, None, None], 8, axis=1), cells], axis=2).reshape(-1, 4)
-    if q.size and (q[:, 1:].min() < np.iinfo(np.int32).min or q[:, 1:].max() > np.iinfo(np.int32).max):
-        raise ValueError(f"[{op}] voxel indices of the points overflow int32")
-    rows = np.asarray(_ext.lookup(table, mx.array(q.astype(np.int32)))).reshape(n, 8)
-    w = np.prod(np.where(corners[None] == 1, frac[:, None, :], 1.0 - frac[:, None, :]), axis=2)
-    w = np.where(rows >= 0, w, 0.0).astype(np.float32)
-    total = w.sum(axis=1, keepdims=True)
-    w = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
-    return PointVoxelMap(mx.array(rows), mx.array(w))
+def build_point_voxel_map(
+    points, voxels, voxel_size=1.0, *, batch_indices=None, origin=0.0, interpolation="linear", device=None
+) -> PointVoxelMap:
+    """Voxel rows and weights that sample ``voxels`` (a SparseTensor) at ``points``, as
+    ``devoxelize`` does (same arguments and route).
+
+    ``linear``: the 8 voxels whose centres surround the point, trilinear weights, missing
+    voxels weight 0, the rest renormalised to sum 1 (a point with no voxel around gets
+    all-zero weights). ``nearest``: the voxel containing the point, weight 1 (or -1 / 0).
+    """
+    return _corner_plan(
+        points, voxels, voxel_size, batch_indices, origin, interpolation, device, None, _the_map
+    ).run()
+
+
+def _the_map(pvm: PointVoxelMap) -> PointVoxelMap:
+    return pvm
 
 
 def interpolate_point_features(voxel_feats: mx.array, point_voxel_map: PointVoxelMap) -> mx.array:
@@ -403,20 +334,6 @@ def interpolate_point_features(voxel_feats: mx.array, point_voxel_map: PointVoxe
     return mx.sum(gathered.astype(mx.float32) * w, axis=1).astype(voxel_feats.dtype)
 
 
-def _devoxelize_plan(
-    points,
-    voxels: SparseTensor,
-    voxel_size=1.0,
-    *,
-    batch_indices=None,
-    origin=0.0,
-    interpolation="linear",
-    point_voxel_map=None,
-    device=None,
-) -> DevoxelizePlan:
-    return DevoxelizePlan(_corner_route(points, voxels, interpolation, device))
-
-
 def _devoxelize_example(x, req):
     """``lattice explain devoxelize``: ``x`` sampled at the centres of its voxels (lazy arrays)."""
     coords = x.coords[: x.active_count]
@@ -424,7 +341,7 @@ def _devoxelize_example(x, req):
     return (points, x), {"batch_indices": coords[:, 0], "device": req.device}
 
 
-@explainable(_devoxelize_plan, example=_devoxelize_example)
+@explainable(example=_devoxelize_example)
 def devoxelize(
     points,
     voxels: SparseTensor,
@@ -435,12 +352,12 @@ def devoxelize(
     interpolation="linear",
     point_voxel_map=None,
     device=None,
-) -> mx.array:
+) -> DevoxelizePlan:
     """Sample voxel features at points (trilinear over the 8 surrounding voxel centres, or nearest)."""
-    route = _devoxelize_plan(points, voxels, interpolation=interpolation, device=device).route
-    pvm = point_voxel_map or _point_voxel_map(
-        points, voxels, voxel_size, batch_indices, origin, interpolation, route
+
+    def sample(pvm: PointVoxelMap) -> mx.array:
+        return interpolate_point_features(voxels.feats[: voxels.active_count], pvm)
+
+    return _corner_plan(
+        points, voxels, voxel_size, batch_indices, origin, interpolation, device, point_voxel_map, sample
     )
-    feats = voxels.feats[: voxels.active_count]
-    with mx.stream(mx.gpu if route.backend in KERNEL_BACKENDS else mx.default_device()):
-        return interpolate_point_features(feats, pvm)

@@ -1,9 +1,10 @@
 """Sparse pooling: local sum / max / avg over the forward relation, pool transpose
 (contributor average), trilinear upsampling, and global pooling to dense rows.
 
-Each op is a *plan* (validate, build or fetch the relation from the input's
-coordinate manager, ask the routing layer for the forward and backward routes) and an
-execution of that plan; ``lattice.explain`` runs only the plan. Semantics
+Each op is declared once (``@explainable``) and returns its *plan* (validate, ask the
+routing layer for the forward and backward routes, fetch the edges the route reads from
+the input's coordinate manager); calling the op runs the plan (``dispatch`` of its
+route), ``lattice.explain`` stops before that. Semantics
 (DESIGN.md section 3, docs/pooling.md):
 
 - local pooling: output support ``unique(floor(coords / stride))``, stride
@@ -29,7 +30,6 @@ from enum import StrEnum
 import mlx.core as mx
 import numpy as np
 
-from lattice.backends import cpu_pool, cuda
 from lattice.core._checks import Triple, dtype_name, int_triple
 from lattice.core.coordinates import CoordinateMapKey
 from lattice.core.kernel import KernelSpec
@@ -37,19 +37,20 @@ from lattice.core.relation import KernelRelation, RelationKind, WindowMap
 from lattice.core.tensor import SparseTensor
 from lattice.ops.relations import _target
 from lattice.routing import Route, requested_device
-from lattice.routing.device import KERNEL_BACKENDS
 from lattice.routing.explain import explainable
 from lattice.routing.pool import (
     GlobalPoolRequest,
     PoolRequest,
     UpsampleRequest,
-    pool_on_gpu_map,
+    pool_edge_facts,
+    reads_windows,
     route_global_pool,
     route_pool,
     route_pool_backward,
     route_upsample,
     route_upsample_backward,
 )
+from lattice.routing.registry import dispatch
 
 IntOrTriple = int | Sequence[int]
 
@@ -67,7 +68,9 @@ def pool_mode(mode, op: str) -> PoolMode:
     try:
         return PoolMode(mode)
     except ValueError:
-        raise ValueError(f"[{op}] mode must be one of {tuple(m.value for m in PoolMode)}, got {mode!r}") from None
+        raise ValueError(
+            f"[{op}] mode must be one of {tuple(m.value for m in PoolMode)}, got {mode!r}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,21 @@ class PoolPlan:
     backward: Route
     edges: KernelRelation | WindowMap
     mode: PoolMode
+    x: SparseTensor
     weights: tuple[float, ...] | None = None
+
+    def run(self) -> SparseTensor:
+        feats = self.x.run_feats
+        y = dispatch(
+            self.route,
+            feats,
+            self.edges,
+            self.mode.value,
+            backward=self.backward.algorithm,
+            weights=self.weights,
+        )
+        key, manager = self.edges.out_key, self.x.coord_manager
+        return SparseTensor(manager.coords(key), y, key.stride, coord_key=key, coord_manager=manager)
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,12 @@ class GlobalPoolPlan:
     route: Route
     mode: PoolMode
     batch_size: int
+    x: SparseTensor
+
+    def run(self) -> mx.array:
+        x = self.x
+        feats, batch = x.feats[: x.active_count], x.batch_indices  # the live rows (checked by the plan)
+        return dispatch(self.route, feats, batch, self.batch_size, self.mode.value, x.batch_counts)
 
 
 def _features(x, op: str) -> mx.array:
@@ -101,95 +124,94 @@ def _features(x, op: str) -> mx.array:
     return x.run_feats
 
 
-
-def _execute(plan: PoolPlan, x: SparseTensor) -> SparseTensor:
-    if plan.route.backend in KERNEL_BACKENDS:
-        plan.route.require("cuda.map_pool", "metal.map_pool")
-        y = cuda.map_pool(_features(x, plan.op), plan.edges, plan.mode.value, plan.weights)
-    else:
-        impl = cpu_pool.POOL[plan.route.algorithm]
-        y = impl(_features(x, plan.op), plan.edges, plan.mode.value, backward=plan.backward.algorithm,
-                 weights=plan.weights)
-    key, manager = plan.edges.out_key, x.coord_manager
-    return SparseTensor(manager.coords(key), y, key.stride, coord_key=key, coord_manager=manager)
-
-
 # ---- local pooling ---------------------------------------------------------------------
 
 
-def _pool_plan(op, x, mode, kernel_size, stride, padding, dilation, device) -> PoolPlan:
+def _feature_fields(x: SparseTensor) -> dict:
+    """The request fields of the features pooled: dtype, channels, rows."""
+    return {"dtype": dtype_name(x.dtype), "channels": x.channels, "n_in": x.run_rows}
+
+
+def _geometry(
+    op: str,
+    *,
+    kernel_size: IntOrTriple = 2,
+    stride: IntOrTriple = 2,
+    padding: IntOrTriple = 0,
+    dilation: IntOrTriple = 1,
+    device=None,
+) -> tuple[KernelSpec, str]:
+    """(kernel spec, device) of the local pooling ops and the pool transpose: their keyword
+    parameters, declared here once."""
+    return KernelSpec(kernel_size, stride, padding, dilation, op=op), requested_device(device)
+
+
+def _pool_plan(op, x, mode, **geometry) -> PoolPlan:
+    """The plan of the local pooling ops."""
     _features(x, op)
     mode = pool_mode(mode, op)
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
+    spec, dev = _geometry(op, **geometry)
     manager = x.coord_manager
-    dev = requested_device(device)
-    # Windows that are the downsample's cells come grouped by it (CPU); any other geometry, and
-    # the CUDA route, needs the relation.
-    windows = None if pool_on_gpu_map(dev) else manager.windows(x.coord_key, spec)
+    req = PoolRequest(
+        op=op,
+        mode=mode.value,
+        **_feature_fields(x),
+        kernel_size=spec.size,
+        stride=spec.stride,
+        dilation=spec.dilation,
+        device=dev,
+        padding=spec.padding,
+        windows=manager.has_windows(x.coord_key, spec),
+    )
+    route = route_pool(req)
+    # the edges the route reads: the downsample's window map, or the forward relation
     edges = (
-        windows
-        if windows is not None
+        manager.windows(x.coord_key, spec)
+        if reads_windows(route)
         else manager.relation(RelationKind.FORWARD, x.coord_key, spec, op=op, device=dev)
     )
-    req = PoolRequest(op=op, mode=mode.value, dtype=dtype_name(x.dtype), channels=x.channels,
-                      kernel_size=spec.size, stride=spec.stride, dilation=spec.dilation, n_in=x.run_rows,
-                      n_out=edges.out_count, edges=edges.known_edge_count, device=dev,
-                      padding=spec.padding, windows=windows is not None)
-    return PoolPlan(op, route_pool(req), route_pool_backward(req), edges, mode)
-
-
-def _local(op: str, fixed_mode: PoolMode | None):
-    """The plan function of one local pooling op (``fixed_mode`` for sum/max/avg_pool3d)."""
-
-    def plan(x, *, mode="sum", kernel_size=2, stride=2, padding=0, dilation=1, device=None) -> PoolPlan:
-        return _pool_plan(op, x, fixed_mode or mode, kernel_size, stride, padding, dilation, device)
-
-    return plan
+    return PoolPlan(op, route.with_facts(**pool_edge_facts(edges)), route_pool_backward(req), edges, mode, x)
 
 
 def _kernel_example(x, req):
     return (x,), {"kernel_size": req.kernel_size, "stride": req.stride, "device": req.device}
 
 
-_POOL3D_PLAN = _local("pool3d", None)
-
-
-@explainable(_POOL3D_PLAN, example=_kernel_example)
-def pool3d(x, *, mode: PoolMode | str = "sum", kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2,
-           padding: IntOrTriple = 0, dilation: IntOrTriple = 1, device=None) -> SparseTensor:
+@explainable(example=_kernel_example, keywords=_geometry)
+def pool3d(x, *, mode: PoolMode | str = "sum", **geometry) -> PoolPlan:
     """Local sparse pooling (``mode`` sum, max or avg) over the forward relation.
 
     Output support ``unique(floor(coords / stride))`` at stride ``x.stride * stride``.
     """
-    return _execute(_POOL3D_PLAN(x, mode=mode, kernel_size=kernel_size, stride=stride, padding=padding,
-                                 dilation=dilation, device=device), x)
+    return _pool_plan("pool3d", x, mode, **geometry)
 
 
-_SUM_PLAN, _MAX_PLAN, _AVG_PLAN = (_local(f"{m.value}_pool3d", m) for m in PoolMode)
+def _fixed_mode(
+    name: str, mode: PoolMode, doc: str, plan=_pool_plan, keywords=_geometry, example=_kernel_example
+):
+    """The op ``name``: ``pool3d`` (``global_pool`` for ``plan=_global_plan``) with ``mode`` fixed,
+    its keyword parameters those of ``keywords``."""
+
+    def op(x, **options):
+        return plan(name, x, mode, **options)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    op.__annotations__["return"] = plan.__annotations__["return"]
+    return explainable(example=example, keywords=keywords)(op)
 
 
-@explainable(_SUM_PLAN, example=_kernel_example)
-def sum_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-               dilation: IntOrTriple = 1, device=None) -> SparseTensor:
-    """Local sparse sum pooling (see ``pool3d``)."""
-    return _execute(_SUM_PLAN(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
-                              device=device), x)
-
-
-@explainable(_MAX_PLAN, example=_kernel_example)
-def max_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-               dilation: IntOrTriple = 1, device=None) -> SparseTensor:
-    """Local sparse max pooling, per channel (see ``pool3d``; gradient ties go to the smallest input row)."""
-    return _execute(_MAX_PLAN(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
-                              device=device), x)
-
-
-@explainable(_AVG_PLAN, example=_kernel_example)
-def avg_pool3d(x, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2, padding: IntOrTriple = 0,
-               dilation: IntOrTriple = 1, device=None) -> SparseTensor:
-    """Local sparse average pooling: divides by the contributors of each output row (see ``pool3d``)."""
-    return _execute(_AVG_PLAN(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
-                              device=device), x)
+sum_pool3d = _fixed_mode("sum_pool3d", PoolMode.SUM, "Local sparse sum pooling (see ``pool3d``).")
+max_pool3d = _fixed_mode(
+    "max_pool3d",
+    PoolMode.MAX,
+    "Local sparse max pooling, per channel (see ``pool3d``; gradient ties go to the smallest input row).",
+)
+avg_pool3d = _fixed_mode(
+    "avg_pool3d",
+    PoolMode.AVG,
+    "Local sparse average pooling: divides by the contributors of each output row (see ``pool3d``).",
+)
 
 
 # ---- upsampling ------------------------------------------------------------------------
@@ -211,35 +233,37 @@ def _target_key(op: str, x: SparseTensor, target, level: Triple) -> CoordinateMa
 
 
 def _upsample_plan(op, x, rel: KernelRelation, method, weights, explicit_target, device: str) -> PoolPlan:
-    req = UpsampleRequest(op=op, method=method, dtype=dtype_name(x.dtype), channels=x.channels,
-                          kernel_volume=rel.n_kernels, n_in=x.run_rows, n_out=rel.out_count,
-                          edges=rel.known_edge_count, explicit_target=explicit_target, device=device)
-    return PoolPlan(op, route_upsample(req), route_upsample_backward(req), rel, PoolMode.AVG, weights)
+    req = UpsampleRequest(
+        op=op,
+        method=method,
+        **_feature_fields(x),
+        kernel_volume=rel.n_kernels,
+        n_out=rel.out_count,
+        edges=rel.known_edge_count,
+        explicit_target=explicit_target,
+        device=device,
+    )
+    return PoolPlan(op, route_upsample(req), route_upsample_backward(req), rel, PoolMode.AVG, x, weights)
 
 
-def _pool_transpose_plan(x, target=None, *, kernel_size=2, stride=2, padding=0, dilation=1,
-                         device=None) -> PoolPlan:
-    op = "pool_transpose3d"
-    _features(x, op)
-    spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
-    tkey = _target_key(op, x, target, _fine_level(op, x, spec.stride))
-    dev = requested_device(device)
-    rel = x.coord_manager.relation(RelationKind.TRANSPOSED, x.coord_key, spec, tkey, op=op, device=dev)
-    return _upsample_plan(op, x, rel, "transpose", None, tkey is not None, dev)
-
-
-@explainable(_pool_transpose_plan, example=_kernel_example)
-def pool_transpose3d(x, target=None, *, kernel_size: IntOrTriple = 2, stride: IntOrTriple = 2,
-                     padding: IntOrTriple = 0, dilation: IntOrTriple = 1, device=None) -> SparseTensor:
+@explainable(example=_kernel_example, keywords=_geometry)
+def pool_transpose3d(x, target=None, **geometry) -> PoolPlan:
     """Contributor average onto generated support or ``target`` (rows and order kept).
 
     Each fine row is the mean of the coarse rows reaching it through the transposed
     relation ``t = s * stride + k * dilation - padding``; target rows without
     contributors are 0. A target must be at stride ``x.stride / stride``.
     """
-    plan = _pool_transpose_plan(x, target, kernel_size=kernel_size, stride=stride, padding=padding,
-                                dilation=dilation, device=device)
-    return _execute(plan, x)
+    op = "pool_transpose3d"
+    _features(x, op)
+    spec, dev = _geometry(op, **geometry)
+    tkey = _target_key(op, x, target, _fine_level(op, x, spec.stride))
+    rel = x.coord_manager.relation(RelationKind.TRANSPOSED, x.coord_key, spec, tkey, op=op, device=dev)
+    return _upsample_plan(op, x, rel, "transpose", None, tkey is not None, dev)
+
+
+def _stride_example(x, req):
+    return (x,), {"stride": req.stride, "device": req.device}
 
 
 def trilinear_weights(stride: Triple) -> tuple[float, ...]:
@@ -248,7 +272,15 @@ def trilinear_weights(stride: Triple) -> tuple[float, ...]:
     return tuple(wx * wy * wz for wx, wy, wz in itertools.product(*axes))
 
 
-def _trilinear_plan(x, target=None, *, stride=2, device=None) -> PoolPlan:
+@explainable(example=_stride_example)
+def trilinear_upsample3d(x, target=None, *, stride: IntOrTriple = 2, device=None) -> PoolPlan:
+    """Normalised separable linear interpolation onto generated support or ``target``.
+
+    A coarse row ``c`` sits at fine index ``c * stride``; a fine row ``t`` gets
+    ``sum w x / sum w`` over the coarse rows present with weight
+    ``w = prod_a (1 - |t_a - c_a * s_a| / s_a) > 0`` (``2s - 1`` taps per axis), so
+    generated support is every such ``t``; target rows without neighbours are 0.
+    """
     op = "trilinear_upsample3d"
     _features(x, op)
     s = int_triple(stride, "stride", op, minimum=1)
@@ -261,35 +293,24 @@ def _trilinear_plan(x, target=None, *, stride=2, device=None) -> PoolPlan:
     return _upsample_plan(op, x, rel, "trilinear", trilinear_weights(s), tkey is not None, dev)
 
 
-def _stride_example(x, req):
-    return (x,), {"stride": req.stride, "device": req.device}
-
-
-@explainable(_trilinear_plan, example=_stride_example)
-def trilinear_upsample3d(x, target=None, *, stride: IntOrTriple = 2, device=None) -> SparseTensor:
-    """Normalised separable linear interpolation onto generated support or ``target``.
-
-    A coarse row ``c`` sits at fine index ``c * stride``; a fine row ``t`` gets
-    ``sum w x / sum w`` over the coarse rows present with weight
-    ``w = prod_a (1 - |t_a - c_a * s_a| / s_a) > 0`` (``2s - 1`` taps per axis), so
-    generated support is every such ``t``; target rows without neighbours are 0.
-    """
-    return _execute(_trilinear_plan(x, target, stride=stride, device=device), x)
-
-
 # ---- global pooling --------------------------------------------------------------------
 
 
-def _global_plan_for(op: str, fixed_mode: PoolMode | None):
-    def plan(x, *, mode="sum", batch_size=None, device=None) -> GlobalPoolPlan:
-        _features(x, op)
-        m = pool_mode(fixed_mode or mode, op)
-        size = _batch_size(op, x, batch_size, m)
-        req = GlobalPoolRequest(op=op, mode=m.value, dtype=dtype_name(x.dtype), channels=x.channels,
-                                n_in=x.active_count, batch_size=size, device=requested_device(device))
-        return GlobalPoolPlan(op, route_global_pool(req), m, size)
-
-    return plan
+def _global_plan(op: str, x, mode, *, batch_size: int | None = None, device=None) -> GlobalPoolPlan:
+    """The plan of the global pooling ops, whose keyword parameters are declared here once."""
+    _features(x, op)
+    m = pool_mode(mode, op)
+    size = _batch_size(op, x, batch_size, m)
+    req = GlobalPoolRequest(
+        op=op,
+        mode=m.value,
+        dtype=dtype_name(x.dtype),
+        channels=x.channels,
+        n_in=x.active_count,
+        batch_size=size,
+        device=requested_device(device),
+    )
+    return GlobalPoolPlan(op, route_global_pool(req), m, size, x)
 
 
 def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
@@ -314,46 +335,34 @@ def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
     return int(batch_size)
 
 
-def _global_execute(plan: GlobalPoolPlan, x: SparseTensor) -> mx.array:
-    feats, batch = x.feats[: x.active_count], x.batch_indices  # the live rows (checked by the plan)
-    if plan.route.backend in KERNEL_BACKENDS:
-        plan.route.require("cuda.batch_atomic_reduce", "metal.batch_atomic_reduce")
-        return cuda.global_pool(feats, batch, plan.batch_size, plan.mode.value, x.batch_counts)
-    impl = cpu_pool.GLOBAL_POOL[plan.route.algorithm]
-    return impl(feats, batch, plan.batch_size, plan.mode.value)
-
-
 def _device_example(x, req):
     return (x,), {"device": req.device}
 
 
-_GLOBAL_PLAN = _global_plan_for("global_pool", None)
-_GSUM_PLAN, _GMAX_PLAN, _GAVG_PLAN = (_global_plan_for(f"global_{m.value}_pool", m) for m in PoolMode)
-
-
-@explainable(_GLOBAL_PLAN, example=_device_example)
-def global_pool(x, *, mode: PoolMode | str = "sum", batch_size: int | None = None, device=None) -> mx.array:
+@explainable(example=_device_example, keywords=_global_plan)
+def global_pool(x, *, mode: PoolMode | str = "sum", **options) -> GlobalPoolPlan:
     """Dense ``(B, C)`` pooling of each batch member's rows (``mode`` sum, max or avg).
 
     ``B`` is ``batch_size`` or the largest batch index + 1. Empty members give 0 for
     sum and avg (avg = sum / max(count, 1)); max over an empty member is an error.
     """
-    return _global_execute(_GLOBAL_PLAN(x, mode=mode, batch_size=batch_size, device=device), x)
+    return _global_plan("global_pool", x, mode, **options)
 
 
-@explainable(_GSUM_PLAN, example=_device_example)
-def global_sum_pool(x, *, batch_size: int | None = None, device=None) -> mx.array:
-    """Dense ``(B, C)`` sum of each batch member's rows (see ``global_pool``)."""
-    return _global_execute(_GSUM_PLAN(x, batch_size=batch_size, device=device), x)
+def _fixed_global(name: str, mode: PoolMode, doc: str):
+    return _fixed_mode(name, mode, doc, _global_plan, _global_plan, _device_example)
 
 
-@explainable(_GAVG_PLAN, example=_device_example)
-def global_avg_pool(x, *, batch_size: int | None = None, device=None) -> mx.array:
-    """Dense ``(B, C)`` mean of each batch member's rows; empty members give 0."""
-    return _global_execute(_GAVG_PLAN(x, batch_size=batch_size, device=device), x)
-
-
-@explainable(_GMAX_PLAN, example=_device_example)
-def global_max_pool(x, *, batch_size: int | None = None, device=None) -> mx.array:
-    """Dense ``(B, C)`` per-channel max of each batch member's rows; an empty member is an error."""
-    return _global_execute(_GMAX_PLAN(x, batch_size=batch_size, device=device), x)
+global_sum_pool = _fixed_global(
+    "global_sum_pool", PoolMode.SUM, "Dense ``(B, C)`` sum of each batch member's rows."
+)
+global_avg_pool = _fixed_global(
+    "global_avg_pool",
+    PoolMode.AVG,
+    "Dense ``(B, C)`` mean of each batch member's rows; empty members give 0.",
+)
+global_max_pool = _fixed_global(
+    "global_max_pool",
+    PoolMode.MAX,
+    "Dense ``(B, C)`` per-channel max of each batch member's rows; an empty member is an error.",
+)

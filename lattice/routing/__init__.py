@@ -1,9 +1,15 @@
 """Route selection: pure functions from (op, dtype, shapes, relation metadata, weight
 layout, device capability) to a Route value. Ops call these and dispatch on the result;
 ``lattice.explain`` calls the same functions, so diagnostics cannot drift.
+
+Each family (``conv``, ``pool``, ``points``, ``relations``, ``coords``, ``linear``)
+declares its routes in ``RouteTable``s beside its route function; the backends
+(``lattice/backends/<device>/<family>.py``) register the implementations under the
+same ids, and ``dispatch(route, ...)`` runs them. ``route_tables()`` lists them all.
 """
 
 from lattice.routing.conv import ConvRequest, route_conv
+from lattice.routing.coords import CoordinateRequest, route_coordinates
 from lattice.routing.device import Capability, capability, requested_device
 from lattice.routing.linear import LinearRequest, route_linear
 from lattice.routing.pool import (
@@ -16,10 +22,12 @@ from lattice.routing.pool import (
     route_upsample,
     route_upsample_backward,
 )
-from lattice.routing.relations import CoordinateRequest, RelationRequest, route_coordinates, route_relation
-from lattice.routing.types import Rejection, Route, Tier
+from lattice.routing.registry import RouteTable, check_tables, dispatch, route_tables
+from lattice.routing.relations import RelationRequest, route_relation
+from lattice.routing.types import Backend, Rejection, Route, RouteId, Tier
 
 __all__ = [
+    "Backend",
     "Capability",
     "ConvRequest",
     "CoordinateRequest",
@@ -27,13 +35,18 @@ __all__ = [
     "Rejection",
     "RelationRequest",
     "Route",
+    "RouteId",
+    "RouteTable",
     "Tier",
     "capability",
+    "check_tables",
+    "dispatch",
     "requested_device",
     "route_conv",
     "route_coordinates",
     "route_linear",
     "route_relation",
+    "route_tables",
     "GlobalPoolRequest",
     "PoolRequest",
     "UpsampleRequest",

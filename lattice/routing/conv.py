@@ -4,10 +4,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lattice.routing.device import Capability, capability, gpu_kernels
-from lattice.routing.types import Route, RouteBuilder, Tier, edge_facts
+from lattice.routing.device import NO_GPU, Capability, capability, gpu_kernels
+from lattice.routing.registry import RouteTable
+from lattice.routing.types import Backend, Route, RouteBuilder, Tier, edge_facts, facts_of
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+CONV = RouteTable(
+    "conv",
+    "impl(feats (N_in, C_in), weight, rel: KernelRelation) -> (rel.out_count, C_out): weight mapped "
+    "(K, C_in, C_out), or a packed QuantizedWeight on the dequant_* routes",
+)
+CPU, GPU = Backend.CPU, Backend.GPU
+POINTWISE_GEMM = CONV.route(CPU, "pointwise_gemm", "1x1x1 on the input support: one BLAS GEMM")
+GATHER_GEMM_SCATTER = CONV.route(CPU, "gather_gemm_scatter", "per offset: gather, BLAS GEMM, scatter-add")
+DEQUANT_POINTWISE_GEMM = CONV.route(
+    CPU, "dequant_pointwise_gemm", "packed weight dequantized, then pointwise_gemm"
+)
+DEQUANT_GATHER_GEMM_SCATTER = CONV.route(
+    CPU, "dequant_gather_gemm_scatter", "packed weight dequantized, then gather_gemm_scatter"
+)
+POINTWISE_MATMUL = CONV.route(GPU, "pointwise_matmul", "1x1x1 on the input support: one MLX GPU matmul")
+GATHER_MATMUL_SCATTER = CONV.route(
+    GPU, "gather_matmul_scatter", "per offset: MLX gather, matmul, scatter-add"
+)
+DEQUANT_POINTWISE_MATMUL = CONV.route(
+    GPU, "dequant_pointwise_matmul", "packed weight dequantized, then pointwise_matmul"
+)
+DEQUANT_GATHER_MATMUL_SCATTER = CONV.route(
+    GPU, "dequant_gather_matmul_scatter", "packed weight dequantized, then gather_matmul_scatter"
+)
+IMPLICIT_GEMM = CONV.kernels("implicit_gemm", "lattice's implicit GEMM over the dense neighbour map")
+DEQUANT_IMPLICIT_GEMM = CONV.kernels("dequant_implicit_gemm", "packed weight dequantized, then implicit_gemm")
 
 
 @dataclass(frozen=True)
@@ -32,20 +60,17 @@ class ConvRequest:
     explicit_target: bool = False  # the caller gave the output support (coordinates=)
 
 
+IDENTITY = "kernel_volume == 1 and output support == input support"
+
+
 def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     """Decision order: device -> op family -> relation kind -> weight layout -> shape/dtype -> tier."""
     cap = cap or capability()
-    facts = {
-        "kind": req.kind,
-        "dtype": req.dtype,
-        "channels": f"{req.c_in}->{req.c_out}",
-        "kernel_volume": req.kernel_volume,
-        "n_in": req.n_in,
-        "n_out": req.n_out,
-        **edge_facts(req.edges, req.n_out, "average_neighbors"),
-        "weight_layout": req.weight_layout,
-        "device": req.device,
-    }
+    facts = facts_of(req, "kind", "dtype") | {"channels": f"{req.c_in}->{req.c_out}"}
+    facts |= facts_of(req, "kernel_volume", "n_in", "n_out") | edge_facts(
+        req.edges, req.n_out, "average_neighbors"
+    )
+    facts |= facts_of(req, "weight_layout", "device")
     rb = RouteBuilder(req.op, facts)
     if req.dtype not in FLOAT_DTYPES:
         raise ValueError(f"[{req.op}] features must be one of {FLOAT_DTYPES}, got {req.dtype}")
@@ -58,7 +83,7 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             Tier.GPU_CUDA if cap.has(Tier.GPU_CUDA) else Tier.GPU_METAL if cap.has(Tier.GPU_METAL) else None
         )
         if tier is None:
-            rb.reject("gpu", "gather_matmul_scatter", "no GPU device in this process")
+            rb.reject(GATHER_MATMUL_SCATTER, NO_GPU)
         else:
             facts["tier"] = tier.value
             return _route_gpu(rb, req, packed, cap)
@@ -67,14 +92,11 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
         return _route_packed(rb, req)
     if req.identity_relation and req.kernel_volume == 1:
         return rb.take(
-            "cpu",
-            "pointwise_gemm",
-            "1x1x1 kernel on the input support: one BLAS GEMM over all rows, coordinates kept",
+            POINTWISE_GEMM, "1x1x1 kernel on the input support: one BLAS GEMM over all rows, coordinates kept"
         )
-    rb.reject("cpu", "pointwise_gemm", "kernel_volume == 1 and output support == input support")
+    rb.reject(POINTWISE_GEMM, IDENTITY)
     return rb.take(
-        "cpu",
-        "gather_gemm_scatter",
+        GATHER_GEMM_SCATTER,
         "per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows (tiled over all cores)",
     )
 
@@ -82,27 +104,24 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
 def _route_gpu(rb: RouteBuilder, req: ConvRequest, packed: bool, cap: Capability) -> Route:
     """GPU routes: lattice's kernels where this process runs them (gpu_kernels), MLX's own
     kernels otherwise."""
-    prefix = "dequant_" if packed else ""
     how = "dequantize the weight, then " if packed else ""
+    pointwise = DEQUANT_POINTWISE_MATMUL if packed else POINTWISE_MATMUL
     if req.identity_relation and req.kernel_volume == 1:
-        return rb.take(
-            "gpu",
-            f"{prefix}pointwise_matmul",
-            f"1x1x1 kernel on the input support: {how}one GPU matmul, coordinates kept",
-        )
-    rb.reject("gpu", f"{prefix}pointwise_matmul", "kernel_volume == 1 and output support == input support")
-    backend = gpu_kernels(rb, req.device, f"{prefix}implicit_gemm", cap)
+        return rb.take(pointwise, f"1x1x1 kernel on the input support: {how}one GPU matmul, coordinates kept")
+    rb.reject(pointwise, IDENTITY)
+    implicit = DEQUANT_IMPLICIT_GEMM if packed else IMPLICIT_GEMM
+    backend = gpu_kernels(rb, req.device, implicit.algorithm, cap)
     if backend is not None:
-        cores = "tensor cores where rows are whole 16-byte chunks" if backend == "cuda" else "float32 FMAs"
+        cores = (
+            "tensor cores where rows are whole 16-byte chunks" if backend == Backend.CUDA else "float32 FMAs"
+        )
         return rb.take(
-            backend,
-            f"{prefix}implicit_gemm",
+            implicit[backend],
             f"{how}implicit GEMM over the dense neighbour map: per 64 output rows, gather each offset's "
             f"input rows and W[k] into shared memory, {cores}, float32 accumulate in registers, no atomics",
         )
     return rb.take(
-        "gpu",
-        f"{prefix}gather_matmul_scatter",
+        DEQUANT_GATHER_MATMUL_SCATTER if packed else GATHER_MATMUL_SCATTER,
         f"{how}per kernel offset: MLX gather of its edges' input rows, GPU matmul, float32 scatter-add",
     )
 
@@ -131,18 +150,16 @@ def _check_weight_layout(req: ConvRequest) -> bool:
 
 def _route_packed(rb: RouteBuilder, req: ConvRequest) -> Route:
     """Packed weights: dequantize (K * C_in * C_out values, tiny) then the dense BLAS routes."""
-    rb.reject("cpu", "gather_gemm_scatter", "weight_layout == dense")
+    rb.reject(GATHER_GEMM_SCATTER, "weight_layout == dense")
     if req.identity_relation and req.kernel_volume == 1:
-        rb.reject("cpu", "pointwise_gemm", "weight_layout == dense")
+        rb.reject(POINTWISE_GEMM, "weight_layout == dense")
         return rb.take(
-            "cpu",
-            "dequant_pointwise_gemm",
+            DEQUANT_POINTWISE_GEMM,
             "packed 1x1x1 kernel on the input support: dequantize the weight, one BLAS GEMM over all rows",
         )
-    rb.reject("cpu", "dequant_pointwise_gemm", "kernel_volume == 1 and output support == input support")
+    rb.reject(DEQUANT_POINTWISE_GEMM, IDENTITY)
     return rb.take(
-        "cpu",
-        "dequant_gather_gemm_scatter",
+        DEQUANT_GATHER_GEMM_SCATTER,
         "packed weight dequantized to (K, C_in, C_out) in float32, then per kernel offset: gather, "
         "BLAS GEMM, scatter-add (tiled over all cores)",
     )

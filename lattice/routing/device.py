@@ -8,13 +8,12 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.routing.types import RouteBuilder, Tier
+from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, Tier
 
 # lattice's own GPU kernels are one set of sources in two dialects (docs/backend.md): CUDA,
 # run and tested on an H200, and Metal, never compiled or run on Apple hardware — routed
 # under the Metal tier only when this variable is 1 (experimental).
 METAL_KERNELS_ENV = "LATTICE_METAL_KERNELS"
-KERNEL_BACKENDS = ("cuda", "metal")
 
 
 @dataclass(frozen=True)
@@ -30,18 +29,22 @@ class Capability:
         return tier in self.tiers
 
     @property
-    def kernel_backend(self) -> str | None:
+    def kernel_backend(self) -> Backend | None:
         """The dialect of lattice's GPU kernels the routes take on the GPU: 'cuda' under the
         CUDA tier, 'metal' under the Metal tier when opted in, else None."""
         if self.has(Tier.GPU_CUDA):
-            return "cuda"
+            return Backend.CUDA
         if self.has(Tier.GPU_METAL) and self.metal_kernels:
-            return "metal"
+            return Backend.METAL
         return None
 
+    @property
+    def has_gpu(self) -> bool:
+        return self.has(Tier.GPU_CUDA) or self.has(Tier.GPU_METAL)
 
-def gpu_kernels(rb: RouteBuilder, device: str, algorithm: str, cap: Capability) -> str | None:
-    """The backend of lattice's GPU kernels for a request on ``device`` ('cuda' or 'metal'),
+
+def gpu_kernels(rb: RouteBuilder, device: str, algorithm: str, cap: Capability) -> Backend | None:
+    """The backend of lattice's GPU kernels for a request on ``device`` (cuda or metal),
     or None — after recording on ``rb`` why ``algorithm`` cannot run there."""
     if device != "gpu":
         return None
@@ -49,14 +52,23 @@ def gpu_kernels(rb: RouteBuilder, device: str, algorithm: str, cap: Capability) 
         return cap.kernel_backend
     if cap.has(Tier.GPU_METAL):
         rb.reject(
-            "metal",
-            algorithm,
+            RouteId(Backend.METAL, algorithm),
             f"lattice's Metal kernels are off: never run on Apple hardware ({METAL_KERNELS_ENV}=1 routes "
             "them, experimental)",
         )
     else:
-        rb.reject("gpu", algorithm, "no GPU device in this process")
+        rb.reject(RouteId(Backend.GPU, algorithm), NO_GPU)
     return None
+
+
+NO_GPU = "no GPU device in this process"
+
+
+def take_kernels(rb: RouteBuilder, device: str, routes, cap: Capability, reason: str) -> Route | None:
+    """The route of lattice's GPU kernels ``routes`` (a ``KernelRoutes``) for a request on
+    ``device``, taken with ``reason``; None (the rejection recorded) where they cannot run."""
+    backend = gpu_kernels(rb, device, routes.algorithm, cap)
+    return None if backend is None else rb.take(routes[backend], reason)
 
 
 @functools.cache

@@ -1,12 +1,15 @@
 """``lattice.explain``: which route an op takes for these inputs, and why.
 
-Every explainable op is built from a *plan* function (validate, build or fetch the
-relation, call the route function) and an executor. ``explain`` runs only the plan —
-the very code the op runs — so diagnostics cannot drift from behaviour.
+An explainable op is declared once: its body validates, builds or fetches the relation,
+asks the route function and returns a *plan* — an object with ``.route`` and ``.run()``.
+``@explainable`` makes the body the op (calling it runs the plan); ``explain`` runs the
+same body and stops before ``run``, so diagnostics cannot drift from behaviour.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,22 +20,50 @@ _PLANS: dict[str, Callable] = {}
 _EXAMPLES: dict[str, Callable] = {}
 
 
-def explainable(plan: Callable, *, example: Callable | None = None) -> Callable[[Callable], Callable]:
-    """Marks ``op`` as planned by ``plan`` (same arguments; returns an object with ``.route``).
+def explainable(
+    *, example: Callable | None = None, keywords: Callable | None = None
+) -> Callable[[Callable], Callable]:
+    """Makes ``body`` (the op's one declaration, returning its plan) the op ``body.__name__``.
 
+    The op has the body's signature; its return annotation is that of the plan's ``run``.
+    ``keywords``: a function whose keyword-only parameters the body takes as ``**kwargs``
+    (ops that share them — e.g. the kernel geometry of the pooling ops — declare them once
+    there); the op's signature lists them after the body's own.
     ``example(x, request)`` builds the op's call ``(args, kwargs)`` for ``lattice explain``
     from a tensor and an ``ExplainRequest`` (channels, kernel, dtype...): tensor ops pass
     ``x`` first, point ops (voxelize, devoxelize) sample points from it.
     """
 
-    def wrap(op: Callable) -> Callable:
-        op.__lattice_plan__ = plan
+    def wrap(body: Callable) -> Callable:
+        @functools.wraps(body)
+        def op(*args, **kwargs):
+            return body(*args, **kwargs).run()
+
+        op.__signature__ = _op_signature(body, keywords)
+        op.__lattice_plan__ = body
         _PLANS[op.__name__] = op
         if example is not None:
             _EXAMPLES[op.__name__] = example
         return op
 
     return wrap
+
+
+def _op_signature(body: Callable, keywords: Callable | None = None) -> inspect.Signature:
+    """The body's signature (with ``keywords``' keyword-only parameters for its ``**kwargs``)
+    returning what its plan's ``run`` returns: read once, at import."""
+    sig = inspect.signature(body)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if keywords is not None:
+        own = {p.name for p in params}
+        shared = inspect.signature(keywords).parameters.values()
+        params += [p for p in shared if p.kind is p.KEYWORD_ONLY and p.name not in own]
+    plan = sig.return_annotation
+    if isinstance(plan, str):
+        plan = body.__globals__.get(plan)
+    run = getattr(plan, "run", None)
+    returns = inspect.signature(run).return_annotation if run is not None else inspect.Signature.empty
+    return sig.replace(parameters=params, return_annotation=returns)
 
 
 def explainable_ops() -> list[str]:
@@ -49,12 +80,17 @@ def explain(op: Callable | str, *args, **kwargs) -> Route:
         if op not in _PLANS:
             raise ValueError(f"[explain] unknown op {op!r}; explainable ops: {', '.join(explainable_ops())}")
         op = _PLANS[op]
-    plan = getattr(op, "__lattice_plan__", None)
-    if plan is None:
-        name = getattr(op, "__name__", repr(op))
-        raise ValueError(f"[explain] {name} is not an explainable lattice op")
     with counting_edges():
-        return plan(*args, **kwargs).route
+        return plan_of(op, *args, **kwargs).route
+
+
+def plan_of(op: Callable, *args, **kwargs):
+    """The plan ``op(*args, **kwargs)`` would run — its route and what it runs over (the
+    relation, the weight...) — without running it (``plan.run()`` does)."""
+    body = getattr(op, "__lattice_plan__", None)
+    if body is None:
+        raise ValueError(f"[explain] {getattr(op, '__name__', repr(op))} is not an explainable lattice op")
+    return body(*args, **kwargs)
 
 
 @dataclass(frozen=True)

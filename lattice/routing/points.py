@@ -13,14 +13,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lattice.routing.device import Capability, capability, gpu_kernels
-from lattice.routing.types import Route, RouteBuilder
+from lattice.routing.registry import RouteTable
+from lattice.routing.types import Backend, Route, RouteBuilder, facts_of
 
 REDUCTIONS = ("mean", "sum", "max", "min", "first", "mode", "count")
 GPU_POINT_DTYPES = ("float32", "float16", "bfloat16")
 
+POINTS = RouteTable(
+    "points",
+    "voxelize: impl(inputs: QuantizeInputs, reduce) -> (SparseQuantization, reduce(quantization, host_sums)); "
+    "devoxelize: impl(points, voxels, voxel_size, origin, batch, linear, given, sample) -> sample(the "
+    "PointVoxelMap, or given) — the op's own work (reduce, sample) runs on the route's stream",
+)
+HASH_QUANTIZE_SEGMENT_REDUCE = POINTS.route(
+    Backend.CPU, "hash_quantize_segment_reduce", "voxelize: native quantize and first-occurrence dedup"
+)
+HASH_QUANTIZE = POINTS.kernels("hash_quantize", "voxelize: lattice's kernels, dedup in a GPU hash table")
+HASH_CORNER_LOOKUP = POINTS.route(Backend.CPU, "hash_corner_lookup", "devoxelize: native corner lookup")
+CORNER_LOOKUP = POINTS.kernels("corner_lookup", "devoxelize: lattice's kernels, GPU hash table lookup")
+
 
 @dataclass(frozen=True)
 class PointsRequest:
+    """voxelize / devoxelize: sizes and dtypes of the points and features, no arrays."""
+
     op: str
     n_points: int
     channels: int
@@ -66,24 +82,20 @@ def _gpu_reason(req: PointsRequest, voxelize: bool) -> str:
 def route_points(req: PointsRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
     voxelize = req.op in ("voxelize", "voxelize_features")
-    gpu_algorithm = "hash_quantize" if voxelize else "corner_lookup"
-    facts = {"n_points": req.n_points, "channels": req.channels}
-    facts |= {"reduction": req.reduction} if voxelize else {"interpolation": req.interpolation}
-    facts |= {"points_dtype": req.points_dtype, "dtype": req.dtype, "device": req.device}
+    kernels = HASH_QUANTIZE if voxelize else CORNER_LOOKUP
+    facts = facts_of(req, "n_points", "channels", "reduction" if voxelize else "interpolation")
+    facts |= facts_of(req, "points_dtype", "dtype", "device")
     rb = RouteBuilder(req.op, facts)
-    backend = gpu_kernels(rb, req.device, gpu_algorithm, cap)
+    backend = gpu_kernels(rb, req.device, kernels.algorithm, cap)
     if backend is not None:
         blocker = _gpu_blocker(req)
         if blocker is None:
-            return rb.take(backend, gpu_algorithm, _gpu_reason(req, voxelize))
-        rb.reject(backend, gpu_algorithm, blocker)
+            return rb.take(kernels[backend], _gpu_reason(req, voxelize))
+        rb.reject(kernels[backend], blocker)
     if voxelize:
         return rb.take(
-            "cpu",
-            "hash_quantize_segment_reduce",
+            HASH_QUANTIZE_SEGMENT_REDUCE,
             "native parallel quantize (first-occurrence dedup on a packed-key hash table), "
             f"then a {req.reduction} segment reduction",
         )
-    return rb.take(
-        "cpu", "hash_corner_lookup", "native lookup of each point's voxel corners, then a weighted gather"
-    )
+    return rb.take(HASH_CORNER_LOOKUP, "native lookup of each point's voxel corners, then a weighted gather")

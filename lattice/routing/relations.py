@@ -1,15 +1,19 @@
-"""Route selection for relation (kernel-map) building and coordinate functions."""
+"""Route selection for relation (kernel-map) building, and the builder a coordinate
+manager asks on a cache miss (``build_relation``: routed here, built by the backends)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from lattice.routing.device import Capability, capability, gpu_kernels
-from lattice.routing.types import Route, RouteBuilder
+from lattice.routing.device import Capability, capability, gpu_kernels, requested_device
+from lattice.routing.registry import RouteTable, dispatch_or_cpu
+from lattice.routing.types import Backend, Route, RouteBuilder, facts_of
 
 
 @dataclass(frozen=True)
 class RelationRequest:
+    """A relation to build: its kind, the input's rows and the kernel volume, no arrays."""
+
     op: str
     kind: str
     n_in: int
@@ -20,87 +24,97 @@ class RelationRequest:
     exclusive: bool = False
 
 
+RELATIONS = RouteTable(
+    "relations",
+    "impl(manager, kind, in_key, spec, target_key, op) -> (out_key, edges: RelationEdges | None, "
+    "neighbour map (N_out, K) | None): one of the two forms",
+)
+HASH_RELATION_SYMMETRIC = RELATIONS.route(
+    Backend.CPU, "hash_relation_symmetric", "submanifold: half the offsets probed, mirror edges"
+)
+HASH_RELATION_INPUT_DRIVEN = RELATIONS.route(
+    Backend.CPU, "hash_relation_input_driven", "forward / target: only offsets the stride divides probed"
+)
+HASH_RELATION_SCATTER = RELATIONS.route(
+    Backend.CPU, "hash_relation_scatter", "transposed / generative: (input, offset) pairs walked"
+)
+HASH_RELATION_EXCLUSIVE = RELATIONS.route(
+    Backend.CPU, "hash_relation_exclusive", "even kernel == stride: the downsample's point -> row map"
+)
+HASH_MAP_SUBMANIFOLD = RELATIONS.kernels(
+    "hash_map_submanifold", "lattice's kernels: dense (N, K) map, GPU hash"
+)
+HASH_MAP_PROBE = RELATIONS.kernels(
+    "hash_map_probe", "lattice's kernels: output set on the GPU, one probe per pair"
+)
+
+
 def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
-    rb = RouteBuilder(
-        req.op, {"kind": req.kind, "n_in": req.n_in, "kernel_volume": req.kernel_volume, "device": req.device}
-    )
+    rb = RouteBuilder(req.op, facts_of(req, "kind", "n_in", "kernel_volume", "device"))
     backend = gpu_kernels(rb, req.device, "hash_map", cap)
     if backend is not None:
         if req.kind == "submanifold":
             return rb.take(
-                backend,
-                "hash_map_submanifold",
+                HASH_MAP_SUBMANIFOLD[backend],
                 "GPU hash table over the input rows; one thread per (row, offset) probes: dense "
                 "(N, K) neighbour map, no host round trip",
             )
         return rb.take(
-            backend,
-            "hash_map_probe",
+            HASH_MAP_PROBE[backend],
             "output set on the GPU (given, or first-occurrence dedup of the downsample / generated "
             "footprint); one thread per (output row, offset) probes the input's GPU hash table",
         )
     if req.kind == "submanifold":
         return rb.take(
-            "cpu",
-            "hash_relation_symmetric",
+            HASH_RELATION_SYMMETRIC,
             "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror",
         )
     if req.kind == "forward" and req.exclusive:
         return rb.take(
-            "cpu",
-            "hash_relation_exclusive",
+            HASH_RELATION_EXCLUSIVE,
             "non-overlapping windows (even kernel == stride): the downsample's point->row map is "
             "the relation, no probes",
         )
     if req.kind == "forward":
-        rb.reject(
-            "cpu", "hash_relation_exclusive", "kernel_size == stride (even or 1), padding 0, dilation 1"
-        )
+        rb.reject(HASH_RELATION_EXCLUSIVE, "kernel_size == stride (even or 1), padding 0, dilation 1")
     if req.kind in ("transposed", "generative") and req.exclusive:
         return rb.take(
-            "cpu",
-            "hash_relation_exclusive",
+            HASH_RELATION_EXCLUSIVE,
             "back onto the set this one was downsampled from with even kernel == stride: the "
             "forward relation of that set, edges reversed, no probes",
         )
     if req.kind in ("transposed", "generative"):
         return rb.take(
-            "cpu",
-            "hash_relation_scatter",
+            HASH_RELATION_SCATTER,
             "walk (input, offset) pairs; generated support deduplicated by first occurrence",
         )
     return rb.take(
-        "cpu",
-        "hash_relation_input_driven",
+        HASH_RELATION_INPUT_DRIVEN,
         "walk inputs; per axis only offsets with (i - k + p) divisible by the stride are probed",
     )
 
 
-@dataclass(frozen=True)
-class CoordinateRequest:
-    # insert | downsample_coords | union_coords | intersection_coords | lookup_coords | inverse_map | morton_*
-    op: str
-    n: int
-    device: str = "cpu"
-
-
-def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> Route:
-    """Coordinate-set functions: the native hash table (or Morton kernel) on the CPU; a new
-    set (``insert``) is hashed by lattice's GPU kernels when the GPU is requested."""
-    cap = cap or capability()
-    rb = RouteBuilder(req.op, {"n": req.n, "device": req.device})
-    if req.op == "insert":
-        backend = gpu_kernels(rb, req.device, "hash_set_checked", cap)
-        if backend is not None:
-            return rb.take(
-                backend,
-                "hash_set_checked",
-                "GPU hash table of the new set, validated there (duplicates, negative batches, a box the "
-                "CPU core can pack; one read-back); its CPU table is built only if a CPU route asks",
-            )
-    elif req.device == "gpu":
-        rb.reject("gpu", req.op, "set functions other than insert run on the CPU core")
-    if req.op.startswith("morton"):
-        return rb.take("cpu", "morton", "21-bit-per-axis interleave, stable sort by (batch, code)")
-    return rb.take("cpu", "hash_set", "packed-key hash table, parallel probes / first-occurrence dedup")
+def build_relation(manager, kind, in_key, spec, target_key, op: str, device=None):
+    """(route, out_key, edges, neighbour map) of a relation ``manager`` does not hold yet:
+    the route chosen here, the relation built by its implementation (where a GPU builder
+    cannot represent it, by the CPU route, which builds it or raises the precise error)."""
+    req = RelationRequest(
+        op,
+        kind.value,
+        manager.capacity(in_key),
+        spec.volume,
+        device=requested_device(device),
+        exclusive=manager.exclusive(kind, in_key, spec, target_key),
+    )
+    route, built = dispatch_or_cpu(
+        route_relation(req),
+        lambda: route_relation(replace(req, device="cpu")),
+        manager,
+        kind,
+        in_key,
+        spec,
+        target_key,
+        op,
+    )
+    return (route, *built)

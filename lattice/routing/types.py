@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lattice.routing.registry import RouteTable
 
 
 class Tier(StrEnum):
@@ -14,6 +19,46 @@ class Tier(StrEnum):
     GPU_METAL = "gpu-metal"
 
 
+class Backend(StrEnum):
+    """Who runs a route: the native CPU core, MLX's own GPU kernels, or lattice's GPU
+    kernels in one of their two dialects (``metal``: never run on Apple hardware)."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    CUDA = "cuda"
+    METAL = "metal"
+
+
+@dataclass(frozen=True)
+class RouteId:
+    """One route of one family: ``backend.algorithm``. Declared routes come from their
+    family's ``RouteTable`` (which ``dispatch`` reads); other ids only name an alternative
+    that was considered and rejected."""
+
+    backend: Backend
+    algorithm: str
+    family: str = ""
+    table: RouteTable | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}.{self.algorithm}"
+
+    @property
+    def implementation(self) -> object | None:
+        """What ``dispatch`` runs for this route (None for an undeclared or unimplemented id)."""
+        return None if self.table is None else self.table.impls.get(self)
+
+
+def describe(impl: object) -> str | None:
+    """``module.name`` of an implementation (its text for a descriptor such as ``Vjp``)."""
+    if impl is None:
+        return None
+    name = getattr(impl, "__qualname__", None)
+    module = getattr(impl, "__module__", None)
+    return f"{module}.{name}" if name and module else str(impl)
+
+
 @dataclass(frozen=True)
 class Rejection:
     """A route that was considered and not taken, with the predicate that failed."""
@@ -22,38 +67,45 @@ class Rejection:
     algorithm: str
     predicate: str
 
-
-@dataclass(frozen=True)
-class Route:
-    """The chosen route of one call: backend, algorithm, why, and what was rejected."""
-
-    op: str
-    backend: str
-    algorithm: str
-    reason: str
-    rejected: tuple[Rejection, ...] = ()
-    facts: dict = field(default_factory=dict, compare=False)
-
     @property
     def name(self) -> str:
         return f"{self.backend}.{self.algorithm}"
 
+
+@dataclass(frozen=True)
+class Route:
+    """The chosen route of one call: its id, why, and what was rejected."""
+
+    op: str
+    id: RouteId
+    reason: str
+    rejected: tuple[Rejection, ...] = ()
+    facts: dict = field(default_factory=dict, compare=False)
+
+    backend = property(attrgetter("id.backend"), doc="The route's Backend.")
+    algorithm = property(attrgetter("id.algorithm"), doc="The route's algorithm name.")
+    name = property(attrgetter("id.name"), doc="``backend.algorithm``, as explain reports it.")
+
     def require(self, *implemented: str) -> Route:
-        """For ops with fixed implementations: this route, or an error naming it."""
+        """This route, or an error naming it where a caller takes only ``implemented`` (for
+        callers outside the dispatch tables; ops ``dispatch``)."""
         if self.name not in implemented:
             raise RuntimeError(f"[{self.op}] no implementation for route {self.name}")
         return self
+
+    def with_facts(self, **facts) -> Route:
+        """This route with more facts (measured after the choice, e.g. the edges it reads)."""
+        return replace(self, facts=self.facts | facts)
 
     def as_dict(self) -> dict:
         return {
             "op": self.op,
             "route": self.name,
-            "backend": self.backend,
+            "backend": str(self.backend),
             "algorithm": self.algorithm,
             "reason": self.reason,
-            "rejected": [
-                {"route": f"{r.backend}.{r.algorithm}", "failed": r.predicate} for r in self.rejected
-            ],
+            "implementation": describe(self.id.implementation),
+            "rejected": [{"route": r.name, "failed": r.predicate} for r in self.rejected],
             "facts": dict(self.facts),
         }
 
@@ -66,11 +118,16 @@ class RouteBuilder:
         self.facts = facts
         self._rejected: list[Rejection] = []
 
-    def reject(self, backend: str, algorithm: str, predicate: str) -> None:
-        self._rejected.append(Rejection(backend, algorithm, predicate))
+    def reject(self, route: RouteId, predicate: str) -> None:
+        self._rejected.append(Rejection(str(route.backend), route.algorithm, predicate))
 
-    def take(self, backend: str, algorithm: str, reason: str) -> Route:
-        return Route(self.op, backend, algorithm, reason, tuple(self._rejected), self.facts)
+    def take(self, route: RouteId, reason: str) -> Route:
+        return Route(self.op, route, reason, tuple(self._rejected), self.facts)
+
+
+def facts_of(req, *fields: str) -> dict:
+    """The named fields of a request value, as route facts (in that order)."""
+    return {f: getattr(req, f) for f in fields}
 
 
 def edge_facts(edges: int | None, n_out: int, average: str) -> dict:

@@ -82,6 +82,8 @@ def _print_table(result: dict) -> None:
     console.print(f"[bold]{result['op']}[/] on {result['input']}")
     console.print(f"route  [bold green]{result['route']}[/]")
     console.print(f"why    {result['reason']}")
+    if result.get("implementation"):
+        console.print(f"impl   {result['implementation']}")
     facts = result["facts"]
     if facts:
         console.print("facts  " + ", ".join(f"{k}={v}" for k, v in facts.items()))

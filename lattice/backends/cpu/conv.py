@@ -1,19 +1,19 @@
-"""CPU routes: wrappers that place the native primitives on the CPU stream."""
+"""CPU routes of the convolution family: the native gather-GEMM-scatter and the pointwise
+GEMM (``csrc/backend/cpu/conv.cpp``), placed on the CPU stream, and their packed-weight
+forms."""
 
 from __future__ import annotations
 
 import mlx.core as mx
 
 from lattice import _ext
-from lattice.core.quantized import QuantizedWeight, dequantize_weight, with_packed_forms
+from lattice.core.quantized import dequantized
 from lattice.core.relation import KernelRelation
+from lattice.routing import conv as routes
+from lattice.routing.registry import implements
 
 
-def blas_gemm(a: mx.array, b: mx.array, *, trans_b: bool = False) -> mx.array:
-    """``a @ op(b)`` through the linked BLAS (differentiable)."""
-    return _ext.blas_gemm(a, b, False, trans_b, stream=mx.cpu)
-
-
+@implements(routes.GATHER_GEMM_SCATTER)
 def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
     """Relation convolution with mapped weight (K, C_in, C_out) (differentiable).
 
@@ -36,18 +36,11 @@ def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation) 
     )
 
 
+@implements(routes.POINTWISE_GEMM)
 def pointwise_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
     """1x1x1 convolution on the same support: one GEMM with W[0] (C_in, C_out)."""
     return _ext.blas_gemm(feats, weight[0], False, False, stream=mx.cpu)
 
 
-# ---- packed (quantized) linear weights: dequantized (tiny, on the CPU stream), then BLAS ----
-
-
-def dequant_blas_gemm(a: mx.array, qweight: QuantizedWeight) -> mx.array:
-    """``a @ W^T`` for a packed linear weight ``W`` (out, in), dequantized to ``a.dtype``."""
-    return blas_gemm(a, dequantize_weight(qweight, dtype=a.dtype), trans_b=True)
-
-
-# the dense routes and their packed-weight forms (dequant_*)
-CONV = with_packed_forms({"gather_gemm_scatter": gather_gemm_scatter, "pointwise_gemm": pointwise_gemm})
+implements(routes.DEQUANT_GATHER_GEMM_SCATTER)(dequantized(gather_gemm_scatter))
+implements(routes.DEQUANT_POINTWISE_GEMM)(dequantized(pointwise_gemm))

@@ -1,6 +1,6 @@
 """CPU routes of the pooling family: wrappers that place the native pooling
-primitives on the CPU stream. Only ops, after their route functions have decided,
-call into here.
+primitives (``csrc/backend/cpu/pool.cpp``) on the CPU stream, registered under the
+pooling routes' ids (``lattice.routing.pool``).
 
 The relations and window maps handed over come from lattice's coordinate manager, so
 the calls vouch (``distinct=True``) that within one kernel offset no input row repeats
@@ -17,10 +17,13 @@ import mlx.core as mx
 
 from lattice import _ext
 from lattice.core.relation import KernelRelation, WindowMap
+from lattice.routing import pool as routes
+from lattice.routing.registry import Vjp, implements
 
-BACKWARD_ROUTES = ("input_exclusive_gather", "scatter_general")
+BACKWARD_ROUTES = (routes.INPUT_EXCLUSIVE_GATHER.algorithm, routes.SCATTER_GENERAL.algorithm)
 
 
+@implements(routes.SEGMENT_REDUCE)
 def segment_reduce(
     feats: mx.array,
     rel: KernelRelation,
@@ -50,6 +53,7 @@ def segment_reduce(
     )
 
 
+@implements(routes.WINDOW_REDUCE)
 def window_reduce(feats: mx.array, windows: WindowMap, mode: str, *, backward: str, weights=None) -> mx.array:
     """``mode`` of ``feats`` over the cells of a downsample, per output row.
 
@@ -61,14 +65,31 @@ def window_reduce(feats: mx.array, windows: WindowMap, mode: str, *, backward: s
         raise ValueError("[window_reduce] a window map has unit weights")
     if backward not in BACKWARD_ROUTES:
         raise ValueError(f"[window_reduce] backward must be one of {BACKWARD_ROUTES}, got {backward!r}")
-    return _ext.sparse_pool(feats, windows.in_rows, windows.out_rows, [0, windows.edge_count], windows.out_count,
-                            mode, backward, None, distinct=True, stream=mx.cpu)
+    return _ext.sparse_pool(
+        feats,
+        windows.in_rows,
+        windows.out_rows,
+        [0, windows.edge_count],
+        windows.out_count,
+        mode,
+        backward,
+        None,
+        distinct=True,
+        stream=mx.cpu,
+    )
 
 
-def batch_segment_reduce(feats: mx.array, batch: mx.array, batch_size: int, mode: str) -> mx.array:
-    """Dense ``(batch_size, C)`` ``mode`` of the rows of each batch member (differentiable)."""
+@implements(routes.BATCH_SEGMENT_REDUCE)
+def batch_segment_reduce(
+    feats: mx.array, batch: mx.array, batch_size: int, mode: str, counts=None
+) -> mx.array:
+    """Dense ``(batch_size, C)`` ``mode`` of the rows of each batch member (differentiable;
+    ``counts``, the rows per member, are counted natively)."""
     return _ext.global_pool(feats, batch, int(batch_size), mode, stream=mx.cpu)
 
 
-POOL = {"segment_reduce": segment_reduce, "window_reduce": window_reduce}
-GLOBAL_POOL = {"batch_segment_reduce": batch_segment_reduce}
+# the native VJP of sparse_pool takes the backward route the forward op fixed, by name
+for _route in (routes.INPUT_EXCLUSIVE_GATHER, routes.SCATTER_GENERAL):
+    routes.POOL_BACKWARD.register(
+        _route, Vjp(f"{__name__}.segment_reduce / window_reduce", f"native backward={_route.algorithm!r}")
+    )

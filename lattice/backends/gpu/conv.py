@@ -1,5 +1,5 @@
-"""GPU routes built from MLX's own kernels: they run wherever MLX runs its GPU stream
-(the CUDA backend on NVIDIA, Metal on Apple silicon).
+"""GPU conv routes built from MLX's own kernels (the ``gpu.*`` routes): they run wherever
+MLX runs its GPU stream (the CUDA backend on NVIDIA, Metal on Apple silicon).
 
 The relation (kernel map) is still built by the CPU core and its edge arrays travel to
 the GPU (a host round trip per new relation; cached relations are reused). The
@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from lattice.core.quantized import with_packed_forms
+from lattice.core.quantized import dequantized
 from lattice.core.relation import KernelRelation
+from lattice.routing import conv as routes
+from lattice.routing.registry import implements
 
 
+@implements(routes.GATHER_MATMUL_SCATTER)
 def gather_matmul_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation, *, device=None) -> mx.array:
     """Relation convolution with mapped weight (K, C_in, C_out) on the GPU stream: per kernel
     offset, gather its edges' input rows, one matmul, float32 scatter-add.
@@ -43,6 +46,7 @@ def gather_matmul_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation
         return out.astype(feats.dtype)
 
 
+@implements(routes.POINTWISE_MATMUL)
 def pointwise_matmul(feats: mx.array, weight: mx.array, rel: KernelRelation, *, device=None) -> mx.array:
     """1x1x1 convolution on the same support: one GPU matmul."""
     with mx.stream(device or mx.gpu):
@@ -51,5 +55,5 @@ def pointwise_matmul(feats: mx.array, weight: mx.array, rel: KernelRelation, *, 
         return mx.matmul(feats, weight[0].astype(feats.dtype))
 
 
-# the dense routes and their packed-weight forms (dequant_*)
-CONV = with_packed_forms({"gather_matmul_scatter": gather_matmul_scatter, "pointwise_matmul": pointwise_matmul})
+implements(routes.DEQUANT_GATHER_MATMUL_SCATTER)(dequantized(gather_matmul_scatter))
+implements(routes.DEQUANT_POINTWISE_MATMUL)(dequantized(pointwise_matmul))

@@ -1,0 +1,5 @@
+"""The ``gpu.*`` routes: built from MLX's own GPU kernels (no lattice kernel)."""
+
+from lattice.backends.gpu import blas, conv
+
+__all__ = ["blas", "conv"]
