@@ -68,10 +68,11 @@ def test_voxelize_per_channel_reductions_match_the_loop_oracle(kind):
     x = voxelize(pts, feats, 0.5, reduction=per)
     coords, want, _ = rc.voxel_reduce(pts, feats, 0.5, 0.0, list(per))
     np.testing.assert_array_equal(np.array(x.coords), coords)
-    np.testing.assert_allclose(np.array(x.feats), want, rtol=1e-6, atol=1e-6)
+    # means: float32 sums, which the GPU route adds atomically in any order (a few ulps apart)
+    np.testing.assert_allclose(np.array(x.feats), want, rtol=1e-5, atol=1e-6)
     for k, r in enumerate(per):  # a per-channel tuple equals each reduction alone
         alone = voxelize(pts, feats[:, k : k + 1], 0.5, reduction=r)
-        np.testing.assert_allclose(np.array(x.feats)[:, k], np.array(alone.feats)[:, 0], rtol=1e-6)
+        np.testing.assert_allclose(np.array(x.feats)[:, k], np.array(alone.feats)[:, 0], rtol=1e-5, atol=1e-6)
 
 
 def test_voxelize_min_gradient_and_mode_passes_none():
