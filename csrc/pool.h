@@ -21,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-#include "mlx/mlx.h"
+#include "mlx/array.h"
 #include "mlx/primitives.h"
 #include "primitives.h"
 

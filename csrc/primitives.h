@@ -6,7 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "mlx/mlx.h"
+#include "mlx/array.h"
+#include "mlx/ops.h"  // StreamOrDevice and the ops the VJPs build
 #include "mlx/primitives.h"
 
 namespace lattice {

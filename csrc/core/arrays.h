@@ -9,7 +9,8 @@
 #include <string>
 #include <utility>
 
-#include "mlx/mlx.h"
+#include "mlx/array.h"
+#include "mlx/ops.h"  // contiguous, zeros
 
 namespace lattice {
 

@@ -23,7 +23,8 @@
 
 #include "core/message.h"
 #include "core/parallel.h"
-#include "mlx/mlx.h"
+#include "mlx/array.h"
+#include "mlx/ops.h"  // astype, contiguous
 
 namespace lattice {
 

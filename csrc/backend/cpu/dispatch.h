@@ -1,13 +1,24 @@
 // Running a CPU kernel as an MLX primitive's eval_cpu: allocate the output, register
 // inputs and output with the stream's command encoder, enqueue the kernel.
+//
+// mlx/backend/cpu/encoder.h is MLX's extension API for CPU primitives, not a private
+// header: MLX's own out-of-tree extension example (examples/extensions/axpby/axpby.cpp)
+// includes it and schedules its CPU kernel with cpu::get_command_encoder(stream) and
+// encoder.dispatch(...), the wheel ships it under include/, and CommandEncoder and
+// get_command_encoder are exported (MLX_API). There is no other public way to run an
+// eval_cpu on the stream's worker: eval_cpu is called while the inputs may still be in
+// flight on that worker, so a kernel run inline would race them, and scheduler::enqueue
+// alone skips the task accounting the encoder keeps (notify_new_task / _completion).
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "mlx/allocator.h"
+#include "mlx/array.h"
 #include "mlx/backend/cpu/encoder.h"
-#include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
 namespace lattice {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "mlx/mlx.h"
+#include "mlx/array.h"
 
 namespace lattice {
 
