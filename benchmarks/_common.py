@@ -85,9 +85,24 @@ def openblas_sgemm_ms(m: int, k: int, n: int, repeats: int = 7, threads: int | N
     saved = lib.scipy_openblas_get_num_threads()
     lib.scipy_openblas_set_num_threads(threads or os.cpu_count() or 1)
     try:
+
         def call() -> None:
-            lib.scipy_cblas_sgemm(101, 111, 111, m, n, k, ctypes.c_float(1.0), ptr(a.ctypes.data), k,
-                                  ptr(b.ctypes.data), n, ctypes.c_float(0.0), ptr(c.ctypes.data), n)
+            lib.scipy_cblas_sgemm(
+                101,
+                111,
+                111,
+                m,
+                n,
+                k,
+                ctypes.c_float(1.0),
+                ptr(a.ctypes.data),
+                k,
+                ptr(b.ctypes.data),
+                n,
+                ctypes.c_float(0.0),
+                ptr(c.ctypes.data),
+                n,
+            )
 
         return median_ms(call, repeats)
     finally:

@@ -77,8 +77,12 @@ def main() -> None:
     for name, (first, fn) in cpu_cases.items():
         out = fn("cpu")
         mx.eval(out)
-        row = {"op": name, "rows_in": int(first.shape[0]), "rows_out": int(out.shape[0]),
-               "cpu_ms": round(median_ms(lambda fn=fn: mx.eval(fn("cpu")), args.repeats), 3)}
+        row = {
+            "op": name,
+            "rows_in": int(first.shape[0]),
+            "rows_out": int(out.shape[0]),
+            "cpu_ms": round(median_ms(lambda fn=fn: mx.eval(fn("cpu")), args.repeats), 3),
+        }
         if has_gpu:
             g = gpu_cases[name][1]
             mx.eval(g("gpu"))

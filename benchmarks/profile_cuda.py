@@ -39,7 +39,9 @@ def main() -> None:
     mx.eval(table.slots, nmap)
     print("build_table", med(lambda: mx.eval(cuda_coords.build_table(coords).slots)))
     print("submanifold_map", med(lambda: mx.eval(cuda_relations.submanifold_map(table, offsets))))
-    print("both", med(lambda: mx.eval(cuda_relations.submanifold_map(cuda_coords.build_table(coords), offsets))))
+    print(
+        "both", med(lambda: mx.eval(cuda_relations.submanifold_map(cuda_coords.build_table(coords), offsets)))
+    )
     tensors = [lattice.SparseTensor(coords, mx.zeros((coords.shape[0], 1))) for _ in range(25)]
     times = []
     for x in tensors:
@@ -51,7 +53,11 @@ def main() -> None:
     inv = cuda_relations.invert_map(nmap, coords.shape[0])
     print("invert_map", med(lambda: mx.eval(cuda_relations.invert_map(nmap, coords.shape[0]))))
     n = coords.shape[0]
-    order, inv_order, unsorted = cuda_relations.row_order(nmap), cuda_relations.row_order(inv), mx.arange(n, dtype=mx.int32)
+    order, inv_order, unsorted = (
+        cuda_relations.row_order(nmap),
+        cuda_relations.row_order(inv),
+        mx.arange(n, dtype=mx.int32),
+    )
     mx.eval(order, inv_order, unsorted)
     print("row_order", med(lambda: mx.eval(cuda_relations.row_order(nmap))))
     op_path(coords, spec, nmap, order)
@@ -61,7 +67,9 @@ def main() -> None:
             w = (mx.random.normal((27, c, c)) * 0.05).astype(dtype)
             mx.eval(x, w)
             tag = f"C={c} {str(dtype).split('.')[-1]}"
-            print(f"conv kernel {tag}", med(lambda x=x, w=w: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order))))
+            print(
+                f"conv kernel {tag}", med(lambda x=x, w=w: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order)))
+            )
             print(
                 f"  conv kernel {tag} rows unsorted",
                 med(lambda x=x, w=w: mx.eval(cuda_conv._conv_kernel(x, w, nmap, unsorted))),
@@ -114,7 +122,9 @@ def stages_sweep(tag, x, w, nmap, order) -> None:
     try:
         for p in range(2, deepest + 1):
             cuda_conv._mma_stages = lambda *_, p=p: p
-            print(f"  conv kernel {tag} P={p}", med(lambda: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order))))
+            print(
+                f"  conv kernel {tag} P={p}", med(lambda: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order)))
+            )
     finally:
         cuda_conv._mma_stages = default
 

@@ -27,6 +27,7 @@ from lattice.models import minkunet
 
 def _steps(model):
     """(name, fn(state) -> state) for each module of the forward; state = (y, skips)."""
+
     def stem(s):
         y = model.stem(s[0])
         return y, [y]
@@ -48,8 +49,10 @@ def _cprofile(model, coords: np.ndarray, repeats: int) -> None:
     import pstats
 
     rng = np.random.default_rng(1)
-    xs = [lattice.SparseTensor(coords, rng.normal(size=(len(coords), 4)).astype(np.float32))
-          for _ in range(2 * repeats + 1)]
+    xs = [
+        lattice.SparseTensor(coords, rng.normal(size=(len(coords), 4)).astype(np.float32))
+        for _ in range(2 * repeats + 1)
+    ]
     mx.eval([x.feats for x in xs])
     mx.eval(model(xs[0]).feats)  # compiles
     build, run = [], []
@@ -60,8 +63,10 @@ def _cprofile(model, coords: np.ndarray, repeats: int) -> None:
         mx.eval(y.feats)
         build.append((t1 - t0) * 1e3)
         run.append((time.perf_counter() - t1) * 1e3)
-    print(f"{len(coords)} voxels: graph building {statistics.median(build):.2f} ms, "
-          f"evaluation {statistics.median(run):.2f} ms (medians of {repeats})")
+    print(
+        f"{len(coords)} voxels: graph building {statistics.median(build):.2f} ms, "
+        f"evaluation {statistics.median(run):.2f} ms (medians of {repeats})"
+    )
     prof = cProfile.Profile()
     prof.enable()
     for x in xs[repeats + 1 :]:
@@ -75,9 +80,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rows", type=int, default=484_637)
-    ap.add_argument("--cprofile", action="store_true",
-                    help="instead: whole fresh forwards split into graph building (Python, host reads) "
-                         "and evaluation, and a cProfile of the building")
+    ap.add_argument(
+        "--cprofile",
+        action="store_true",
+        help="instead: whole fresh forwards split into graph building (Python, host reads) "
+        "and evaluation, and a cProfile of the building",
+    )
     args = ap.parse_args()
     coords = shells()[: args.rows]
     mx.random.seed(0)
@@ -114,12 +122,28 @@ def main() -> None:
         if name.endswith(".skip"):
             continue
         f, c = statistics.median(fresh[name]), statistics.median(cached[name])
-        out.append({"module": name, "rows": rows_at[name][0], "C_out": rows_at[name][1],
-                    "fresh_ms": round(f, 2), "cached_ms": round(c, 2), "relations_ms": round(f - c, 2)})
+        out.append(
+            {
+                "module": name,
+                "rows": rows_at[name][0],
+                "C_out": rows_at[name][1],
+                "fresh_ms": round(f, 2),
+                "cached_ms": round(c, 2),
+                "relations_ms": round(f - c, 2),
+            }
+        )
     total_f = sum(r["fresh_ms"] for r in out)
     total_c = sum(r["cached_ms"] for r in out)
-    out.append({"module": "sum", "rows": "", "C_out": "", "fresh_ms": round(total_f, 2),
-                "cached_ms": round(total_c, 2), "relations_ms": round(total_f - total_c, 2)})
+    out.append(
+        {
+            "module": "sum",
+            "rows": "",
+            "C_out": "",
+            "fresh_ms": round(total_f, 2),
+            "cached_ms": round(total_c, 2),
+            "relations_ms": round(total_f - total_c, 2),
+        }
+    )
     report(out, f"MinkUNet14 w32 forward by module ({lattice.backend_info().gpu}, {len(coords)} voxels)")
 
 

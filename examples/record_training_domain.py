@@ -45,7 +45,9 @@ def with_records(doc: dict, data: Path, asprs: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bundle", type=Path)
-    ap.add_argument("--data", type=Path, default=None, help="training data (default: the one model.json names)")
+    ap.add_argument(
+        "--data", type=Path, default=None, help="training data (default: the one model.json names)"
+    )
     ap.add_argument("--asprs", action="store_true", help="also write each class's ASPRS LAS code")
     args = ap.parse_args()
     doc = read_model_json(args.bundle)
@@ -55,7 +57,9 @@ def main() -> None:
     with atomic_write(args.bundle / "model.json") as f:
         f.write((json.dumps(new, indent=2) + "\n").encode())
     bundle = load_model(args.bundle)  # the weights' sha256 is checked on load
-    print(f"{args.bundle}: domain of {bundle.domain.scans} training scans recorded; asprs codes: {args.asprs}")
+    print(
+        f"{args.bundle}: domain of {bundle.domain.scans} training scans recorded; asprs codes: {args.asprs}"
+    )
 
 
 if __name__ == "__main__":

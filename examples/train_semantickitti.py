@@ -78,6 +78,8 @@ def _portable(path: Path) -> str:
         return os.path.relpath(path.resolve(), base)
     except ValueError:
         return str(path)
+
+
 SHIPPED = Path(__file__).resolve().parent / "models/minkunet14-semantickitti"
 TRAIN = ["kitti_01_000000", "kitti_01_000001", "kitti_01_000002", "demo_000700", "demo_000750"]
 HELD_OUT = "seq00_000000"

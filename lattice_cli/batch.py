@@ -103,7 +103,9 @@ def _output_name(p: Path, extension: str) -> str:
 
 
 Accept = Callable[[Path], "bool | str"]
-SIDECAR = ".lattice.json"  # lattice.pipeline.provenance.SIDECAR (not imported: the CLI starts without lattice)
+SIDECAR = (
+    ".lattice.json"  # lattice.pipeline.provenance.SIDECAR (not imported: the CLI starts without lattice)
+)
 
 
 def _reason(accept: Accept, p: Path) -> str | None:
@@ -111,7 +113,11 @@ def _reason(accept: Accept, p: Path) -> str | None:
     verdict = accept(p)
     if verdict is True:
         return None
-    return verdict if isinstance(verdict, str) else f"not a file this command reads ({p.suffix or 'no extension'})"
+    return (
+        verdict
+        if isinstance(verdict, str)
+        else f"not a file this command reads ({p.suffix or 'no extension'})"
+    )
 
 
 def expand_inputs(items: list[str], output_dir: Path, accept: Accept, extension: str = ".npz") -> list[Task]:

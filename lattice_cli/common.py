@@ -194,7 +194,9 @@ def parse_reductions(values: list[str] | None, known: tuple[str, ...]) -> tuple[
                 fail(f"--reduce: {reduction!r} is not one of {', '.join(known)} (in {value!r})", EXIT_USAGE)
             if not sep:
                 if everything is not None and everything != reduction:
-                    fail(f"--reduce given twice for every attribute: {everything} and {reduction}", EXIT_USAGE)
+                    fail(
+                        f"--reduce given twice for every attribute: {everything} and {reduction}", EXIT_USAGE
+                    )
                 everything = reduction
             elif not name.strip():
                 fail(f"--reduce: missing the attribute name before '=' in {value!r}", EXIT_USAGE)
@@ -209,7 +211,10 @@ def check_output(output: str | None, output_format: str | None, output_dir: Path
     from lattice.pipeline.export import output_format as resolve
 
     if output not in (None, STDIO) and output_format is not None and not is_stream_output(output):
-        fail("--output-format applies to -o -, a FIFO or device, and batch mode; with -o FILE the extension decides", EXIT_USAGE)
+        fail(
+            "--output-format applies to -o -, a FIFO or device, and batch mode; with -o FILE the extension decides",
+            EXIT_USAGE,
+        )
     if output not in (None, STDIO) and Path(output).is_dir():
         fail(f"cannot write {output}: it is a directory")
     stream = output is None or is_stream_output(output)

@@ -52,6 +52,7 @@ app.command("render")(render_cmd.render)
 app.command("explain")(explain_cmd.explain)
 app.command("backend")(info_cmd.backend)
 
+
 def _terminate(signum, frame) -> None:  # noqa: ARG001
     """SIGTERM as SIGINT: unwind, so an atomic write removes its temp file, then exit 143."""
     raise SystemExit(128 + signum)
@@ -81,7 +82,9 @@ def run() -> None:
     except ex.UsageError as err:
         ctx = err.ctx
         where = f"lattice {ctx.info_name}" if ctx is not None and ctx.parent is not None else "lattice"
-        typer.echo(f"lattice: error: {' '.join(err.format_message().split())} (see '{where} --help')", err=True)
+        typer.echo(
+            f"lattice: error: {' '.join(err.format_message().split())} (see '{where} --help')", err=True
+        )
         code = EXIT_USAGE
     except KeyboardInterrupt:
         typer.echo("lattice: error: interrupted", err=True)

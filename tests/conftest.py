@@ -27,6 +27,7 @@ import pytest  # noqa: E402
 if os.environ.get("LATTICE_TEST_DEVICE") in ("cpu", "gpu"):
     mx.set_default_device(getattr(mx, os.environ["LATTICE_TEST_DEVICE"]))
 
+
 def point_cloud(kind: str, seed: int = 0) -> np.ndarray:
     """(N, 3) float32 points of one distribution (test_quantize, test_cuda_points)."""
     rng = np.random.default_rng(seed + sum(map(ord, kind)))

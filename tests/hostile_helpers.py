@@ -92,11 +92,15 @@ def max_tokens(usize: int) -> bytes:
     """An LZF stream of ``usize`` (>= 1) zero bytes: one literal, then maximal back-references
     (264 bytes from 3, distance 1: LZF's ~88x), then literal runs for the rest."""
     long, rest = divmod(usize - 1, 264)
-    literals = b"".join(bytes([k - 1]) + bytes(k) for k in [32] * (rest // 32) + ([rest % 32] if rest % 32 else []))
+    literals = b"".join(
+        bytes([k - 1]) + bytes(k) for k in [32] * (rest // 32) + ([rest % 32] if rest % 32 else [])
+    )
     return b"\x00\x00" + b"\xe0\xff\x00" * long + literals
 
 
-def pcd_lzf(points: int, *, csize: int | None = None, usize: int | None = None, decoded: int | None = None) -> bytes:
+def pcd_lzf(
+    points: int, *, csize: int | None = None, usize: int | None = None, decoded: int | None = None
+) -> bytes:
     """An x, y, z float32 ``binary_compressed`` PCD of ``points`` points whose payload is
     ``max_tokens(decoded)`` (default: exactly the points' bytes); ``csize`` / ``usize``
     override the two sizes the payload is announced with."""
@@ -123,10 +127,29 @@ def zip_of(entries: list[tuple[str, int, bytes, int, int]]) -> bytes:
     for name, method, data, crc, size in entries:
         n = name.encode()
         head = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0, crc, len(data), size, len(n), 0)
-        central += struct.pack(
-            "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0, crc, len(data), size, len(n), 0, 0, 0, 0, 0,
-            len(local),
-        ) + n
+        central += (
+            struct.pack(
+                "<IHHHHHHIIIHHHHHII",
+                0x02014B50,
+                20,
+                20,
+                0,
+                method,
+                0,
+                0,
+                crc,
+                len(data),
+                size,
+                len(n),
+                0,
+                0,
+                0,
+                0,
+                0,
+                len(local),
+            )
+            + n
+        )
         local += head + n + data
     count = len(entries)
     end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, len(central), len(local), 0)
@@ -138,7 +161,9 @@ def stored(name: str, data: bytes) -> tuple[str, int, bytes, int, int]:
     return name, 0, data, zlib.crc32(data), len(data)
 
 
-def deflated_zeros(name: str, shape: tuple[int, ...], chunk: int = 12 << 20) -> tuple[str, int, bytes, int, int]:
+def deflated_zeros(
+    name: str, shape: tuple[int, ...], chunk: int = 12 << 20
+) -> tuple[str, int, bytes, int, int]:
     """A ``zip_of`` entry: a ``.npy`` of float32 zeros of ``shape``, deflated at ~1030x (true
     sizes, true CRC). The zeros are deflated in ``chunk``-byte blocks, each after a full flush,
     so one block's bytes are repeated instead of compressing gigabytes."""

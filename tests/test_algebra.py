@@ -12,8 +12,7 @@ import lattice.ops.algebra as A
 from lattice.core import CoordinateManager, CoordinateSet, SparseTensor
 
 JOINS = ("inner", "left", "right", "outer")
-NP_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum,
-          "minimum": np.minimum}
+NP_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
 
 
 # ---- reference -----------------------------------------------------------------------------
@@ -58,8 +57,8 @@ def overlapping(seed=0, n=60, c=3, cloud="batched"):
     rng = np.random.default_rng(seed)
     pool = make_cloud(cloud)
     pick = rng.permutation(len(pool))
-    a = pool[pick[: n]]
-    b = pool[pick[n // 2: n // 2 + n]]
+    a = pool[pick[:n]]
+    b = pool[pick[n // 2 : n // 2 + n]]
     b = b[rng.permutation(len(b))]
     fa = rng.normal(size=(len(a), c)).astype(np.float32)
     fb = rng.normal(size=(len(b), c)).astype(np.float32)
@@ -92,11 +91,16 @@ def test_sparse_binary_matches_reference(op, join):
         assert out.coord_key == (lhs if join == "left" else rhs).coord_key
 
 
-@pytest.mark.parametrize("fn,op,join", [
-    (A.sparse_add, np.add, "outer"), (A.sparse_sub, np.subtract, "outer"),
-    (A.sparse_mul, np.multiply, "inner"), (A.sparse_maximum, np.maximum, "inner"),
-    (A.sparse_minimum, np.minimum, "inner"),
-])
+@pytest.mark.parametrize(
+    "fn,op,join",
+    [
+        (A.sparse_add, np.add, "outer"),
+        (A.sparse_sub, np.subtract, "outer"),
+        (A.sparse_mul, np.multiply, "inner"),
+        (A.sparse_maximum, np.maximum, "inner"),
+        (A.sparse_minimum, np.minimum, "inner"),
+    ],
+)
 def test_named_ops_default_joins(fn, op, join):
     lp, rp = overlapping(seed=3, cloud="random_sparse")
     out = fn(st(lp), st(rp))
@@ -184,8 +188,12 @@ def test_low_precision_binary_and_cat(dtype):
     lhs, rhs = st(lp).astype(dtype), st(rp).astype(dtype)
     out = A.sparse_add(lhs, rhs)
     assert out.dtype == dtype
-    keys, ref = ref_binary((lp[0], np.asarray(lhs.feats.astype(mx.float32))),
-                           (rp[0], np.asarray(rhs.feats.astype(mx.float32))), np.add, "outer")
+    keys, ref = ref_binary(
+        (lp[0], np.asarray(lhs.feats.astype(mx.float32))),
+        (rp[0], np.asarray(rhs.feats.astype(mx.float32))),
+        np.add,
+        "outer",
+    )
     check(out, keys, ref, tol=2e-2)
     assert A.cat([lhs, rhs], join="outer").dtype == dtype
 
@@ -197,9 +205,15 @@ def test_binary_errors():
         A.sparse_add(lhs, SparseTensor(rp[0], rp[1], stride=2))
     with pytest.raises(ValueError, match=r"^\[sparse_mul\] channels differ: lhs has 3, rhs has 2"):
         A.sparse_mul(lhs, SparseTensor(rp[0], rp[1][:, :2]))
-    with pytest.raises(ValueError, match=r"^\[sparse_add\] join must be one of \('inner', 'left', 'right', 'outer'\), got 'full'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^\[sparse_add\] join must be one of \('inner', 'left', 'right', 'outer'\), got 'full'",
+    ):
         A.sparse_add(lhs, rhs, join="full")
-    with pytest.raises(ValueError, match=r"^\[sparse_binary\] op must be one of \('add', 'sub', 'mul', 'maximum', 'minimum'\), got 'pow'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^\[sparse_binary\] op must be one of \('add', 'sub', 'mul', 'maximum', 'minimum'\), got 'pow'",
+    ):
         A.sparse_binary(lhs, rhs, "pow")
     with pytest.raises(TypeError, match=r"^\[sparse_binary\] op must be a callable"):
         A.sparse_binary(lhs, rhs, 3)
@@ -207,7 +221,9 @@ def test_binary_errors():
         A.sparse_add(lhs, rp[1])
     with pytest.raises(TypeError, match=r"^\[sparse_add\] lhs_fill must be a number, got 'x'"):
         A.sparse_add(lhs, rhs, lhs_fill="x")
-    with pytest.raises(ValueError, match=r"^\[sparse_binary\] op must return \(\d+, C\) features, got \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"^\[sparse_binary\] op must return \(\d+, C\) features, got \(3,\)"
+    ):
         A.sparse_binary(lhs, rhs, lambda a, b: mx.zeros(3))
 
 
@@ -222,16 +238,27 @@ def test_operators():
     check(lhs * rhs, *ref_binary(lp, rp, np.multiply, "inner"))
     keys = _rows(lp[0])
     for value, ref in [
-        (lhs * 2.0, lp[1] * 2), (3 * lhs, lp[1] * 3), (lhs + 1, lp[1] + 1), (1 + lhs, lp[1] + 1),
-        (lhs - 0.5, lp[1] - 0.5), (2 - lhs, 2 - lp[1]), (-lhs, -lp[1]), (lhs / 4, lp[1] / 4),
-        (lhs + mx.array([1.0, 2.0, 3.0]), lp[1] + [1, 2, 3]), (np.array([1.0, 2.0, 3.0]) * lhs, lp[1] * [1, 2, 3]),
+        (lhs * 2.0, lp[1] * 2),
+        (3 * lhs, lp[1] * 3),
+        (lhs + 1, lp[1] + 1),
+        (1 + lhs, lp[1] + 1),
+        (lhs - 0.5, lp[1] - 0.5),
+        (2 - lhs, 2 - lp[1]),
+        (-lhs, -lp[1]),
+        (lhs / 4, lp[1] / 4),
+        (lhs + mx.array([1.0, 2.0, 3.0]), lp[1] + [1, 2, 3]),
+        (np.array([1.0, 2.0, 3.0]) * lhs, lp[1] * [1, 2, 3]),
         (lhs * mx.array(lp[1]), lp[1] ** 2),
     ]:
         assert value.coord_key == lhs.coord_key
         check(value, keys, ref, tol=1e-6)
-    with pytest.raises(ValueError, match=r"^\[SparseTensor.__add__\] operand of shape \(2,\) does not broadcast"):
+    with pytest.raises(
+        ValueError, match=r"^\[SparseTensor.__add__\] operand of shape \(2,\) does not broadcast"
+    ):
         lhs + mx.ones(2)
-    with pytest.raises(ValueError, match=r"^\[SparseTensor.__mul__\] operand of shape \(\d+, 3, 2\) does not broadcast"):
+    with pytest.raises(
+        ValueError, match=r"^\[SparseTensor.__mul__\] operand of shape \(\d+, 3, 2\) does not broadcast"
+    ):
         lhs * mx.ones((len(lp[0]), 3, 2))
     with pytest.raises(TypeError):
         lhs + "a"
@@ -264,7 +291,9 @@ def test_cat_fast_path_and_errors():
     assert A.cat([x]).coord_key == x.coord_key
     with pytest.raises(ValueError, match=r"^\[cat\] tensors must be a non-empty sequence"):
         A.cat([])
-    with pytest.raises(ValueError, match=r"^\[cat\] strides differ: tensors\[0\] \(1, 1, 1\), tensors\[1\] \(2, 2, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"^\[cat\] strides differ: tensors\[0\] \(1, 1, 1\), tensors\[1\] \(2, 2, 2\)"
+    ):
         A.cat([x, SparseTensor(rp[0], rp[1], stride=2)])
     with pytest.raises(TypeError, match=r"^\[cat\] tensors\[1\] must be a SparseTensor, got int"):
         A.cat([x, 3])
@@ -291,11 +320,17 @@ def test_reindex_sparse():
     out = A.reindex_sparse(x, rp[0])  # a coordinate array: a new key in x's manager
     assert out.coord_manager is x.coord_manager and out.coord_key != x.coord_key
     check(out, _rows(rp[0]), ref_gather(*lp, _rows(rp[0]), 0.0))
-    check(A.reindex_sparse(x, CoordinateSet(mx.array(rp[0]), 5)), _rows(rp[0][:5]), ref_gather(*lp, _rows(rp[0][:5]), 0.0))
+    check(
+        A.reindex_sparse(x, CoordinateSet(mx.array(rp[0]), 5)),
+        _rows(rp[0][:5]),
+        ref_gather(*lp, _rows(rp[0][:5]), 0.0),
+    )
     assert A.reindex_sparse(x, x.replace(feats=x.feats[:, :1])).coord_key == x.coord_key
     empty = SparseTensor(np.zeros((0, 4), np.int32), np.zeros((0, 3), np.float32))
     check(A.reindex_sparse(empty, rp[0], fill=1.0), _rows(rp[0]), np.ones((len(rp[0]), 3)))
-    with pytest.raises(ValueError, match=r"^\[reindex_sparse\] strides differ: input \(1, 1, 1\), target \(2, 2, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"^\[reindex_sparse\] strides differ: input \(1, 1, 1\), target \(2, 2, 2\)"
+    ):
         A.reindex_sparse(x, SparseTensor(rp[0], rp[1], stride=2))
     with pytest.raises(ValueError, match=r"^\[reindex_sparse\] duplicate active coordinates"):
         A.reindex_sparse(x, np.concatenate([rp[0], rp[0][:1]]))
@@ -322,7 +357,9 @@ def test_prune_prune_mask_crop_replace_feature():
     check(A.crop(x, min_coord=lo, max_coord=hi), _rows(lp[0][inside]), lp[1][inside])
     new = A.replace_feature(x, mx.zeros((len(lp[0]), 7)))
     assert new.coord_key == x.coord_key and new.shape == (len(lp[0]), 7)
-    with pytest.raises(ValueError, match=rf"^\[prune\] rows must be in \[0, {len(lp[0])}\), got values from -1 to 3"):
+    with pytest.raises(
+        ValueError, match=rf"^\[prune\] rows must be in \[0, {len(lp[0])}\), got values from -1 to 3"
+    ):
         A.prune(x, [3, -1])
     with pytest.raises(ValueError, match=r"^\[prune\] duplicate active coordinates"):
         A.prune(x, [1, 1])
@@ -330,9 +367,14 @@ def test_prune_prune_mask_crop_replace_feature():
         A.prune(x, [0.5])
     with pytest.raises(ValueError, match=rf"^\[prune_mask\] mask must be bool of shape \({len(lp[0])},\)"):
         A.prune_mask(x, mask[:-1])
-    with pytest.raises(ValueError, match=r"^\[crop\] min_coord must be <= max_coord on every axis, got \(0, 0, 0\) and \(1, -1, 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^\[crop\] min_coord must be <= max_coord on every axis, got \(0, 0, 0\) and \(1, -1, 1\)",
+    ):
         A.crop(x, min_coord=0, max_coord=(1, -1, 1))
-    with pytest.raises(ValueError, match=rf"^\[replace_feature\] feats must have shape \({len(lp[0])}, C\), got \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=rf"^\[replace_feature\] feats must have shape \({len(lp[0])}, C\), got \(2, 3\)"
+    ):
         A.replace_feature(x, mx.zeros((2, 3)))
 
 
@@ -341,8 +383,12 @@ def test_prune_prune_mask_crop_replace_feature():
 
 def test_sparse_collate_with_empty_members():
     rng = np.random.default_rng(16)
-    samples = [make_cloud("random_sparse")[:50, 1:], np.zeros((0, 3), np.int64), make_cloud("line")[:, 1:],
-               np.zeros((0, 3), np.int32)]
+    samples = [
+        make_cloud("random_sparse")[:50, 1:],
+        np.zeros((0, 3), np.int64),
+        make_cloud("line")[:, 1:],
+        np.zeros((0, 3), np.int32),
+    ]
     feats = [rng.normal(size=(len(c), 2)).astype(np.float32) for c in samples]
     out = A.sparse_collate(samples, feats, stride=2)
     keys = [(i, *map(int, r)) for i, c in enumerate(samples) for r in c]
@@ -350,19 +396,31 @@ def test_sparse_collate_with_empty_members():
     assert out.stride == (2, 2, 2) and out.batch_counts.tolist() == [50, 0, 25, 0]
     with pytest.raises(ValueError, match=r"^\[sparse_collate\] duplicate active coordinates"):
         A.sparse_collate([np.array([[1, 2, 3], [1, 2, 3]])], [np.ones((2, 1))])
-    with pytest.raises(ValueError, match=r"^\[sparse_collate\] coords_list and feats_list must be non-empty and of equal length, got 2 and 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"^\[sparse_collate\] coords_list and feats_list must be non-empty and of equal length, got 2 and 1",
+    ):
         A.sparse_collate(samples[:2], feats[:1])
-    with pytest.raises(ValueError, match=r"^\[sparse_collate\] feats_list\[1\] has 3 channels, feats_list\[0\] has 2"):
+    with pytest.raises(
+        ValueError, match=r"^\[sparse_collate\] feats_list\[1\] has 3 channels, feats_list\[0\] has 2"
+    ):
         A.sparse_collate(samples[:2], [feats[0], np.zeros((0, 3))])
     with pytest.raises(ValueError, match=r"^\[sparse_collate\] coords_list\[0\] must be integer \(n, 3\)"):
         A.sparse_collate([np.ones((2, 3))], [np.ones((2, 1))])
-    with pytest.raises(ValueError, match=r"^\[sparse_collate\] duplicate_reduction must be one of \('none', 'mean'\), got 'sum'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^\[sparse_collate\] duplicate_reduction must be one of \('none', 'mean'\), got 'sum'",
+    ):
         A.sparse_collate(samples, feats, duplicate_reduction="sum")
 
 
 def test_sparse_collate_mean_averages_duplicates():
     rng = np.random.default_rng(17)
-    samples = [rng.integers(-3, 3, size=(80, 3)), np.zeros((0, 3), np.int64), rng.integers(-1000, 1000, size=(5, 3))]
+    samples = [
+        rng.integers(-3, 3, size=(80, 3)),
+        np.zeros((0, 3), np.int64),
+        rng.integers(-1000, 1000, size=(5, 3)),
+    ]
     feats = [rng.normal(size=(len(c), 4)).astype(np.float32) for c in samples]
     out = A.sparse_collate(samples, feats, duplicate_reduction="mean")
     groups: dict[tuple, list] = {}
@@ -392,9 +450,13 @@ def test_sparse_from_coordinates():
         A.sparse_from_coordinates(dup, fd)
     with pytest.raises(ValueError, match=r"^\[sparse_from_coordinates\] batch_counts \[1, 2\] do not match"):
         A.sparse_from_coordinates(coords, feats, batch_counts=[1, 2])
-    with pytest.raises(ValueError, match=r"^\[sparse_from_coordinates\] feats must have shape \(\d+, C\), got \(3, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"^\[sparse_from_coordinates\] feats must have shape \(\d+, C\), got \(3, 2\)"
+    ):
         A.sparse_from_coordinates(coords, feats[:3])
-    with pytest.raises(ValueError, match=r"^\[sparse_from_coordinates\] batch indices must be non-negative, got -1"):
+    with pytest.raises(
+        ValueError, match=r"^\[sparse_from_coordinates\] batch indices must be non-negative, got -1"
+    ):
         A.sparse_from_coordinates([[-1, 0, 0, 0]], [[1.0]], duplicate_reduction="mean")
 
 
@@ -442,7 +504,9 @@ def test_gradients_through_algebra():
         return mx.sum(A.reindex_sparse(lhs.replace(feats=f), rhs, fill=1.0).feats ** 2)
 
     g = _directional_check(reindex_loss, lhs.feats, 4)
-    present = np.isin(np.arange(len(lp[0])), [i for i, k in enumerate(_rows(lp[0])) if k in set(_rows(rp[0]))])
+    present = np.isin(
+        np.arange(len(lp[0])), [i for i, k in enumerate(_rows(lp[0])) if k in set(_rows(rp[0]))]
+    )
     np.testing.assert_allclose(g, np.where(present[:, None], 2 * lp[1], 0.0), rtol=1e-5, atol=1e-6)
 
     dup = np.concatenate([lp[0][:, 1:], lp[0][:4, 1:]])
@@ -465,7 +529,9 @@ def test_empty_inputs_across_ops():
     assert b.coord_key == a.coord_key
     assert A.reindex_sparse(x, empty).shape == (0, 2)
     assert A.crop(empty, min_coord=0, max_coord=1).shape == (0, 2)
-    collated = A.sparse_collate([np.zeros((0, 3), int)] * 2, [np.zeros((0, 2))] * 2, duplicate_reduction="mean")
+    collated = A.sparse_collate(
+        [np.zeros((0, 3), int)] * 2, [np.zeros((0, 2))] * 2, duplicate_reduction="mean"
+    )
     assert collated.shape == (0, 2) and collated.batch_counts.tolist() == [0, 0]
 
 

@@ -52,7 +52,13 @@ def test_voxelize_text_and_json(tmp_path, room_ply):
     sf = read_sparse(tmp_path / "b.npz")
     assert s["voxels"] == sf.num_rows and s["points"] == 4000 and s["reduction"] == "by kind"
     assert s["feature_names"] == ["intensity", "red", "green", "blue", "label"] == list(sf.feature_names)
-    assert s["reductions"] == {"intensity": "mean", "red": "mean", "green": "mean", "blue": "mean", "label": "mode"}
+    assert s["reductions"] == {
+        "intensity": "mean",
+        "red": "mean",
+        "green": "mean",
+        "blue": "mean",
+        "label": "mode",
+    }
     assert [i.kind for i in sf.schema] == ["continuous", "colour", "colour", "colour", "categorical"]
     assert s["output"] == str(tmp_path / "b.npz")
 

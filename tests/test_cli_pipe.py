@@ -119,7 +119,9 @@ def test_20_million_points_in_bounded_memory(big_kitti, size, min_voxels):
     s = json.loads(big["out"])
     assert s["points"] == n and s["streamed"] and s["voxels"] > min_voxels
     peak = big["maxrss"]
-    assert peak <= 3 * raw, f"peak RSS {peak / 2**20:.0f} MiB > 3 x the raw {raw / 2**20:.0f} MiB"  # interpreter included
+    assert peak <= 3 * raw, (
+        f"peak RSS {peak / 2**20:.0f} MiB > 3 x the raw {raw / 2**20:.0f} MiB"
+    )  # interpreter included
     sf = read_sparse(out)  # reading re-checks that the rows are unique
     assert sf.num_rows == s["voxels"] and sf.feats.shape == (s["voxels"], 1)
     assert 0.0 <= sf.feats.min() and sf.feats.max() <= 1.0  # mean intensity (float32 rounding can reach 1)

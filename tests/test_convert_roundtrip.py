@@ -57,7 +57,9 @@ def full_clouds(draw):
         "red": np.array(draw(byte), np.uint8),
         "green": np.array(draw(byte), np.uint8),
         "blue": np.array(draw(byte), np.uint8),
-        "confidence": np.array(draw(st.lists(st.floats(-1e3, 1e3, width=32), min_size=n, max_size=n)), np.float32),
+        "confidence": np.array(
+            draw(st.lists(st.floats(-1e3, 1e3, width=32), min_size=n, max_size=n)), np.float32
+        ),
         "gps_time": np.array(draw(st.lists(st.floats(1e5, 5e5), min_size=n, max_size=n)), np.float64),
     }
     normals = _unit_normals(draw, n)
@@ -72,7 +74,9 @@ def scan_clouds(draw, ring: bool):
     # no subnormal coordinates: the raw .bin check refuses magnitudes below 1e-30 as misread bytes
     coord = st.floats(-80, 80, width=32, allow_subnormal=False).map(lambda v: 0.0 if abs(v) < 1e-30 else v)
     pts = np.array(draw(st.lists(coord, min_size=3 * n, max_size=3 * n)), np.float32)
-    attrs = {"intensity": np.array(draw(st.lists(st.floats(0, 1, width=32), min_size=n, max_size=n)), np.float32)}
+    attrs = {
+        "intensity": np.array(draw(st.lists(st.floats(0, 1, width=32), min_size=n, max_size=n)), np.float32)
+    }
     if ring:
         attrs["ring"] = np.array(draw(st.lists(st.integers(0, 31), min_size=n, max_size=n)), np.float32)
     return PointCloud(pts.reshape(n, 3), attrs)
@@ -126,14 +130,18 @@ def _check(original: PointCloud, out: PointCloud, a: str, b: str) -> None:
                 err_msg=f"{name}: {a} -> {b}",
             )
         elif kind == "categorical":
-            np.testing.assert_array_equal(got.astype(np.int64), want.astype(np.int64), err_msg=f"{name}: {a} -> {b}")
+            np.testing.assert_array_equal(
+                got.astype(np.int64), want.astype(np.int64), err_msg=f"{name}: {a} -> {b}"
+            )
         else:  # continuous, normal, time: the same float values
             np.testing.assert_array_equal(got.astype(want.dtype), want, err_msg=f"{name}: {a} -> {b}")
             if kind == "time":
                 assert got.dtype == np.float64
 
 
-SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.mark.parametrize(("a", "b"), FULL_PAIRS, ids=[f"{a}-{b}" for a, b in FULL_PAIRS])

@@ -111,8 +111,11 @@ def test_map_pool_and_its_vjp(mode):
 def test_weighted_map_pool_of_upsampling_and_its_vjp(method):
     x = _tensor()
     x = SparseTensor(np.asarray(x.coords), x.feats, 2)
-    plan = (plan_of(ops.trilinear_upsample3d, x, device="cpu") if method == "trilinear"
-            else plan_of(ops.pool_transpose3d, x, kernel_size=3, stride=2, device="cpu"))
+    plan = (
+        plan_of(ops.trilinear_upsample3d, x, device="cpu")
+        if method == "trilinear"
+        else plan_of(ops.pool_transpose3d, x, kernel_size=3, stride=2, device="cpu")
+    )
     op = ops.trilinear_upsample3d if method == "trilinear" else ops.pool_transpose3d
     kw = {} if method == "trilinear" else {"kernel_size": 3, "stride": 2}
     _compare(

@@ -316,7 +316,8 @@ def test_cuda_tensor_core_conv_over_many_offsets_and_tiles_no_input_reaches(dtyp
     for k in (5, 11):
         w = mx.array(rng.normal(size=(70, k, k, k, 40)).astype(np.float32) * 0.1)
         check(
-            subm_conv3d(x_gpu, w, kernel_size=k, device="gpu"), subm_conv3d(x_cpu, w, kernel_size=k, device="cpu")
+            subm_conv3d(x_gpu, w, kernel_size=k, device="gpu"),
+            subm_conv3d(x_cpu, w, kernel_size=k, device="cpu"),
         )
     w = mx.array(rng.normal(size=(70, 3, 3, 3, 40)).astype(np.float32) * 0.1)
     onto = [lattice.SparseTensor(target, mx.zeros((len(target), 1))) for _ in range(2)]
@@ -438,7 +439,9 @@ def test_cuda_map_pool_and_its_gradient_match_the_cpu_pooling(mode, k, s):
 
 def test_kernel_index_range_is_checked_before_launch():
     cuda_launch.check_index_range("implicit_gemm", features=2**31 - 1, output=10)
-    with pytest.raises(ValueError, match=r"\[implicit_gemm\] output has 2,147,483,648 elements; .* below 2\^31"):
+    with pytest.raises(
+        ValueError, match=r"\[implicit_gemm\] output has 2,147,483,648 elements; .* below 2\^31"
+    ):
         cuda_launch.check_index_range("implicit_gemm", features=10, output=2**31)
 
 
@@ -532,8 +535,18 @@ def test_cuda_global_pooling_and_its_gradient_match_the_cpu_route(mode, dtype, g
 def test_cuda_global_max_takes_nan_as_largest_and_the_smallest_tied_row():
     coords = np.array([[0, i, 0, 0] for i in range(6)] + [[1, i, 1, 0] for i in range(4)], np.int32)
     f = np.array(
-        [[1, -0.0], [3, 0.0], [3, np.nan], [2, np.nan], [-1, 5], [3, 1],
-         [-np.inf, -2], [-np.inf, -2], [-5, -np.inf], [-np.inf, -3]],
+        [
+            [1, -0.0],
+            [3, 0.0],
+            [3, np.nan],
+            [2, np.nan],
+            [-1, 5],
+            [3, 1],
+            [-np.inf, -2],
+            [-np.inf, -2],
+            [-5, -np.inf],
+            [-np.inf, -3],
+        ],
         np.float32,
     )
     x = lattice.SparseTensor(coords, mx.array(f))
@@ -549,6 +562,7 @@ def test_cuda_global_and_upsampling_on_empty_inputs():
     e = lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 3)))
     assert lattice.ops.global_sum_pool(e, batch_size=2, device="gpu").tolist() == [[0.0] * 3] * 2
     assert lattice.ops.global_avg_pool(e, device="gpu").shape == (0, 3)
-    up = lattice.ops.pool_transpose3d(lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 3)), stride=2),
-                                      device="gpu")
+    up = lattice.ops.pool_transpose3d(
+        lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 3)), stride=2), device="gpu"
+    )
     assert up.feats.shape == (0, 3)

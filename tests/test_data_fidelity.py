@@ -30,7 +30,9 @@ def _pcd_packed_colour(path) -> np.ndarray:
     start = raw.index(b"DATA binary\n") + len(b"DATA binary\n")
     rec = np.frombuffer(raw[start:], np.float32).reshape(-1, 8)
     bits = rec[:, 3].copy().view(np.uint32)
-    return np.stack([(bits >> 16) & 255, (bits >> 8) & 255, bits & 255], axis=1).astype(np.float64), rec[:, :3]
+    return np.stack([(bits >> 16) & 255, (bits >> 8) & 255, bits & 255], axis=1).astype(np.float64), rec[
+        :, :3
+    ]
 
 
 @pytest.mark.parametrize("ext", [".npz", ".ply", ".pcd"])
@@ -270,7 +272,10 @@ def test_convert_keeps_every_attribute(tmp_path):
 def test_model_run_batch_knows_its_parameters(tmp_path):
     """model-run batches skip only outputs made with the same bundle and options; -F chooses the format."""
     bundle = Path(__file__).resolve().parents[1] / "examples" / "models" / "minkunet14-semantickitti"
-    scans = [data_file("semantickitti/sqsv3_seq00_000000.bin"), data_file("semantickitti/sqsv3_seq00_000001.bin")]
+    scans = [
+        data_file("semantickitti/sqsv3_seq00_000000.bin"),
+        data_file("semantickitti/sqsv3_seq00_000001.bin"),
+    ]
     out = tmp_path / "labels"
     first = json.loads(lattice("model-run", bundle, *scans, "-d", out, "-F", "ply", "--json").stdout)
     assert first["done"] == 2 and sorted(p.name for p in out.glob("*.ply")) == [
@@ -317,7 +322,10 @@ def test_directory_mode_reports_what_it_skips(tmp_path):
     s = json.loads(r.stdout)
     status = {Path(f["input"]).name: (f["status"], f.get("reason", "")) for f in s["files"]}
     assert status["kitti_01_points_000000.npy"][0] == status["poses.xyz"][0] == "done"
-    assert status["kitti_01_labels_000000.npy"] == ("skipped", "a .npy of one value per row (per-point labels?), not points")
+    assert status["kitti_01_labels_000000.npy"] == (
+        "skipped",
+        "a .npy of one value per row (per-point labels?), not points",
+    )
     assert status["calib.txt"][0] == status["times.txt"][0] == "skipped"
     assert "does not look like a point table" in status["calib.txt"][1]
     assert r.stderr.count("lattice: warning: skipped ") == 3

@@ -40,18 +40,27 @@ REFERENCES = {
     "relu": (F.relu, {}, lambda x: np.maximum(x, 0)),
     "sigmoid": (F.sigmoid, {}, _sigmoid),
     "gelu": (F.gelu, {}, lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2)))),
-    "gelu_precise": (F.gelu, {"approximate": "precise"},
-                     lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))),
-    "gelu_tanh": (F.gelu, {"approximate": "tanh"},
-                  lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))),
+    "gelu_precise": (
+        F.gelu,
+        {"approximate": "precise"},
+        lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    ),
+    "gelu_tanh": (
+        F.gelu,
+        {"approximate": "tanh"},
+        lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    ),
     "gelu_fast": (F.gelu, {"approximate": "fast"}, lambda x: x * _sigmoid(1.702 * x)),
     "silu": (F.silu, {}, lambda x: x * _sigmoid(x)),
     "leaky_relu": (F.leaky_relu, {}, lambda x: np.where(x > 0, x, 0.01 * x)),
     "leaky_relu_0.3": (F.leaky_relu, {"negative_slope": 0.3}, lambda x: np.where(x > 0, x, 0.3 * x)),
     "tanh": (F.tanh, {}, np.tanh),
     "softplus": (F.softplus, {}, lambda x: np.log1p(np.exp(x))),
-    "layer_norm": (F.layer_norm, {},
-                   lambda x: (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)),
+    "layer_norm": (
+        F.layer_norm,
+        {},
+        lambda x: (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5),
+    ),
     "rms_norm": (F.rms_norm, {}, lambda x: x / np.sqrt((x**2).mean(1, keepdims=True) + 1e-5)),
 }
 
@@ -74,7 +83,9 @@ def test_elementwise_ops_match_numpy_and_keep_coordinates(name, cloud):
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
-@pytest.mark.parametrize("name", ["relu", "sigmoid", "gelu", "silu", "tanh", "softplus", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize(
+    "name", ["relu", "sigmoid", "gelu", "silu", "tanh", "softplus", "layer_norm", "rms_norm"]
+)
 def test_elementwise_ops_low_precision(name, dtype):
     fn, kwargs, ref = REFERENCES[name]
     x = _tensor(dtype=dtype)
@@ -169,8 +180,9 @@ def test_linear_dispatches_on_the_route_value(monkeypatch):
     monkeypatch.setattr(blas, "blas_gemm", lambda *a, **k: pytest.fail("CPU BLAS used on a GPU route"))
     x = _tensor(c=4)
     w = mx.array(RNG.normal(size=(2, 4)).astype(np.float32))
-    np.testing.assert_allclose(np.asarray(F.linear(x, w).feats), np.asarray(x.feats) @ np.asarray(w).T,
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(F.linear(x, w).feats), np.asarray(x.feats) @ np.asarray(w).T, rtol=1e-5, atol=1e-5
+    )
     monkeypatch.setattr(F, "route_linear", lambda req: Route("linear", RouteId(Backend.CPU, "magic"), "test"))
     with pytest.raises(RuntimeError, match=r"^\[linear\] route cpu.magic has no implementation"):
         F.linear(x, w)
@@ -183,7 +195,12 @@ def test_linear_dispatches_on_the_route_value(monkeypatch):
         (mx.ones((3,)), None, ValueError, r"^\[linear\] weight must have shape \(out, 3\), got \(3,\)"),
         (np.ones((2, 3)), None, TypeError, r"^\[linear\] weight must be an mx.array, got ndarray"),
         (mx.ones((2, 3)), mx.ones(3), ValueError, r"^\[linear\] bias must have shape \(2,\), got \(3,\)"),
-        (mx.ones((2, 3), dtype=mx.int32), None, TypeError, r"^\[linear\] features and weight must promote to one of"),
+        (
+            mx.ones((2, 3), dtype=mx.int32),
+            None,
+            TypeError,
+            r"^\[linear\] features and weight must promote to one of",
+        ),
     ],
 )
 def test_linear_rejects_bad_arguments(weight, bias, exc, message):
@@ -234,7 +251,9 @@ def test_batch_norm_matches_numpy():
     assert y.coord_key == x.coord_key
     np.testing.assert_allclose(_np(y.feats), ref, rtol=1e-5, atol=1e-5)
     plain = F.batch_norm(x.feats, weight=None, bias=None, mean=m, var=v)
-    np.testing.assert_allclose(_np(plain), (_np(x.feats) - _np(m)) / np.sqrt(_np(v) + 1e-5), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        _np(plain), (_np(x.feats) - _np(m)) / np.sqrt(_np(v) + 1e-5), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_layer_and_rms_norm_affine():
@@ -251,18 +270,38 @@ def test_layer_and_rms_norm_affine():
 @pytest.mark.parametrize(
     "fn,kwargs,message",
     [
-        (F.batch_norm, {"weight": None, "bias": None, "mean": mx.zeros(4), "var": mx.ones(3)},
-         r"^\[batch_norm\] mean must have shape \(3,\), got \(4,\)"),
-        (F.batch_norm, {"weight": mx.ones(2), "bias": None, "mean": mx.zeros(3), "var": mx.ones(3)},
-         r"^\[batch_norm\] weight must have shape \(3,\), got \(2,\)"),
-        (F.batch_norm, {"weight": None, "bias": None, "mean": None, "var": mx.ones(3)},
-         r"^\[batch_norm\] mean is required"),
-        (F.batch_norm, {"weight": None, "bias": None, "mean": mx.zeros(3), "var": mx.ones(3), "eps": 0},
-         r"^\[batch_norm\] eps must be a positive number, got 0"),
-        (F.layer_norm, {"bias": mx.zeros((1, 3))}, r"^\[layer_norm\] bias must have shape \(3,\), got \(1, 3\)"),
+        (
+            F.batch_norm,
+            {"weight": None, "bias": None, "mean": mx.zeros(4), "var": mx.ones(3)},
+            r"^\[batch_norm\] mean must have shape \(3,\), got \(4,\)",
+        ),
+        (
+            F.batch_norm,
+            {"weight": mx.ones(2), "bias": None, "mean": mx.zeros(3), "var": mx.ones(3)},
+            r"^\[batch_norm\] weight must have shape \(3,\), got \(2,\)",
+        ),
+        (
+            F.batch_norm,
+            {"weight": None, "bias": None, "mean": None, "var": mx.ones(3)},
+            r"^\[batch_norm\] mean is required",
+        ),
+        (
+            F.batch_norm,
+            {"weight": None, "bias": None, "mean": mx.zeros(3), "var": mx.ones(3), "eps": 0},
+            r"^\[batch_norm\] eps must be a positive number, got 0",
+        ),
+        (
+            F.layer_norm,
+            {"bias": mx.zeros((1, 3))},
+            r"^\[layer_norm\] bias must have shape \(3,\), got \(1, 3\)",
+        ),
         (F.rms_norm, {"weight": mx.ones(5)}, r"^\[rms_norm\] weight must have shape \(3,\), got \(5,\)"),
         (F.rms_norm, {"eps": -1.0}, r"^\[rms_norm\] eps must be a positive number, got -1.0"),
-        (F.gelu, {"approximate": "erf"}, r"^\[gelu\] approximate must be one of \('none', 'precise', 'tanh', 'fast'\), got 'erf'"),
+        (
+            F.gelu,
+            {"approximate": "erf"},
+            r"^\[gelu\] approximate must be one of \('none', 'precise', 'tanh', 'fast'\), got 'erf'",
+        ),
     ],
 )
 def test_feature_ops_reject_bad_arguments(fn, kwargs, message):

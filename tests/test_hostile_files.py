@@ -103,7 +103,9 @@ def _npz_lying_size() -> bytes:
     np.savez_compressed(buf, points=np.random.default_rng(0).random((100, 3)))
     data = buf.getvalue()
     central = data.rindex(b"PK\x01\x02")
-    return patched(patched(data, central + 24, "I", 2**32 - 1), data.index(b"PK\x03\x04") + 22, "I", 2**32 - 1)
+    return patched(
+        patched(data, central + 24, "I", 2**32 - 1), data.index(b"PK\x03\x04") + 22, "I", 2**32 - 1
+    )
 
 
 def _npz_overlapping() -> bytes:
@@ -123,7 +125,9 @@ def _npz_overlapping() -> bytes:
 
 def _sparse_bomb() -> bytes:
     real = zipfile.ZipFile(io.BytesIO(sparse_with_batch(5)))
-    entries = [stored(i.filename, real.read(i.filename)) for i in real.infolist() if i.filename != "feats.npy"]
+    entries = [
+        stored(i.filename, real.read(i.filename)) for i in real.infolist() if i.filename != "feats.npy"
+    ]
     return zip_of([*entries, deflated_zeros("feats.npy", (178_257_920, 3))])
 
 
@@ -219,7 +223,11 @@ def test_the_ceiling_is_read_from_the_environment(tmp_path):
     path = tmp_path / "a.laz"
     path.write_bytes(_ign_laz())
     env = dict(os.environ, LATTICE_MAX_POINTS="1000")
-    refused(path, "LAS header: the point count is 56035 points, above the ceiling of 1000 (LATTICE_MAX_POINTS)", env)
+    refused(
+        path,
+        "LAS header: the point count is 56035 points, above the ceiling of 1000 (LATTICE_MAX_POINTS)",
+        env,
+    )
 
 
 # ---- library level ---------------------------------------------------------------------------
@@ -272,7 +280,9 @@ def test_zipped_members_are_checked_before_decoding():
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_BZIP2) as z:
         with z.open("points.npy", "w") as m:
             np.lib.format.write_array(m, np.zeros((5, 3)))
-    with pytest.raises(PointCloudError, match="uses zip compression method 12; NPZ members are stored or deflated"):
+    with pytest.raises(
+        PointCloudError, match="uses zip compression method 12; NPZ members are stored or deflated"
+    ):
         read_points(_named(buf.getvalue(), "a.npz"))
     stored = written("a.npz")
     first = stored.index(b"PK\x01\x02")
@@ -302,7 +312,9 @@ def test_sparse_spans_and_world_bounds_are_checked(tmp_path):
     with pytest.raises(PointCloudError, match="coordinates span too large .*x -2147483648..2147483647"):
         write_sparse(tmp_path / "a.npz", coords, np.ones((2, 1)))
     with pytest.raises(PointCloudError, match="puts voxel faces beyond float64"):
-        write_sparse(tmp_path / "a.npz", np.eye(2, 4, dtype=np.int32), np.ones((2, 1)), voxel_size=1e300, stride=2**30)
+        write_sparse(
+            tmp_path / "a.npz", np.eye(2, 4, dtype=np.int32), np.ones((2, 1)), voxel_size=1e300, stride=2**30
+        )
     ok = np.array([[0, 0, 0, 0], [2**31 - 1, 5, 5, 5]], np.int32)
     write_sparse(tmp_path / "b.npz", ok, np.ones((2, 1)))
     assert read_sparse(tmp_path / "b.npz").num_rows == 2
@@ -332,7 +344,11 @@ EMPTY = [
 
 @pytest.mark.parametrize(("name", "kwargs"), EMPTY, ids=[e[0] for e in EMPTY])
 def test_empty_clouds_read_and_describe(tmp_path, name, kwargs):
-    attrs = {} if name.endswith(".npy") else {"intensity": np.zeros(0, np.uint16), "n": np.zeros((0, 2), np.float32)}
+    attrs = (
+        {}
+        if name.endswith(".npy")
+        else {"intensity": np.zeros(0, np.uint16), "n": np.zeros((0, 2), np.float32)}
+    )
     if name.endswith((".las", ".laz")):
         attrs = {"intensity": np.zeros(0, np.uint16)}
     write_points(tmp_path / name, PointCloud(np.zeros((0, 3)), attrs), **kwargs)
@@ -351,8 +367,14 @@ def test_empty_cloud_through_the_cli(tmp_path):
 
 BOUNDARY = [
     (MemoryError(), "x.ply: not enough memory to read this PLY file"),
-    (ValueError("cannot reshape array of size 0 into shape (0,newaxis)"), "x.ply: malformed PLY: cannot reshape"),
-    (ValueError("negative dimensions\nare not allowed"), "x.ply: malformed PLY: negative dimensions are not allowed"),
+    (
+        ValueError("cannot reshape array of size 0 into shape (0,newaxis)"),
+        "x.ply: malformed PLY: cannot reshape",
+    ),
+    (
+        ValueError("negative dimensions\nare not allowed"),
+        "x.ply: malformed PLY: negative dimensions are not allowed",
+    ),
     (struct.error("unpack requires a buffer of 4 bytes"), "x.ply: malformed PLY: unpack requires"),
     (zipfile.BadZipFile("Bad CRC-32"), "x.ply: malformed PLY: Bad CRC-32"),
     (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), "x.ply: malformed PLY: 'utf-8' codec"),

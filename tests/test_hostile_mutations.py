@@ -195,7 +195,10 @@ def mutants(name: str, data: bytes):
         for v in SPECIAL:
             value = v % (1 << (8 * width))
             if offset + width <= n:
-                yield f"{code} at {offset} = {v}", data[:offset] + value.to_bytes(width, "little") + data[offset + width :]
+                yield (
+                    f"{code} at {offset} = {v}",
+                    data[:offset] + value.to_bytes(width, "little") + data[offset + width :],
+                )
 
 
 @pytest.mark.parametrize("name", list(SEEDS))
@@ -221,7 +224,9 @@ def test_streamed_mutants_read_or_fail_in_one_line(tmp_path, name):
 def test_random_flips_read_or_fail_in_one_line(name, data):
     seed = SEEDS[name]()
     end = min(len(seed), max(header_end(name, seed), 64))
-    flips = data.draw(st.lists(st.tuples(st.integers(0, end - 1), st.integers(0, 255)), min_size=1, max_size=6))
+    flips = data.draw(
+        st.lists(st.tuples(st.integers(0, end - 1), st.integers(0, 255)), min_size=1, max_size=6)
+    )
     cut = data.draw(st.integers(end, len(seed)))
     mutant = bytearray(seed[:cut])
     for at, value in flips:
@@ -239,7 +244,9 @@ COMPRESSED = ("compressed.pcd", "deflated.npz", "tensor.npz", "small.laz")
 def test_flips_in_compressed_payloads_read_or_fail_in_one_line(name, data):
     seed = SEEDS[name]()
     start = header_end(name, seed)
-    flips = data.draw(st.lists(st.tuples(st.integers(start, len(seed) - 1), st.integers(0, 255)), min_size=1, max_size=4))
+    flips = data.draw(
+        st.lists(st.tuples(st.integers(start, len(seed) - 1), st.integers(0, 255)), min_size=1, max_size=4)
+    )
     mutant = bytearray(seed)
     for at, value in flips:
         mutant[at] = value

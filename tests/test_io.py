@@ -315,7 +315,11 @@ REAL = [
     ("isprs_terrain/samp11-utm.pcd", 38010, set()),
     ("isprs_terrain/samp11-utm-ground.pcd", 21786, set()),
     ("indoor/room_scan1.pcd", 112586, set()),
-    ("indoor/open3d_fragment.pcd", 113662, {"red", "green", "blue", "normal_x", "normal_y", "normal_z", "curvature"}),
+    (
+        "indoor/open3d_fragment.pcd",
+        113662,
+        {"red", "green", "blue", "normal_x", "normal_y", "normal_z", "curvature"},
+    ),
     ("indoor/table_scene_mug_stereo_textured.pcd", 307200, {"red", "green", "blue", "alpha"}),
     ("osd_labeled/learn0.pcd", 307200, {"label", "red", "green", "blue", "alpha"}),
     ("pcl_ism_objects/ism_train_cat.pcd", 3400, set()),

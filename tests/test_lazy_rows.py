@@ -97,7 +97,9 @@ OPS = {
 
 # ops from a coarse level (stride 2) to generated or finer support
 COARSE_OPS = {
-    "generated_support": lambda x: ops.generative_conv_transpose3d(x, _weight(4, 3, 2), kernel_size=2, stride=2),
+    "generated_support": lambda x: ops.generative_conv_transpose3d(
+        x, _weight(4, 3, 2), kernel_size=2, stride=2
+    ),
     "conv_transpose_k3": lambda x: ops.conv_transpose3d(x, _weight(4, 3, 3), kernel_size=3, stride=2),
     "pool_transpose": lambda x: ops.pool_transpose3d(x, kernel_size=2, stride=2),
     "trilinear": lambda x: ops.trilinear_upsample3d(x, stride=2),
@@ -163,10 +165,17 @@ def test_a_lazily_counted_set_is_checked_and_exported_by_its_live_rows():
     x = exact_tensor()
     xl = lazy_copy(x)
     with pytest.raises(ValueError, match="buffer of"):
-        lattice.SparseTensor(xl.coords[:10], xl.feats[:10], coord_key=xl.coord_key, coord_manager=xl.coord_manager)
+        lattice.SparseTensor(
+            xl.coords[:10], xl.feats[:10], coord_key=xl.coord_key, coord_manager=xl.coord_manager
+        )
     with pytest.raises(ValueError, match="takes its own active_rows"):
-        lattice.SparseTensor(xl.coords, xl.feats, coord_key=xl.coord_key, coord_manager=xl.coord_manager,
-                             active_rows=mx.array(3))
+        lattice.SparseTensor(
+            xl.coords,
+            xl.feats,
+            coord_key=xl.coord_key,
+            coord_manager=xl.coord_manager,
+            active_rows=mx.array(3),
+        )
     comp = xl.export_components()
     assert comp["coords"].shape[0] == x.active_count
     np.testing.assert_array_equal(np.asarray(xl.batch_counts), np.asarray(x.batch_counts))
@@ -203,7 +212,9 @@ def test_cuda_downsample_lazy_buffer_matches_the_eager_set(stride):
     # a lazily counted input: its spare rows take no part, their inverse is -1
     spare = mx.full((50, 4), -1, dtype=mx.int32)
     buf = mx.concatenate([coords, spare])
-    down_b, inv_b, count_b = cuda.downsample(buf, stride, mx.array(coords.shape[0], dtype=mx.int32), lazy=True)
+    down_b, inv_b, count_b = cuda.downsample(
+        buf, stride, mx.array(coords.shape[0], dtype=mx.int32), lazy=True
+    )
     assert int(count_b.item()) == m
     np.testing.assert_array_equal(np.asarray(down_b[:m]), np.asarray(down_e))
     np.testing.assert_array_equal(np.asarray(inv_b[: coords.shape[0]]), np.asarray(inv_e))

@@ -59,8 +59,13 @@ class Child:
 
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([*PYTHON, "-c", _PRELUDE], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.proc = subprocess.Popen(
+                [*PYTHON, "-c", _PRELUDE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
         return self.proc
 
     def call(self, expr: str) -> dict:
@@ -92,116 +97,265 @@ BAD_CALLS = {
     # sparse_conv: the reproducer of issue 22 and its siblings
     "conv in_rows huge (issue 22)": (
         "E.sparse_conv(x, w, r(100000000), r(0), [0, 1], 1, False, -1)",
-        "ValueError", "[sparse_conv] in_rows must lie in [0, 4) (the rows of the features), got values in "
-                      "[100000000, 100000000]"),
-    "conv in_rows negative": ("E.sparse_conv(x, w, r(0, -3), r(0, 0), [0, 2], 1)",
-                              "ValueError", "[sparse_conv] in_rows must lie in [0, 4)"),
-    "conv in_rows int32 max": ("E.sparse_conv(x, w, r(2**31 - 1), r(0), [0, 1], 1)",
-                               "ValueError", "got values in [2147483647, 2147483647]"),
-    "conv out_rows negative": ("E.sparse_conv(x, w, r(0), r(-1), [0, 1], 1)",
-                               "ValueError", "[sparse_conv] out_rows must lie in [0, 1) (the rows of the output)"),
-    "conv out_rows past n_out": ("E.sparse_conv(x, w, r(0, 1), r(0, 2), [0, 2], 2)",
-                                 "ValueError", "[sparse_conv] out_rows must lie in [0, 2)"),
-    "conv rows not computed yet": ("E.sparse_conv(x, w, r(100000000) + 0, r(0), [0, 1], 1)",
-                                   "RuntimeError", "[sparse_conv] in_rows must lie in [0, 4)"),
-    "conv rows strided": ("E.sparse_conv(x, w, r(99, 0, 99, 1)[::2], r(0, 0), [0, 2], 1)",
-                          "RuntimeError", "[sparse_conv] in_rows must lie in [0, 4)"),
-    "conv offsets decrease": ("E.sparse_conv(x, mx.ones((2, 8, 8)), r(0, 1), r(0, 0), [0, 2, 1], 1)",
-                              "ValueError", "[sparse_conv] relation offsets must never decrease, got 2 then 1"),
-    "conv offsets start": ("E.sparse_conv(x, w, r(0), r(0), [1, 1], 1)",
-                           "ValueError", "[sparse_conv] relation offsets must start at 0, got 1"),
-    "conv offsets past edges": ("E.sparse_conv(x, w, r(0), r(0), [0, 1000], 1)",
-                                "ValueError", "relation offsets end at 1000 but the edge arrays hold 1 edges"),
-    "conv offsets vs K": ("E.sparse_conv(x, mx.ones((3, 8, 8)), r(0), r(0), [0, 1], 1)",
-                          "ValueError", "relation offsets must have K + 1 = 4 entries for the K = 3"),
-    "conv edge arrays differ": ("E.sparse_conv(x, w, r(0, 1), r(0), [0, 1], 1)",
-                                "ValueError", "[sparse_conv] in_rows and out_rows must have one entry per edge, "
-                                              "got 2 and 1"),
-    "conv C_in vs weight": ("E.sparse_conv(mx.ones((4, 3)), w, r(0), r(0), [0, 1], 1)",
-                            "ValueError", "[sparse_conv] features have 3 channels, weight expects 8"),
-    "conv C_in vs transposed weight": ("E.sparse_conv(x, mx.ones((1, 8, 3)), r(0), r(0), [0, 1], 1, True)",
-                                       "ValueError", "weight expects 3"),
-    "conv n_out negative": ("E.sparse_conv(x, w, r(0), r(0), [0, 1], -1)",
-                            "ValueError", "[sparse_conv] n_out must be in [0, 2^31), got -1"),
-    "conv identity_k": ("E.sparse_conv(x, w, r(0), r(0), [0, 1], 1, False, 5)",
-                        "ValueError", "[sparse_conv] identity_k must be -1 or a kernel offset in [0, 1), got 5"),
-    "conv rows int64": ("E.sparse_conv(x, w, mx.array([2**32]), r(0), [0, 1], 1)",
-                        "ValueError", "[sparse_conv] in_rows must be int32 (or a narrower integer type), got int64"),
-    "conv rows float": ("E.sparse_conv(x, w, mx.array([0.5]), r(0), [0, 1], 1)",
-                        "ValueError", "got float32"),
-    "conv rows 2-D": ("E.sparse_conv(x, w, mx.zeros((1, 1), dtype=mx.int32), r(0), [0, 1], 1)",
-                      "ValueError", "[sparse_conv] in_rows must be 1-D, got ndim 2"),
-    "conv weight 2-D": ("E.sparse_conv(x, mx.ones((8, 8)), r(0), r(0), [0, 1], 1)",
-                        "ValueError", "[sparse_conv] weight must be (K, C_in, C_out), got ndim 2"),
+        "ValueError",
+        "[sparse_conv] in_rows must lie in [0, 4) (the rows of the features), got values in "
+        "[100000000, 100000000]",
+    ),
+    "conv in_rows negative": (
+        "E.sparse_conv(x, w, r(0, -3), r(0, 0), [0, 2], 1)",
+        "ValueError",
+        "[sparse_conv] in_rows must lie in [0, 4)",
+    ),
+    "conv in_rows int32 max": (
+        "E.sparse_conv(x, w, r(2**31 - 1), r(0), [0, 1], 1)",
+        "ValueError",
+        "got values in [2147483647, 2147483647]",
+    ),
+    "conv out_rows negative": (
+        "E.sparse_conv(x, w, r(0), r(-1), [0, 1], 1)",
+        "ValueError",
+        "[sparse_conv] out_rows must lie in [0, 1) (the rows of the output)",
+    ),
+    "conv out_rows past n_out": (
+        "E.sparse_conv(x, w, r(0, 1), r(0, 2), [0, 2], 2)",
+        "ValueError",
+        "[sparse_conv] out_rows must lie in [0, 2)",
+    ),
+    "conv rows not computed yet": (
+        "E.sparse_conv(x, w, r(100000000) + 0, r(0), [0, 1], 1)",
+        "RuntimeError",
+        "[sparse_conv] in_rows must lie in [0, 4)",
+    ),
+    "conv rows strided": (
+        "E.sparse_conv(x, w, r(99, 0, 99, 1)[::2], r(0, 0), [0, 2], 1)",
+        "RuntimeError",
+        "[sparse_conv] in_rows must lie in [0, 4)",
+    ),
+    "conv offsets decrease": (
+        "E.sparse_conv(x, mx.ones((2, 8, 8)), r(0, 1), r(0, 0), [0, 2, 1], 1)",
+        "ValueError",
+        "[sparse_conv] relation offsets must never decrease, got 2 then 1",
+    ),
+    "conv offsets start": (
+        "E.sparse_conv(x, w, r(0), r(0), [1, 1], 1)",
+        "ValueError",
+        "[sparse_conv] relation offsets must start at 0, got 1",
+    ),
+    "conv offsets past edges": (
+        "E.sparse_conv(x, w, r(0), r(0), [0, 1000], 1)",
+        "ValueError",
+        "relation offsets end at 1000 but the edge arrays hold 1 edges",
+    ),
+    "conv offsets vs K": (
+        "E.sparse_conv(x, mx.ones((3, 8, 8)), r(0), r(0), [0, 1], 1)",
+        "ValueError",
+        "relation offsets must have K + 1 = 4 entries for the K = 3",
+    ),
+    "conv edge arrays differ": (
+        "E.sparse_conv(x, w, r(0, 1), r(0), [0, 1], 1)",
+        "ValueError",
+        "[sparse_conv] in_rows and out_rows must have one entry per edge, got 2 and 1",
+    ),
+    "conv C_in vs weight": (
+        "E.sparse_conv(mx.ones((4, 3)), w, r(0), r(0), [0, 1], 1)",
+        "ValueError",
+        "[sparse_conv] features have 3 channels, weight expects 8",
+    ),
+    "conv C_in vs transposed weight": (
+        "E.sparse_conv(x, mx.ones((1, 8, 3)), r(0), r(0), [0, 1], 1, True)",
+        "ValueError",
+        "weight expects 3",
+    ),
+    "conv n_out negative": (
+        "E.sparse_conv(x, w, r(0), r(0), [0, 1], -1)",
+        "ValueError",
+        "[sparse_conv] n_out must be in [0, 2^31), got -1",
+    ),
+    "conv identity_k": (
+        "E.sparse_conv(x, w, r(0), r(0), [0, 1], 1, False, 5)",
+        "ValueError",
+        "[sparse_conv] identity_k must be -1 or a kernel offset in [0, 1), got 5",
+    ),
+    "conv rows int64": (
+        "E.sparse_conv(x, w, mx.array([2**32]), r(0), [0, 1], 1)",
+        "ValueError",
+        "[sparse_conv] in_rows must be int32 (or a narrower integer type), got int64",
+    ),
+    "conv rows float": ("E.sparse_conv(x, w, mx.array([0.5]), r(0), [0, 1], 1)", "ValueError", "got float32"),
+    "conv rows 2-D": (
+        "E.sparse_conv(x, w, mx.zeros((1, 1), dtype=mx.int32), r(0), [0, 1], 1)",
+        "ValueError",
+        "[sparse_conv] in_rows must be 1-D, got ndim 2",
+    ),
+    "conv weight 2-D": (
+        "E.sparse_conv(x, mx.ones((8, 8)), r(0), r(0), [0, 1], 1)",
+        "ValueError",
+        "[sparse_conv] weight must be (K, C_in, C_out), got ndim 2",
+    ),
     # sparse_conv_weight_grad
-    "wgrad rows_a negative": ("E.sparse_conv_weight_grad(x, x, r(-1), r(0), [0, 1])",
-                              "ValueError", "[sparse_conv_weight_grad] rows_a must lie in [0, 4) (the rows of a), "
-                                            "got values in [-1, -1]"),
-    "wgrad rows_b huge": ("E.sparse_conv_weight_grad(x, x, r(0), r(10**9), [0, 1])",
-                          "ValueError", "[sparse_conv_weight_grad] rows_b must lie in [0, 4)"),
-    "wgrad offsets": ("E.sparse_conv_weight_grad(x, x, r(0), r(0), [0, 5])",
-                      "ValueError", "[sparse_conv_weight_grad] relation offsets end at 5"),
-    "wgrad no offsets": ("E.sparse_conv_weight_grad(x, x, r(0), r(0), [])",
-                         "ValueError", "relation offsets must have at least one entry"),
+    "wgrad rows_a negative": (
+        "E.sparse_conv_weight_grad(x, x, r(-1), r(0), [0, 1])",
+        "ValueError",
+        "[sparse_conv_weight_grad] rows_a must lie in [0, 4) (the rows of a), got values in [-1, -1]",
+    ),
+    "wgrad rows_b huge": (
+        "E.sparse_conv_weight_grad(x, x, r(0), r(10**9), [0, 1])",
+        "ValueError",
+        "[sparse_conv_weight_grad] rows_b must lie in [0, 4)",
+    ),
+    "wgrad offsets": (
+        "E.sparse_conv_weight_grad(x, x, r(0), r(0), [0, 5])",
+        "ValueError",
+        "[sparse_conv_weight_grad] relation offsets end at 5",
+    ),
+    "wgrad no offsets": (
+        "E.sparse_conv_weight_grad(x, x, r(0), r(0), [])",
+        "ValueError",
+        "relation offsets must have at least one entry",
+    ),
     # sparse_pool / sparse_pool_grad
-    "pool in_rows huge": ("E.sparse_pool(x, r(10**8), r(0), [0, 1], 1, 'sum')",
-                          "ValueError", "[sparse_pool] in_rows must lie in [0, 4)"),
-    "pool out_rows negative": ("E.sparse_pool(x, r(0), r(-1), [0, 1], 1, 'max')",
-                               "ValueError", "[sparse_pool] out_rows must lie in [0, 1)"),
-    "pool n_out negative": ("E.sparse_pool(x, r(0), r(0), [0, 1], -3, 'avg')",
-                            "ValueError", "[sparse_pool] n_out must be in [0, 2^31), got -3"),
-    "pool offsets decrease": ("E.sparse_pool(x, r(0, 1), r(0, 0), [0, 2, 1, 2], 1, 'sum')",
-                              "ValueError", "[sparse_pool] relation offsets must never decrease"),
-    "pool offsets past edges": ("E.sparse_pool(x, r(0), r(0), [0, 7], 1, 'sum')",
-                                "ValueError", "[sparse_pool] relation offsets end at 7 but the edge arrays hold 1"),
-    "pool weights vs offsets": ("E.sparse_pool(x, r(0), r(0), [0, 1], 1, 'sum', 'scatter_general', [1.0, 2.0])",
-                                "ValueError", "[sparse_pool] 2 offset weights for 1 offsets"),
-    "pool select values": ("E.sparse_pool(x, r(0), r(0), [0, 1], 1, 'select', values=mx.ones((4, 2)))",
-                           "ValueError", "[sparse_pool] select values must have the features' shape (4, 8)"),
-    "pool rows not computed yet": ("E.sparse_pool(x, r(0) - 9, r(0), [0, 1], 1, 'sum')",
-                                   "RuntimeError", "[sparse_pool] in_rows must lie in [0, 4)"),
-    "pool grad in_rows huge": ("E.sparse_pool_grad(dy, r(10**8), r(0), [0, 1], 4, 'sum')",
-                               "ValueError", "[sparse_pool_grad] in_rows must lie in [0, 4) (the rows of the input)"),
-    "pool grad out_rows huge": ("E.sparse_pool_grad(dy, r(0), r(10**8), [0, 1], 4, 'avg')",
-                                "ValueError", "[sparse_pool_grad] out_rows must lie in [0, 1)"),
-    "pool grad exclusive": ("E.sparse_pool_grad(dy, r(-2), r(0), [0, 1], 4, 'sum', 'input_exclusive_gather')",
-                            "ValueError", "[sparse_pool_grad] in_rows must lie in [0, 4)"),
-    "pool grad n_in negative": ("E.sparse_pool_grad(dy, r(0), r(0), [0, 1], -4, 'sum')",
-                                "ValueError", "[sparse_pool_grad] n_in must be in [0, 2^31), got -4"),
-    "pool grad max features": ("E.sparse_pool_grad(dy, r(0), r(0), [0, 1], 4, 'max', x=mx.ones((4, 2)))",
-                               "ValueError", "[sparse_pool_grad] features must be (n_in, C) = (4, 8), got (4, 2)"),
+    "pool in_rows huge": (
+        "E.sparse_pool(x, r(10**8), r(0), [0, 1], 1, 'sum')",
+        "ValueError",
+        "[sparse_pool] in_rows must lie in [0, 4)",
+    ),
+    "pool out_rows negative": (
+        "E.sparse_pool(x, r(0), r(-1), [0, 1], 1, 'max')",
+        "ValueError",
+        "[sparse_pool] out_rows must lie in [0, 1)",
+    ),
+    "pool n_out negative": (
+        "E.sparse_pool(x, r(0), r(0), [0, 1], -3, 'avg')",
+        "ValueError",
+        "[sparse_pool] n_out must be in [0, 2^31), got -3",
+    ),
+    "pool offsets decrease": (
+        "E.sparse_pool(x, r(0, 1), r(0, 0), [0, 2, 1, 2], 1, 'sum')",
+        "ValueError",
+        "[sparse_pool] relation offsets must never decrease",
+    ),
+    "pool offsets past edges": (
+        "E.sparse_pool(x, r(0), r(0), [0, 7], 1, 'sum')",
+        "ValueError",
+        "[sparse_pool] relation offsets end at 7 but the edge arrays hold 1",
+    ),
+    "pool weights vs offsets": (
+        "E.sparse_pool(x, r(0), r(0), [0, 1], 1, 'sum', 'scatter_general', [1.0, 2.0])",
+        "ValueError",
+        "[sparse_pool] 2 offset weights for 1 offsets",
+    ),
+    "pool select values": (
+        "E.sparse_pool(x, r(0), r(0), [0, 1], 1, 'select', values=mx.ones((4, 2)))",
+        "ValueError",
+        "[sparse_pool] select values must have the features' shape (4, 8)",
+    ),
+    "pool rows not computed yet": (
+        "E.sparse_pool(x, r(0) - 9, r(0), [0, 1], 1, 'sum')",
+        "RuntimeError",
+        "[sparse_pool] in_rows must lie in [0, 4)",
+    ),
+    "pool grad in_rows huge": (
+        "E.sparse_pool_grad(dy, r(10**8), r(0), [0, 1], 4, 'sum')",
+        "ValueError",
+        "[sparse_pool_grad] in_rows must lie in [0, 4) (the rows of the input)",
+    ),
+    "pool grad out_rows huge": (
+        "E.sparse_pool_grad(dy, r(0), r(10**8), [0, 1], 4, 'avg')",
+        "ValueError",
+        "[sparse_pool_grad] out_rows must lie in [0, 1)",
+    ),
+    "pool grad exclusive": (
+        "E.sparse_pool_grad(dy, r(-2), r(0), [0, 1], 4, 'sum', 'input_exclusive_gather')",
+        "ValueError",
+        "[sparse_pool_grad] in_rows must lie in [0, 4)",
+    ),
+    "pool grad n_in negative": (
+        "E.sparse_pool_grad(dy, r(0), r(0), [0, 1], -4, 'sum')",
+        "ValueError",
+        "[sparse_pool_grad] n_in must be in [0, 2^31), got -4",
+    ),
+    "pool grad max features": (
+        "E.sparse_pool_grad(dy, r(0), r(0), [0, 1], 4, 'max', x=mx.ones((4, 2)))",
+        "ValueError",
+        "[sparse_pool_grad] features must be (n_in, C) = (4, 8), got (4, 2)",
+    ),
     # global_pool
-    "global batch past size": ("E.global_pool(x, r(0, 0, 0, 10**8), 2, 'sum')",
-                               "ValueError", "[global_pool] batch indices must lie in [0, 2)"),
-    "global batch negative": ("E.global_pool(x, r(0, -1, 0, 0), 2, 'max')",
-                              "ValueError", "got values in [-1, 0]"),
-    "global batch shape": ("E.global_pool(x, r(0, 0), 2, 'sum')",
-                           "ValueError", "[global_pool] batch indices must be (N,) = (4,), got (2,)"),
-    "global batch_size negative": ("E.global_pool(x, r(0, 0, 0, 0), -2, 'avg')",
-                                   "ValueError", "[global_pool] batch_size must be in [0, 2^31), got -2"),
-    "global batch strided": ("E.global_pool(x, mx.array([[0, 9], [0, 9], [1, 9], [1, 9]])[:, 1], 2, 'sum')",
-                             "RuntimeError", "[global_pool] batch indices must lie in [0, 2)"),
+    "global batch past size": (
+        "E.global_pool(x, r(0, 0, 0, 10**8), 2, 'sum')",
+        "ValueError",
+        "[global_pool] batch indices must lie in [0, 2)",
+    ),
+    "global batch negative": (
+        "E.global_pool(x, r(0, -1, 0, 0), 2, 'max')",
+        "ValueError",
+        "got values in [-1, 0]",
+    ),
+    "global batch shape": (
+        "E.global_pool(x, r(0, 0), 2, 'sum')",
+        "ValueError",
+        "[global_pool] batch indices must be (N,) = (4,), got (2,)",
+    ),
+    "global batch_size negative": (
+        "E.global_pool(x, r(0, 0, 0, 0), -2, 'avg')",
+        "ValueError",
+        "[global_pool] batch_size must be in [0, 2^31), got -2",
+    ),
+    "global batch strided": (
+        "E.global_pool(x, mx.array([[0, 9], [0, 9], [1, 9], [1, 9]])[:, 1], 2, 'sum')",
+        "RuntimeError",
+        "[global_pool] batch indices must lie in [0, 2)",
+    ),
     # relation builders and neighbours
-    "exclusive inverse": ("E.relation_exclusive(T, r(-7, 10**9, 0, 0), [2, 2, 2])",
-                          "ValueError", "[kernel_relation] inverse must lie in [0, 4)"),
-    "exclusive stride 0": ("E.relation_exclusive(T, r(0, 0, 0, 0), [0, 1, 1])",
-                           "ValueError", "[kernel_relation] stride must be in 1..64 on every axis, got (0, 1, 1)"),
-    "exclusive stride huge": ("E.relation_exclusive(T, r(0, 0, 0, 0), [2**31 - 1, 2**31 - 1, 1])",
-                              "ValueError", "[kernel_relation] stride must be in 1..64"),
-    "forward stride 0": ("E.relation_forward(T, T, [2, 2, 2], [0, 1, 1], [0, 0, 0], [1, 1, 1])",
-                         "ValueError", "[kernel_relation] stride must be in 1..2147483647 on every axis"),
-    "transposed stride 0": ("E.relation_transposed(T, None, [2, 2, 2], [0, 1, 1], [0, 0, 0], [1, 1, 1])",
-                            "ValueError", "[transposed_kernel_relation] stride must be in 1.."),
-    "submanifold dilation 0": ("E.relation_submanifold(T, [3, 3, 3], [0, 1, 1])",
-                               "ValueError", "[submanifold_kernel_relation] dilation must be in 1.."),
-    "downsample stride 0": ("E.downsample(T, [0, 1, 1])",
-                            "ValueError", "[downsample_coords] stride must be in 1.."),
-    "knn k 0": ("E.knn_neighbors(x[:, :3], r(0, 0, 0, 0), x[:, :3], r(0, 0, 0, 0), 0)",
-                "ValueError", "[knn_relation] k must be positive, got 0"),
-    "radius 0": ("E.radius_neighbors(x[:, :3], r(0, 0, 0, 0), x[:, :3], r(0, 0, 0, 0), 0.0, 5)",
-                 "ValueError", "[radius_relation] radius must be positive and finite, got 0"),
-    "radius nan": ("E.radius_neighbors(x[:, :3], r(0, 0, 0, 0), x[:, :3], r(0, 0, 0, 0), float('nan'), 5)",
-                   "ValueError", "[radius_relation] radius must be positive and finite, got nan"),
+    "exclusive inverse": (
+        "E.relation_exclusive(T, r(-7, 10**9, 0, 0), [2, 2, 2])",
+        "ValueError",
+        "[kernel_relation] inverse must lie in [0, 4)",
+    ),
+    "exclusive stride 0": (
+        "E.relation_exclusive(T, r(0, 0, 0, 0), [0, 1, 1])",
+        "ValueError",
+        "[kernel_relation] stride must be in 1..64 on every axis, got (0, 1, 1)",
+    ),
+    "exclusive stride huge": (
+        "E.relation_exclusive(T, r(0, 0, 0, 0), [2**31 - 1, 2**31 - 1, 1])",
+        "ValueError",
+        "[kernel_relation] stride must be in 1..64",
+    ),
+    "forward stride 0": (
+        "E.relation_forward(T, T, [2, 2, 2], [0, 1, 1], [0, 0, 0], [1, 1, 1])",
+        "ValueError",
+        "[kernel_relation] stride must be in 1..2147483647 on every axis",
+    ),
+    "transposed stride 0": (
+        "E.relation_transposed(T, None, [2, 2, 2], [0, 1, 1], [0, 0, 0], [1, 1, 1])",
+        "ValueError",
+        "[transposed_kernel_relation] stride must be in 1..",
+    ),
+    "submanifold dilation 0": (
+        "E.relation_submanifold(T, [3, 3, 3], [0, 1, 1])",
+        "ValueError",
+        "[submanifold_kernel_relation] dilation must be in 1..",
+    ),
+    "downsample stride 0": (
+        "E.downsample(T, [0, 1, 1])",
+        "ValueError",
+        "[downsample_coords] stride must be in 1..",
+    ),
+    "knn k 0": (
+        "E.knn_neighbors(x[:, :3], r(0, 0, 0, 0), x[:, :3], r(0, 0, 0, 0), 0)",
+        "ValueError",
+        "[knn_relation] k must be positive, got 0",
+    ),
+    "radius 0": (
+        "E.radius_neighbors(x[:, :3], r(0, 0, 0, 0), x[:, :3], r(0, 0, 0, 0), 0.0, 5)",
+        "ValueError",
+        "[radius_relation] radius must be positive and finite, got 0",
+    ),
+    "radius nan": (
+        "E.radius_neighbors(x[:, :3], r(0, 0, 0, 0), x[:, :3], r(0, 0, 0, 0), float('nan'), 5)",
+        "ValueError",
+        "[radius_relation] radius must be positive and finite, got nan",
+    ),
 }
 
 
@@ -212,7 +366,7 @@ EDGE_CALLS = {
     "lookup lazy queries": "E.lookup(T, c + 1)",
     "downsample huge stride": "E.downsample(T, [2**31 - 1, 2**31 - 1, 2**31 - 1])",
     "downsample extreme coords": "E.downsample(E.build_table(mx.array([[0, 2**31 - 1, -2**31, 0]], "
-                                 "dtype=mx.int32)), [3, 3, 3])",
+    "dtype=mx.int32)), [3, 3, 3])",
     "empty table": "E.relation_submanifold(E.build_table(mx.zeros((0, 4), dtype=mx.int32)), [3, 3, 3], [1, 1, 1])",
     "submanifold huge dilation": "E.relation_submanifold(T, [3, 3, 3], [2**31 - 1, 2**31 - 1, 2**31 - 1])",
     "submanifold 63^3": "E.relation_submanifold(T, [63, 63, 63], [1, 1, 1])",
@@ -227,11 +381,11 @@ EDGE_CALLS = {
     "knn far apart": "E.knn_neighbors(mx.array([[0, 0, 0], [1e30, 1e30, 1e30]]), r(0, 0), mx.zeros((1, 3)), r(0), 2)",
     "knn batch extremes": "E.knn_neighbors(x[:, :3], r(-1, -5, 2**31 - 1, 0), x[:, :3], r(-1, 3, 0, 7), 2)",
     "radius huge": "E.radius_neighbors(mx.random.normal((50, 3)), mx.zeros(50, dtype=mx.int32), "
-                   "mx.random.normal((5, 3)), mx.zeros(5, dtype=mx.int32), 1e300, 5)",
+    "mx.random.normal((5, 3)), mx.zeros(5, dtype=mx.int32), 1e300, 5)",
     "radius tiny": "E.radius_neighbors(mx.random.normal((50, 3)) * 1e6, mx.zeros(50, dtype=mx.int32), "
-                   "mx.random.normal((5, 3)), mx.zeros(5, dtype=mx.int32), 1e-30, 5)",
+    "mx.random.normal((5, 3)), mx.zeros(5, dtype=mx.int32), 1e-30, 5)",
     "radius batch extremes": "E.radius_neighbors(x[:, :3], r(0, 100000, 2000, 3), x[:, :3], r(0, 100000, 2000, 3), "
-                             "1.0, -7)",
+    "1.0, -7)",
     "quantize huge batch": "E.sparse_quantize(mx.ones((3, 3)), [1, 1, 1], [0, 0, 0], r(2**31 - 1, 0, 0))",
     "conv empty": "E.sparse_conv(mx.ones((0, 8)), w, r(), r(), [0, 0], 0)",
     "conv no offsets": "E.sparse_conv(x, mx.ones((0, 8, 8)), r(), r(), [0], 3)",
@@ -244,7 +398,7 @@ EDGE_CALLS = {
     "pool empty": "E.sparse_pool(mx.ones((0, 8)), r(), r(), [0], 0, 'max')",
     "pool select": "E.sparse_pool(x, r(3), r(0), [0, 1], 1, 'select', values=mx.ones((4, 8)))",
     "pool double grad": "mx.grad(lambda f: mx.grad(lambda g: (E.sparse_pool(g, r(0, 1), r(0, 0), [0, 2], 1, 'max')"
-                        " * f[:1]).sum())(f).sum())(x)",
+    " * f[:1]).sum())(f).sum())(x)",
     "global empty member": "E.global_pool(x, r(0, 0, 2, 2), 4, 'avg')",
     "global max grad": "mx.grad(lambda f: E.global_pool(f, r(0, 0, 1, 1), 2, 'max').sum())(x)",
     "global strided batch": "E.global_pool(x, mx.array([[0, 9], [0, 9], [1, 9], [1, 9]])[:, 0], 2, 'sum')",
@@ -320,11 +474,14 @@ def test_conv_with_repeated_rows_matches_oracle():
     w = rng.standard_normal((len(bounds) - 1, c_in, c_out)).astype(np.float32)
     args = (mx.array(ins), mx.array(outs), bounds, n_out)
     y = _ext.sparse_conv(mx.array(x), mx.array(w), *args)
-    np.testing.assert_allclose(np.asarray(y), _conv_oracle(x, w, ins, outs, bounds, n_out), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        np.asarray(y), _conv_oracle(x, w, ins, outs, bounds, n_out), rtol=1e-4, atol=1e-3
+    )
     # the gradients scatter into the input rows (dX) and sum per offset (dW)
     g = rng.standard_normal((n_out, c_out)).astype(np.float32)
     dx, dw = mx.grad(lambda a, b: (_ext.sparse_conv(a, b, *args) * mx.array(g)).sum(), argnums=(0, 1))(
-        mx.array(x), mx.array(w))
+        mx.array(x), mx.array(w)
+    )
     want_dx = np.zeros((n_in, c_in))
     want_dw = np.zeros(w.shape)
     for k in range(len(bounds) - 1):
@@ -399,17 +556,29 @@ def test_lattice_relation_checked_path_equals_vouched_path(kind):
     give the same bits: the check finds the rows distinct and keeps the parallel scatter."""
     x = _kitti_like()
     m = x.coord_manager
-    rel = (m.relation(RelationKind.SUBMANIFOLD, x.coord_key, KernelSpec(3)) if kind == "submanifold"
-           else m.relation(RelationKind.FORWARD, x.coord_key, KernelSpec(3, 2)))
+    rel = (
+        m.relation(RelationKind.SUBMANIFOLD, x.coord_key, KernelSpec(3))
+        if kind == "submanifold"
+        else m.relation(RelationKind.FORWARD, x.coord_key, KernelSpec(3, 2))
+    )
     w = mx.array(np.random.default_rng(8).standard_normal((rel.n_kernels, 16, 16)).astype(np.float32))
     identity_k = rel.n_kernels // 2 if kind == "submanifold" else -1
-    args = (rel.edges.in_rows, rel.edges.out_rows, list(rel.edge_offsets_host), rel.out_count, False, identity_k)
+    args = (
+        rel.edges.in_rows,
+        rel.edges.out_rows,
+        list(rel.edge_offsets_host),
+        rel.out_count,
+        False,
+        identity_k,
+    )
 
     def run(distinct):
         f = lambda a, b: _ext.sparse_conv(a, b, *args, distinct=distinct)  # noqa: E731
         y = f(x.feats, w)
         grads = mx.grad(lambda a, b: (f(a, b) ** 2).sum(), argnums=(0, 1))(x.feats, w)
-        pooled = mx.grad(lambda a: (_ext.sparse_pool(a, *args[:4], "avg", distinct=distinct) ** 2).sum())(x.feats)
+        pooled = mx.grad(lambda a: (_ext.sparse_pool(a, *args[:4], "avg", distinct=distinct) ** 2).sum())(
+            x.feats
+        )
         return [np.asarray(v) for v in (y, *grads, pooled)]
 
     for a, b in zip(run(False), run(True), strict=True):

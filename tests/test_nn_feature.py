@@ -116,7 +116,9 @@ class _Net(nn.Module):
         return self.fc2(self.drop(self.bn(self.act(self.fc1(x)))))
 
 
-@pytest.mark.parametrize("optimizer", [lambda: optim.Adam(learning_rate=3e-2), lambda: optim.SGD(learning_rate=0.1)])
+@pytest.mark.parametrize(
+    "optimizer", [lambda: optim.Adam(learning_rate=3e-2), lambda: optim.SGD(learning_rate=0.1)]
+)
 def test_tiny_model_trains_on_a_sparse_tensor(optimizer):
     mx.random.seed(0)
     x = _tensor("random_sparse", c=3)

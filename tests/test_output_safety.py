@@ -22,7 +22,9 @@ from lattice.io.atomic import atomic_write, remove_stale_temps
 @pytest.fixture
 def scan(tmp_path):
     rng = np.random.default_rng(0)
-    cloud = PointCloud(rng.uniform(-20, 20, (20_000, 3)).astype(np.float32), {"intensity": rng.random(20_000, np.float32)})
+    cloud = PointCloud(
+        rng.uniform(-20, 20, (20_000, 3)).astype(np.float32), {"intensity": rng.random(20_000, np.float32)}
+    )
     path = tmp_path / "scan.bin"
     write_points(path, cloud)
     return path

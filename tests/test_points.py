@@ -62,7 +62,14 @@ def test_voxelize_per_channel_reductions_match_the_loop_oracle(kind):
     scale = {"random": 3.0, "dense": 0.6, "single": 1.0}[kind]
     pts = (rng.normal(size=(n, 3)) * scale).astype(np.float32)
     feats = np.stack(
-        [rng.normal(size=n), rng.integers(0, 4, n), rng.normal(size=n), rng.integers(-2, 3, n), rng.random(n)], 1
+        [
+            rng.normal(size=n),
+            rng.integers(0, 4, n),
+            rng.normal(size=n),
+            rng.integers(-2, 3, n),
+            rng.random(n),
+        ],
+        1,
     ).astype(np.float32)
     per = ("mean", "mode", "min", "mode", "max")
     x = voxelize(pts, feats, 0.5, reduction=per)

@@ -80,7 +80,9 @@ def check_pool(coords, feats, mode, geom, *, stride_in=1, dtype=mx.float32, rtol
     assert y.feats.dtype == dtype
     assert y.stride == tuple(a * b for a, b in zip(x.stride, rp._t(stride), strict=True))
     got = np.asarray(y.feats.astype(mx.float32))
-    np.testing.assert_allclose(got, rp.align(np.asarray(y.coords), ref_coords, ref_feats), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(
+        got, rp.align(np.asarray(y.coords), ref_coords, ref_feats), rtol=rtol, atol=atol
+    )
     return y
 
 
@@ -123,7 +125,9 @@ def test_avg_divides_by_contributors_not_kernel_volume():
     coords = np.array([[0, 0, 0, 0], [0, 1, 1, 1], [0, 2, 0, 0]], np.int32)
     x = SparseTensor(coords, mx.array([[1.0], [5.0], [7.0]]))
     y = ops.avg_pool3d(x)
-    lookup = {tuple(c): f for c, f in zip(np.asarray(y.coords).tolist(), np.asarray(y.feats)[:, 0], strict=True)}
+    lookup = {
+        tuple(c): f for c, f in zip(np.asarray(y.coords).tolist(), np.asarray(y.feats)[:, 0], strict=True)
+    }
     assert lookup[(0, 0, 0, 0)] == pytest.approx(3.0)  # (1 + 5) / 2, not / 8
     assert lookup[(0, 1, 0, 0)] == pytest.approx(7.0)
 
@@ -174,8 +178,9 @@ def test_pool_respects_active_rows():
     x = SparseTensor(coords, mx.array(f), active_rows=100)
     y = ops.sum_pool3d(x)
     ref_coords, ref_feats = rp.local_pool(coords[:100], f[:100], "sum")
-    np.testing.assert_allclose(np.asarray(y.feats), rp.align(np.asarray(y.coords), ref_coords, ref_feats),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(y.feats), rp.align(np.asarray(y.coords), ref_coords, ref_feats), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_pool_empty_input():
@@ -190,7 +195,9 @@ def test_pool_is_deterministic():
     x = SparseTensor(coords, mx.array(features(len(coords), 16)))
     a = np.asarray(ops.avg_pool3d(x, kernel_size=3, stride=1, padding=1).feats)
     for _ in range(3):
-        np.testing.assert_array_equal(np.asarray(ops.avg_pool3d(x, kernel_size=3, stride=1, padding=1).feats), a)
+        np.testing.assert_array_equal(
+            np.asarray(ops.avg_pool3d(x, kernel_size=3, stride=1, padding=1).feats), a
+        )
 
 
 # ---- errors ------------------------------------------------------------------------------
@@ -212,12 +219,16 @@ def test_error_kernel_size_not_positive():
 
 
 def test_error_mode_and_inputs():
-    with pytest.raises(ValueError, match=r"\[pool3d\] mode must be one of \('sum', 'max', 'avg'\), got 'mean'"):
+    with pytest.raises(
+        ValueError, match=r"\[pool3d\] mode must be one of \('sum', 'max', 'avg'\), got 'mean'"
+    ):
         ops.pool3d(_x(), mode="mean")
     with pytest.raises(TypeError, match=r"\[pool3d\] x must be a SparseTensor, got ndarray"):
         ops.pool3d(np.zeros((2, 4)))
     x = SparseTensor(cloud_coords("single"), mx.ones((1, 2), dtype=mx.int32))
-    with pytest.raises(TypeError, match=r"\[max_pool3d\] features must be float32, float16 or bfloat16, got int32"):
+    with pytest.raises(
+        TypeError, match=r"\[max_pool3d\] features must be float32, float16 or bfloat16, got int32"
+    ):
         ops.max_pool3d(x)
 
 

@@ -41,8 +41,11 @@ def _x(name, c=3, dtype=mx.float32, seed=0):
 def test_global_matches_oracle(name, mode):
     coords, f, x = _x(name)
     if mode == "max" and name == "batched":  # member 1 is empty
-        with pytest.raises(ValueError, match=r"\[global_pool\] max over an empty batch member is undefined: "
-                                             r"member\(s\) \[1\] of batch_size 3 have no rows"):
+        with pytest.raises(
+            ValueError,
+            match=r"\[global_pool\] max over an empty batch member is undefined: "
+            r"member\(s\) \[1\] of batch_size 3 have no rows",
+        ):
             ops.global_pool(x, mode=mode)
         return
     y = ops.global_pool(x, mode=mode)
@@ -96,7 +99,9 @@ def test_global_half_precision(mode, dtype):
     y = ops.global_pool(x, mode=mode)
     assert y.dtype == dtype
     tol = 3e-2 if dtype == mx.bfloat16 else 5e-3
-    np.testing.assert_allclose(np.asarray(y.astype(mx.float32)), rp.global_pool(coords, f, mode), rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        np.asarray(y.astype(mx.float32)), rp.global_pool(coords, f, mode), rtol=tol, atol=tol
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -122,10 +127,15 @@ def test_global_max_real_scan_members(kitti_points):
 
 def test_global_errors():
     _, _, x = _x("batched")
-    with pytest.raises(ValueError, match=r"\[global_sum_pool\] batch_size 2 is smaller than the largest batch "
-                                         r"index \+ 1 \(3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[global_sum_pool\] batch_size 2 is smaller than the largest batch "
+        r"index \+ 1 \(3\)",
+    ):
         ops.global_sum_pool(x, batch_size=2)
-    with pytest.raises(ValueError, match=r"\[global_avg_pool\] batch_size must be a non-negative int or None"):
+    with pytest.raises(
+        ValueError, match=r"\[global_avg_pool\] batch_size must be a non-negative int or None"
+    ):
         ops.global_avg_pool(x, batch_size=-1)
     with pytest.raises(ValueError, match=r"\[global_pool\] mode must be one of"):
         ops.global_pool(x, mode="min")

@@ -24,7 +24,13 @@ from lattice.routing import PoolRequest, route_pool_backward
 from lattice.routing.pool import windows_exclusive
 
 MODES = ("sum", "avg", "max")
-GEOMETRIES = [(2, 2, 0, 1), (3, 2, 1, 1), (1, 2, 0, 1), (2, 3, 1, 2), ((3, 1, 2), (3, 2, 2), (1, 0, 0), (1, 1, 1))]
+GEOMETRIES = [
+    (2, 2, 0, 1),
+    (3, 2, 1, 1),
+    (1, 2, 0, 1),
+    (2, 3, 1, 2),
+    ((3, 1, 2), (3, 2, 2), (1, 0, 0), (1, 1, 1)),
+]
 EXCLUSIVE = [(2, 2, 0, 1), (1, 2, 0, 1), (2, 3, 1, 2), (3, 3, 1, 1), ((2, 1, 3), (2, 1, 3), (0, 0, 1), 1)]
 
 
@@ -92,8 +98,14 @@ def test_pool_grad_matches_oracle(name, mode, geom):
     size, stride, padding, dilation = geom
 
     def loss(feats, g):
-        y = ops.pool3d(x.replace(feats=feats), mode=mode, kernel_size=size, stride=stride, padding=padding,
-                       dilation=dilation)
+        y = ops.pool3d(
+            x.replace(feats=feats),
+            mode=mode,
+            kernel_size=size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+        )
         return (y.feats * g).sum()
 
     y = ops.pool3d(x, mode=mode, kernel_size=size, stride=stride, padding=padding, dilation=dilation)
@@ -101,8 +113,9 @@ def test_pool_grad_matches_oracle(name, mode, geom):
     got = mx.grad(loss)(x.feats, mx.array(g))
     ref_coords, _ = rp.local_pool(coords, f, mode, *geom)
     g_ref = rp.align(ref_coords, np.asarray(y.coords), g)
-    np.testing.assert_allclose(np.asarray(got), rp.local_pool_grad(coords, f, g_ref, mode, *geom),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(got), rp.local_pool_grad(coords, f, g_ref, mode, *geom), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_max_tie_goes_to_the_smallest_row():
@@ -121,18 +134,30 @@ def test_max_tie_goes_to_the_smallest_row():
 
 def _request(geom) -> PoolRequest:
     spec = KernelSpec(*geom)
-    return PoolRequest(op="pool3d", mode="max", dtype="float32", channels=4, kernel_size=spec.size,
-                       stride=spec.stride, dilation=spec.dilation, n_in=10)
+    return PoolRequest(
+        op="pool3d",
+        mode="max",
+        dtype="float32",
+        channels=4,
+        kernel_size=spec.size,
+        stride=spec.stride,
+        dilation=spec.dilation,
+        n_in=10,
+    )
 
 
 @pytest.mark.parametrize("geom", EXCLUSIVE + GEOMETRIES, ids=_ids(EXCLUSIVE + GEOMETRIES))
 def test_backward_route_follows_the_window_predicate(geom):
     spec = KernelSpec(*geom)
-    exclusive = all(s >= (k - 1) * d + 1 for k, s, d in zip(spec.size, spec.stride, spec.dilation, strict=True))
+    exclusive = all(
+        s >= (k - 1) * d + 1 for k, s, d in zip(spec.size, spec.stride, spec.dilation, strict=True)
+    )
     route = route_pool_backward(_request(geom))
     assert windows_exclusive(spec.size, spec.stride, spec.dilation) == exclusive
     assert route.algorithm == ("input_exclusive_gather" if exclusive else "scatter_general")
-    assert {r.algorithm for r in route.rejected} == {"scatter_general", "input_exclusive_gather"} - {route.algorithm}
+    assert {r.algorithm for r in route.rejected} == {"scatter_general", "input_exclusive_gather"} - {
+        route.algorithm
+    }
 
 
 def _both_paths(x: SparseTensor, geom, mode: str, g: mx.array) -> list[np.ndarray]:
@@ -142,7 +167,9 @@ def _both_paths(x: SparseTensor, geom, mode: str, g: mx.array) -> list[np.ndarra
         assert np.bincount(np.asarray(rel.edges.in_rows), minlength=1).max(initial=0) <= 1
     out = []
     for backward in ("input_exclusive_gather", "scatter_general"):
-        fn = mx.grad(lambda feats, b=backward: (cpu_pool.segment_reduce(feats, rel, mode, backward=b) * g).sum())
+        fn = mx.grad(
+            lambda feats, b=backward: (cpu_pool.segment_reduce(feats, rel, mode, backward=b) * g).sum()
+        )
         out.append(np.asarray(fn(x.feats)))
     return out
 
@@ -158,8 +185,19 @@ def test_exclusive_and_general_backward_agree(name, mode, geom):
     g = mx.array(np.random.default_rng(3).standard_normal(y.feats.shape).astype(np.float32))
     exclusive, general = _both_paths(x, geom, mode, g)
     np.testing.assert_allclose(exclusive, general, rtol=1e-6, atol=1e-6)
-    expected = mx.grad(lambda ff: (ops.pool3d(x.replace(feats=ff), mode=mode, kernel_size=geom[0],
-                                              stride=geom[1], padding=geom[2], dilation=geom[3]).feats * g).sum())
+    expected = mx.grad(
+        lambda ff: (
+            ops.pool3d(
+                x.replace(feats=ff),
+                mode=mode,
+                kernel_size=geom[0],
+                stride=geom[1],
+                padding=geom[2],
+                dilation=geom[3],
+            ).feats
+            * g
+        ).sum()
+    )
     np.testing.assert_array_equal(np.asarray(expected(x.feats)), exclusive)
 
 
@@ -187,8 +225,11 @@ def test_exclusive_request_on_overlapping_windows_is_still_right():
 
 
 @pytest.mark.parametrize("target", [False, True], ids=["generated", "target"])
-@pytest.mark.parametrize("geom", [(2, 2, 0, 1), (3, 2, 1, 1), ((3, 2, 1), (2, 1, 2), (1, 0, 0), 1)],
-                         ids=["k2s2", "k3s2p1", "aniso"])
+@pytest.mark.parametrize(
+    "geom",
+    [(2, 2, 0, 1), (3, 2, 1, 1), ((3, 2, 1), (2, 1, 2), (1, 0, 0), 1)],
+    ids=["k2s2", "k3s2p1", "aniso"],
+)
 def test_pool_transpose_grad(geom, target):
     coords = small_cloud(2, 10)
     x = SparseTensor(coords, mx.array(features(len(coords), 2, seed=2)), 2)
@@ -197,7 +238,9 @@ def test_pool_transpose_grad(geom, target):
     t = None if support is None else np.concatenate([support[::2], [[0, 50, 50, 50]]]).astype(np.int32)
 
     def op(x_):
-        return ops.pool_transpose3d(x_, t, kernel_size=size, stride=stride, padding=padding, dilation=dilation)
+        return ops.pool_transpose3d(
+            x_, t, kernel_size=size, stride=stride, padding=padding, dilation=dilation
+        )
 
     check_grad(op, x, lambda ff: rp.contributor_average(coords, ff, *geom, target=t))
 
@@ -209,8 +252,11 @@ def test_trilinear_grad(stride, target):
     x = SparseTensor(coords, mx.array(features(len(coords), 2, seed=3)), 6)
     support = rp.trilinear(coords, np.zeros((len(coords), 1)), stride)[0] if target else None
     t = None if support is None else np.concatenate([support[::3], [[1, 90, 0, 0]]]).astype(np.int32)
-    check_grad(lambda x_: ops.trilinear_upsample3d(x_, t, stride=stride), x,
-               lambda ff: rp.trilinear(coords, ff, stride, target=t))
+    check_grad(
+        lambda x_: ops.trilinear_upsample3d(x_, t, stride=stride),
+        x,
+        lambda ff: rp.trilinear(coords, ff, stride, target=t),
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -221,8 +267,12 @@ def test_global_grad(mode):
     f = features(len(coords), 3, seed=4)
     x = SparseTensor(coords, mx.array(f))
     g = np.random.default_rng(5).standard_normal((4, 3))
-    got = mx.grad(lambda ff: (ops.global_pool(x.replace(feats=ff), mode=mode, batch_size=4 if mode != "max" else 1)
-                              * mx.array(g[: 4 if mode != "max" else 1].astype(np.float32))).sum())(x.feats)
+    got = mx.grad(
+        lambda ff: (
+            ops.global_pool(x.replace(feats=ff), mode=mode, batch_size=4 if mode != "max" else 1)
+            * mx.array(g[: 4 if mode != "max" else 1].astype(np.float32))
+        ).sum()
+    )(x.feats)
     b = 4 if mode != "max" else 1
     expected = central_difference(lambda ff: float((rp.global_pool(coords, ff, mode, b) * g[:b]).sum()), f)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
@@ -266,8 +316,13 @@ def test_grad_half_precision(mode, dtype):
     x = SparseTensor(coords, f)
 
     def grad(feats):
-        return mx.grad(lambda ff: ops.pool3d(x.replace(feats=ff), mode=mode, kernel_size=3, padding=1).feats
-                       .astype(mx.float32).sum())(feats)
+        return mx.grad(
+            lambda ff: (
+                ops.pool3d(x.replace(feats=ff), mode=mode, kernel_size=3, padding=1)
+                .feats.astype(mx.float32)
+                .sum()
+            )
+        )(feats)
 
     lo, hi = grad(f), grad(f.astype(mx.float32))
     assert lo.dtype == dtype

@@ -71,7 +71,9 @@ def test_arguments_are_normalised_and_checked():
     assert P.TrilinearUpsample3d(stride=(1, 2, 3)).stride == (1, 2, 3)
     with pytest.raises(ValueError, match=r"^\[MaxPool3d\] kernel_size must be positive, got \(2, 0, 2\)$"):
         P.MaxPool3d(kernel_size=(2, 0, 2))
-    with pytest.raises(ValueError, match=r"\[Pool3d\] mode must be one of \('sum', 'max', 'avg'\), got 'mean'"):
+    with pytest.raises(
+        ValueError, match=r"\[Pool3d\] mode must be one of \('sum', 'max', 'avg'\), got 'mean'"
+    ):
         P.Pool3d(mode="mean")
     with pytest.raises(ValueError, match=r"\[TrilinearUpsample3d\] stride must be positive, got \(0, 0, 0\)"):
         P.TrilinearUpsample3d(stride=0)
@@ -97,8 +99,10 @@ LOCAL = [
     (P.SumPool3d(), lambda x: ops.sum_pool3d(x)),
     (P.MaxPool3d(kernel_size=3, padding=1), lambda x: ops.max_pool3d(x, kernel_size=3, padding=1)),
     (P.AvgPool3d(stride=(1, 2, 3)), lambda x: ops.avg_pool3d(x, stride=(1, 2, 3))),
-    (P.Pool3d(mode="max", kernel_size=3, stride=2, padding=1, dilation=2),
-     lambda x: ops.pool3d(x, mode="max", kernel_size=3, stride=2, padding=1, dilation=2)),
+    (
+        P.Pool3d(mode="max", kernel_size=3, stride=2, padding=1, dilation=2),
+        lambda x: ops.pool3d(x, mode="max", kernel_size=3, stride=2, padding=1, dilation=2),
+    ),
     (P.Pool3d(), lambda x: ops.pool3d(x)),
 ]
 
@@ -125,8 +129,10 @@ def test_upsampling_modules_match_functional():
     ):
         _same(module(coarse), fn(coarse))
         _same(module(coarse, x), fn(coarse, x))
-        _same(mx.grad(lambda f, m=module: m(coarse.replace(feats=f), x).feats.sum())(coarse.feats),
-              mx.grad(lambda f, g=fn: g(coarse.replace(feats=f), x).feats.sum())(coarse.feats))
+        _same(
+            mx.grad(lambda f, m=module: m(coarse.replace(feats=f), x).feats.sum())(coarse.feats),
+            mx.grad(lambda f, g=fn: g(coarse.replace(feats=f), x).feats.sum())(coarse.feats),
+        )
     up = P.TrilinearUpsample3d(stride=(2, 1, 2))(coarse, target=None)
     assert up.stride == (2, 4, 2)
 
@@ -135,8 +141,10 @@ def test_global_modules_match_functional():
     x = _x("grid")
     for module, mode in ((P.GlobalSumPool(), "sum"), (P.GlobalAvgPool(), "avg"), (P.GlobalMaxPool(), "max")):
         _same(module(x), ops.global_pool(x, mode=mode))
-        _same(mx.grad(lambda f, m=module: m(x.replace(feats=f)).sum())(x.feats),
-              mx.grad(lambda f, md=mode: ops.global_pool(x.replace(feats=f), mode=md).sum())(x.feats))
+        _same(
+            mx.grad(lambda f, m=module: m(x.replace(feats=f)).sum())(x.feats),
+            mx.grad(lambda f, md=mode: ops.global_pool(x.replace(feats=f), mode=md).sum())(x.feats),
+        )
     assert P.GlobalAvgPool()(x, batch_size=4).shape == (4, 4)
 
 
@@ -169,8 +177,17 @@ def test_a_small_network_trains_through_every_module():
 
 
 def test_routes_are_pure_values():
-    req = PoolRequest(op="max_pool3d", mode="max", dtype="float32", channels=32, kernel_size=(2, 2, 2),
-                      stride=(2, 2, 2), dilation=(1, 1, 1), n_in=100, device="gpu")
+    req = PoolRequest(
+        op="max_pool3d",
+        mode="max",
+        dtype="float32",
+        channels=32,
+        kernel_size=(2, 2, 2),
+        stride=(2, 2, 2),
+        dilation=(1, 1, 1),
+        n_in=100,
+        device="gpu",
+    )
     cpu_only = Capability((Tier.CPU,), ("cpu",))
     route = route_pool(req, cpu_only)
     assert route == route_pool(req, cpu_only) and route.name == "cpu.segment_reduce"
@@ -178,8 +195,17 @@ def test_routes_are_pure_values():
     cuda = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda")
     assert route_pool(req, cuda).name == "cuda.map_pool"
     assert route_pool_backward(req, cuda).name == "cuda.map_pool_grad"
-    up = UpsampleRequest(op="trilinear_upsample3d", method="trilinear", dtype="float16", channels=8,
-                         kernel_volume=27, n_in=10, n_out=100, edges=270, explicit_target=True)
+    up = UpsampleRequest(
+        op="trilinear_upsample3d",
+        method="trilinear",
+        dtype="float16",
+        channels=8,
+        kernel_volume=27,
+        n_in=10,
+        n_out=100,
+        edges=270,
+        explicit_target=True,
+    )
     assert route_upsample(up).name == "cpu.segment_reduce"
     assert route_upsample_backward(up).name == "cpu.scatter_general"
     g = GlobalPoolRequest(op="global_pool", mode="avg", dtype="bfloat16", channels=8, n_in=10, batch_size=2)
@@ -188,8 +214,18 @@ def test_routes_are_pure_values():
         route_pool(PoolRequest(**{**req.__dict__, "dtype": "int32"}))
 
 
-POOL_OPS = ("pool3d", "sum_pool3d", "max_pool3d", "avg_pool3d", "pool_transpose3d", "trilinear_upsample3d",
-            "global_pool", "global_sum_pool", "global_avg_pool", "global_max_pool")
+POOL_OPS = (
+    "pool3d",
+    "sum_pool3d",
+    "max_pool3d",
+    "avg_pool3d",
+    "pool_transpose3d",
+    "trilinear_upsample3d",
+    "global_pool",
+    "global_sum_pool",
+    "global_avg_pool",
+    "global_max_pool",
+)
 
 
 @pytest.mark.usefixtures("cpu_device")  # the CPU routes' choices

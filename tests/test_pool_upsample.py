@@ -88,7 +88,9 @@ def test_pool_transpose_onto_target(name, geom):
 def test_pool_transpose_target_forms():
     coords, f, x = _coarse("random_sparse")
     fine = ops.pool_transpose3d(x)  # generated support at stride 3
-    t = SparseTensor(np.ascontiguousarray(np.asarray(fine.coords)[::-1]), mx.zeros((fine.active_count, 1)), fine.stride)
+    t = SparseTensor(
+        np.ascontiguousarray(np.asarray(fine.coords)[::-1]), mx.zeros((fine.active_count, 1)), fine.stride
+    )
     by_tensor = ops.pool_transpose3d(x, t)  # a tensor from another manager
     by_key = ops.pool_transpose3d(x, fine.coord_key)  # a key of x's manager
     by_coords = ops.pool_transpose3d(x, np.asarray(t.coords))  # coordinates at the fine level
@@ -104,19 +106,26 @@ def test_pool_transpose_inverts_pooling_support():
     coarse = ops.avg_pool3d(x)
     back = ops.pool_transpose3d(coarse, x)
     assert back.coord_key == x.coord_key and back.stride == (1, 1, 1)
-    parent = rp.align(np.asarray(coords) // np.array([1, 2, 2, 2]), np.asarray(coarse.coords),
-                      np.asarray(coarse.feats))
+    parent = rp.align(
+        np.asarray(coords) // np.array([1, 2, 2, 2]), np.asarray(coarse.coords), np.asarray(coarse.feats)
+    )
     np.testing.assert_allclose(np.asarray(back.feats), parent, rtol=1e-6)
 
 
 def test_pool_transpose_errors():
     _, _, x = _coarse("random_sparse")
     wrong = SparseTensor(cloud_coords("single"), mx.ones((1, 3)), 2)
-    with pytest.raises(ValueError, match=r"\[pool_transpose3d\] target stride must equal x.stride / stride = "
-                                         r"\(3, 3, 3\), got \(2, 2, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[pool_transpose3d\] target stride must equal x.stride / stride = "
+        r"\(3, 3, 3\), got \(2, 2, 2\)",
+    ):
         ops.pool_transpose3d(x, wrong)
-    with pytest.raises(ValueError, match=r"\[pool_transpose3d\] x.stride \(6, 6, 6\) is not divisible by "
-                                         r"stride \(4, 4, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[pool_transpose3d\] x.stride \(6, 6, 6\) is not divisible by "
+        r"stride \(4, 4, 4\)",
+    ):
         ops.pool_transpose3d(x, stride=4)
     with pytest.raises(ValueError, match=r"\[pool_transpose3d\] kernel_size must be positive"):
         ops.pool_transpose3d(x, kernel_size=0)
@@ -155,10 +164,18 @@ def test_trilinear_by_hand_on_a_line():
     coords = np.array([[0, 0, 0, 0], [0, 1, 0, 0]], np.int32)
     x = SparseTensor(coords, mx.array([[2.0], [6.0]]), 2)
     y = ops.trilinear_upsample3d(x)
-    line = {tuple(c): v for c, v in zip(np.asarray(y.coords).tolist(), np.asarray(y.feats)[:, 0], strict=True)
-            if c[2] == 0 and c[3] == 0}
-    assert line == {(0, -1, 0, 0): 2.0, (0, 0, 0, 0): 2.0, (0, 1, 0, 0): 4.0, (0, 2, 0, 0): 6.0,
-                    (0, 3, 0, 0): 6.0}
+    line = {
+        tuple(c): v
+        for c, v in zip(np.asarray(y.coords).tolist(), np.asarray(y.feats)[:, 0], strict=True)
+        if c[2] == 0 and c[3] == 0
+    }
+    assert line == {
+        (0, -1, 0, 0): 2.0,
+        (0, 0, 0, 0): 2.0,
+        (0, 1, 0, 0): 4.0,
+        (0, 2, 0, 0): 6.0,
+        (0, 3, 0, 0): 6.0,
+    }
     assert y.active_count == 5 * 3 * 3  # generated: 2s - 1 taps per axis around each coarse row
 
 
@@ -166,7 +183,9 @@ def test_trilinear_does_not_dim_edges():
     coords, _, _ = _coarse("isolated")
     x = SparseTensor(coords, mx.full((len(coords), 2), 3.5), LEVEL)
     for stride in (2, 3, (1, 2, 3)):
-        np.testing.assert_allclose(np.asarray(ops.trilinear_upsample3d(x, stride=stride).feats), 3.5, rtol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(ops.trilinear_upsample3d(x, stride=stride).feats), 3.5, rtol=1e-6
+        )
 
 
 def test_trilinear_stride_one_is_identity():
@@ -184,8 +203,12 @@ def test_upsampling_half_precision(dtype):
     y = ops.trilinear_upsample3d(xh, stride=3)
     assert y.dtype == dtype
     _check(y, *rp.trilinear(coords, f, 3), same_order=False, tol=tol)
-    _check(ops.pool_transpose3d(xh, kernel_size=3, padding=1), *rp.contributor_average(coords, f, 3, 2, 1),
-           same_order=False, tol=tol)
+    _check(
+        ops.pool_transpose3d(xh, kernel_size=3, padding=1),
+        *rp.contributor_average(coords, f, 3, 2, 1),
+        same_order=False,
+        tol=tol,
+    )
 
 
 def test_upsampling_real_scan(kitti_points):
@@ -201,9 +224,13 @@ def test_upsampling_real_scan(kitti_points):
 
 def test_trilinear_errors():
     _, _, x = _coarse("random_sparse")
-    with pytest.raises(ValueError, match=r"\[trilinear_upsample3d\] stride must be positive, got \(2, 0, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"\[trilinear_upsample3d\] stride must be positive, got \(2, 0, 2\)"
+    ):
         ops.trilinear_upsample3d(x, stride=(2, 0, 2))
-    with pytest.raises(ValueError, match=r"\[trilinear_upsample3d\] target stride must equal x.stride / stride"):
+    with pytest.raises(
+        ValueError, match=r"\[trilinear_upsample3d\] target stride must equal x.stride / stride"
+    ):
         ops.trilinear_upsample3d(x, SparseTensor(cloud_coords("single"), mx.ones((1, 3)), 6))
     with pytest.raises(ValueError, match=r"\[trilinear_upsample3d\] x.stride \(6, 6, 6\) is not divisible"):
         ops.trilinear_upsample3d(x, stride=4)

@@ -102,7 +102,13 @@ def test_cells_of_more_than_32_points_have_no_window_map():
 def test_manager_windows_only_for_cell_windows():
     x = SparseTensor(cloud_coords("batched"), mx.zeros((len(cloud_coords("batched")), 1)))
     m, key = x.coord_manager, x.coord_key
-    for spec in (KernelSpec(3, 3), KernelSpec(3, 2, 1), KernelSpec(2, 2, 1), KernelSpec(2, 2, 0, 2), KernelSpec(2, 1)):
+    for spec in (
+        KernelSpec(3, 3),
+        KernelSpec(3, 2, 1),
+        KernelSpec(2, 2, 1),
+        KernelSpec(2, 2, 0, 2),
+        KernelSpec(2, 1),
+    ):
         assert not spec.cell_windows and m.windows(key, spec) is None
     w = m.windows(key, KernelSpec(2, 2))
     assert KernelSpec(2, 2).cell_windows and w.out_key == m.downsample(key, 2)
@@ -159,8 +165,9 @@ def test_window_edges_in_any_order_pool_the_same():
     perm = mx.array(np.random.default_rng(5).permutation(w.edge_count).astype(np.int32))
     for mode in MODES:
         grouped = _ext.sparse_pool(f, w.in_rows, w.out_rows, [0, w.edge_count], w.out_count, mode, BACKWARD)
-        shuffled = _ext.sparse_pool(f, w.in_rows[perm], w.out_rows[perm], [0, w.edge_count], w.out_count, mode,
-                                    BACKWARD)
+        shuffled = _ext.sparse_pool(
+            f, w.in_rows[perm], w.out_rows[perm], [0, w.edge_count], w.out_count, mode, BACKWARD
+        )
         np.testing.assert_allclose(np.asarray(shuffled), np.asarray(grouped), rtol=1e-6, atol=1e-6)
 
 
@@ -218,16 +225,30 @@ def test_route_names_window_reduce():
     assert route.facts["backward"] == "cpu.input_exclusive_gather"
     assert [r.algorithm for r in route.rejected] == ["segment_reduce"]
     assert explain("avg_pool3d", x, kernel_size=(2, 1, 2), stride=(2, 1, 2)).name == "cpu.window_reduce"
-    for kwargs in ({"kernel_size": 3}, {"kernel_size": 3, "stride": 3}, {"padding": 1}, {"dilation": 2},
-                   {"kernel_size": 2, "stride": 1}):
+    for kwargs in (
+        {"kernel_size": 3},
+        {"kernel_size": 3, "stride": 3},
+        {"padding": 1},
+        {"dilation": 2},
+        {"kernel_size": 2, "stride": 1},
+    ):
         route = explain(ops.max_pool3d, x, **kwargs)
         assert route.name == "cpu.segment_reduce" and route.facts["windows"] is False
         assert "window_reduce" in [r.algorithm for r in route.rejected]
 
 
 def test_route_function_is_pure():
-    req = PoolRequest(op="max_pool3d", mode="max", dtype="float32", channels=32, kernel_size=(2, 2, 2),
-                      stride=(2, 2, 2), dilation=(1, 1, 1), n_in=100, windows=True)
+    req = PoolRequest(
+        op="max_pool3d",
+        mode="max",
+        dtype="float32",
+        channels=32,
+        kernel_size=(2, 2, 2),
+        stride=(2, 2, 2),
+        dilation=(1, 1, 1),
+        n_in=100,
+        windows=True,
+    )
     assert route_pool(req) == route_pool(req) and route_pool(req).name == "cpu.window_reduce"
     gpu = route_pool(PoolRequest(**{**req.__dict__, "device": "gpu"}), Capability((Tier.CPU,), ("cpu",)))
     assert gpu.name == "cpu.window_reduce" and gpu.rejected[0].backend.startswith("gpu")
@@ -244,7 +265,9 @@ def test_cli_explain_shows_the_route():
 
 def test_sorted_rows_defer_the_hash_table():
     rng = np.random.default_rng(8)
-    coords = np.unique(np.concatenate([rng.integers(0, 2, (300, 1)), rng.integers(-9, 10, (300, 3))], 1), axis=0)
+    coords = np.unique(
+        np.concatenate([rng.integers(0, 2, (300, 1)), rng.integers(-9, 10, (300, 3))], 1), axis=0
+    )
     coords = coords.astype(np.int32)
     x = SparseTensor(coords, mx.ones((len(coords), 2)))
     table = x.coord_manager.table(x.coord_key)

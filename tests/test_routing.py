@@ -203,19 +203,32 @@ def test_non_overlapping_forward_relation_takes_the_exclusive_route_and_equals_t
     assert general.route.name == "cpu.hash_relation_input_driven"
 
     def edges(rel):
-        return sorted(zip(np.array(rel.edges.kernel_ids).tolist(), np.array(rel.edges.in_rows).tolist(),
-                          np.array(rel.edges.out_rows).tolist(), strict=True))
+        return sorted(
+            zip(
+                np.array(rel.edges.kernel_ids).tolist(),
+                np.array(rel.edges.in_rows).tolist(),
+                np.array(rel.edges.out_rows).tolist(),
+                strict=True,
+            )
+        )
 
     assert edges(fast) == edges(general)
-    assert lattice.ops.kernel_relation(x, kernel_size=3, stride=3).route.name == "cpu.hash_relation_input_driven"
+    assert (
+        lattice.ops.kernel_relation(x, kernel_size=3, stride=3).route.name == "cpu.hash_relation_input_driven"
+    )
 
 
 @pytest.mark.usefixtures("cpu_device")
 def test_transposed_back_onto_the_parent_set_reverses_the_forward_relation():
     x = _tensor(n=400)
     coarse_rel = lattice.ops.kernel_relation(x, kernel_size=2, stride=2)
-    coarse = lattice.SparseTensor(coarse_rel.out_coords, mx.zeros((coarse_rel.out_count, 1)), 2,
-                                  coord_key=coarse_rel.out_key, coord_manager=x.coord_manager)
+    coarse = lattice.SparseTensor(
+        coarse_rel.out_coords,
+        mx.zeros((coarse_rel.out_count, 1)),
+        2,
+        coord_key=coarse_rel.out_key,
+        coord_manager=x.coord_manager,
+    )
     up = lattice.ops.transposed_kernel_relation(coarse, x, kernel_size=2, stride=2)
     assert up.route.name == "cpu.hash_relation_exclusive"
     # the general builder onto a copy of the same rows (another key) gives the same edges
@@ -223,8 +236,14 @@ def test_transposed_back_onto_the_parent_set_reverses_the_forward_relation():
     assert other.route.name == "cpu.hash_relation_scatter"
 
     def edges(rel):
-        return sorted(zip(np.array(rel.edges.kernel_ids).tolist(), np.array(rel.edges.in_rows).tolist(),
-                          np.array(rel.edges.out_rows).tolist(), strict=True))
+        return sorted(
+            zip(
+                np.array(rel.edges.kernel_ids).tolist(),
+                np.array(rel.edges.in_rows).tolist(),
+                np.array(rel.edges.out_rows).tolist(),
+                strict=True,
+            )
+        )
 
     assert edges(up) == edges(other)
 
@@ -291,17 +310,41 @@ def test_metal_kernels_are_routed_only_when_opted_in(monkeypatch):
     on = replace(off, metal_kernels=True)
     cuda_cap = Capability((Tier.CPU, Tier.GPU_CUDA), ("cpu",), "cuda", metal_kernels=True)
     assert (off.kernel_backend, on.kernel_backend, cuda_cap.kernel_backend) == (None, "metal", "cuda")
-    conv = ConvRequest(op="subm_conv3d", kind="submanifold", dtype="float16", c_in=16, c_out=16, kernel_volume=27,
-                       n_in=100, n_out=100, edges=900, identity_relation=True, device="gpu")
+    conv = ConvRequest(
+        op="subm_conv3d",
+        kind="submanifold",
+        dtype="float16",
+        c_in=16,
+        c_out=16,
+        kernel_volume=27,
+        n_in=100,
+        n_out=100,
+        edges=900,
+        identity_relation=True,
+        device="gpu",
+    )
     requests = [
         (lambda c: route_conv(conv, c), "implicit_gemm"),
-        (lambda c: route_relation(RelationRequest("subm_conv3d", "submanifold", 100, 27, device="gpu"), c),
-         "hash_map_submanifold"),
+        (
+            lambda c: route_relation(RelationRequest("subm_conv3d", "submanifold", 100, 27, device="gpu"), c),
+            "hash_map_submanifold",
+        ),
         (lambda c: route_coordinates(CoordinateRequest("insert", 100, "gpu"), c), "hash_set_checked"),
-        (lambda c: route_pool(PoolRequest("max_pool3d", "max", "float32", 4, (2, 2, 2), (2, 2, 2), (1, 1, 1),
-                                          100, device="gpu"), c), "map_pool"),
-        (lambda c: route_global_pool(GlobalPoolRequest("global_pool", "sum", "float32", 4, 100, 2, "gpu"), c),
-         "batch_atomic_reduce"),
+        (
+            lambda c: route_pool(
+                PoolRequest(
+                    "max_pool3d", "max", "float32", 4, (2, 2, 2), (2, 2, 2), (1, 1, 1), 100, device="gpu"
+                ),
+                c,
+            ),
+            "map_pool",
+        ),
+        (
+            lambda c: route_global_pool(
+                GlobalPoolRequest("global_pool", "sum", "float32", 4, 100, 2, "gpu"), c
+            ),
+            "batch_atomic_reduce",
+        ),
         (lambda c: route_points(PointsRequest("voxelize", 100, 4, device="gpu"), c), "hash_quantize"),
     ]
     for route, algorithm in requests:

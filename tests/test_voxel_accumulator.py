@@ -141,7 +141,9 @@ def test_nan_features_propagate_in_sum_mean_and_max():
         ref = _oracle(PointCloud(pts, {"a": f[:, 0]}), 1.0, reduction)[1]
         np.testing.assert_array_equal(sf.feats, ref)
         propagates = reduction in ("sum", "mean", "max", "min")  # mode and count skip the NaN
-        assert np.isnan(sf.feats[0, 0]) == propagates and sf.feats[1, 0] == (1.0 if reduction == "count" else 4.0)
+        assert np.isnan(sf.feats[0, 0]) == propagates and sf.feats[1, 0] == (
+            1.0 if reduction == "count" else 4.0
+        )
 
 
 def test_rejected_chunks_leave_the_state_unchanged():

@@ -26,13 +26,30 @@ def bench(name, coords_np, repeats):
         ("submanifold k=3", dict(ksize=[3, 3, 3], stride=[1, 1, 1], padding=[1, 1, 1], subm=True)),
         ("forward k=2 s=2", dict(ksize=[2, 2, 2], stride=[2, 2, 2], padding=[0, 0, 0], subm=False)),
     ):
+
         def run(kw=kw):
-            return ops.get_indice_pairs(idx, 1, shape, ops.ConvAlgo.Native, dilation=[1, 1, 1],
-                                        out_padding=[0, 0, 0], transpose=False, **kw)
+            return ops.get_indice_pairs(
+                idx,
+                1,
+                shape,
+                ops.ConvAlgo.Native,
+                dilation=[1, 1, 1],
+                out_padding=[0, 0, 0],
+                transpose=False,
+                **kw,
+            )
 
         out = run()
-        rows.append({"input": name, "relation": label, "N_in": len(idx), "N_out": int(out[0].shape[0]),
-                     "edges": int(out[2].sum()), "median_ms": median_ms(run, repeats)})
+        rows.append(
+            {
+                "input": name,
+                "relation": label,
+                "N_in": len(idx),
+                "N_out": int(out[0].shape[0]),
+                "edges": int(out[2].sum()),
+                "median_ms": median_ms(run, repeats),
+            }
+        )
     return rows
 
 

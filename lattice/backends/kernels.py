@@ -132,7 +132,9 @@ def kernel(dialect: str, family: str, name: str):
 CUDA_ONLY = frozenset({"conv_implicit_gemm_mma"})
 
 # Metal kernels whose outputs are atomics (mx.fast.metal_kernel makes all outputs atomic or none).
-_METAL_ATOMIC = frozenset({"table_insert", "global_sum", "global_max_key", "global_argmax", "conv_weight_grad"})
+_METAL_ATOMIC = frozenset(
+    {"table_insert", "global_sum", "global_max_key", "global_argmax", "conv_weight_grad"}
+)
 
 
 def full_source(dialect: str, family: str, name: str) -> str:

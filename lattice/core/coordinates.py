@@ -81,7 +81,9 @@ class CoordinateManager:
         self._next_id = itertools.count()
         self._tables: dict[int, _ext.CoordTable | _Pending] = {}
         self._cpu_tables: dict[int, _ext.CoordTable] = {}  # of GPU-made sets, built on first CPU use
-        self._gpu_tables: dict[int, object] = {}  # lattice.backends.cuda.coords.GpuTable, built on first GPU use
+        self._gpu_tables: dict[
+            int, object
+        ] = {}  # lattice.backends.cuda.coords.GpuTable, built on first GPU use
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
         self._downsampled: dict[tuple[int, Triple], Downsample] = {}

@@ -103,7 +103,9 @@ class ModeAccumulator:
         if self._dense is None:
             return
         r, j = np.nonzero(self._dense)
-        self._parts.append((r.astype(np.int64), (j + self._lo).astype(np.int64), self._dense[r, j].astype(np.int64)))
+        self._parts.append(
+            (r.astype(np.int64), (j + self._lo).astype(np.int64), self._dense[r, j].astype(np.int64))
+        )
         self._size += len(r)
         self._dense = None
 

@@ -50,7 +50,6 @@ def default_group_size(in_channels: int) -> int:
     return 64 if in_channels >= 64 else 32
 
 
-
 def _check_bits(bits, op: str) -> int:
     if isinstance(bits, bool) or not isinstance(bits, int) or bits not in BITS:
         raise ValueError(f"[{op}] bits must be 4 or 8, got {bits!r}")

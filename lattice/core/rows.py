@@ -28,7 +28,9 @@ from contextvars import ContextVar
 
 import mlx.core as mx
 
-_LAZY: ContextVar[bool] = ContextVar("lattice_lazy_rows", default=os.environ.get("LATTICE_LAZY_ROWS", "") == "1")
+_LAZY: ContextVar[bool] = ContextVar(
+    "lattice_lazy_rows", default=os.environ.get("LATTICE_LAZY_ROWS", "") == "1"
+)
 
 
 @contextlib.contextmanager

@@ -99,10 +99,14 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     if target.is_dir():
         raise IsADirectoryError(f"{target}: is a directory, expected a file path")
     if is_special(target):
-        raise OSError(errno.EINVAL, "is not a regular file (a FIFO or device); write to it as a stream", str(target))
+        raise OSError(
+            errno.EINVAL, "is not a regular file (a FIFO or device); write to it as a stream", str(target)
+        )
     directory = target.parent
     remove_stale_temps(directory)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}{TEMP_TAG}{os.getpid()}-", suffix=".tmp", dir=directory)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{target.name}{TEMP_TAG}{os.getpid()}-", suffix=".tmp", dir=directory
+    )
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -136,7 +136,10 @@ def scan_reason(path: str | os.PathLike) -> str | None:
         if fmt == "npy":
             with open(path, "rb") as f:
                 version = np.lib.format.read_magic(f)
-                read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                read = {
+                    (1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0,
+                }
                 shape, _, dtype = read.get(version, np.lib.format.read_array_header_2_0)(f)
             if dtype.names is None and (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
                 return "a .npy of one value per row (per-point labels?), not points"

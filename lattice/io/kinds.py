@@ -192,7 +192,9 @@ def infos_for(
     infos = {n: info_for(n, v, format=format, kind=kinds.get(n)) for n, v in attributes.items()}
     group = [n for n in COLOUR_CHANNELS if n in infos and infos[n].kind == "colour"]
     if len(group) > 1:  # one scale for the colour: a channel that happens to be all 0/1 follows the rest
-        joint = colour_scale(np.concatenate([np.asarray(attributes[n]).ravel().astype(np.float64) for n in group]))
+        joint = colour_scale(
+            np.concatenate([np.asarray(attributes[n]).ravel().astype(np.float64) for n in group])
+        )
         if all(np.asarray(attributes[n]).dtype.kind == "f" for n in group):
             infos.update({n: replace(infos[n], scale=joint) for n in group})
     return infos
@@ -204,7 +206,9 @@ def check_reductions(reductions: Mapping[str, str] | None, names: Iterable[str],
     known = set(names)
     for name, r in out.items():
         if r not in REDUCTIONS:
-            raise ValueError(f"{flag}: reduction for {name!r} must be one of {', '.join(REDUCTIONS)}, got {r!r}")
+            raise ValueError(
+                f"{flag}: reduction for {name!r} must be one of {', '.join(REDUCTIONS)}, got {r!r}"
+            )
         if name not in known:
             have = ", ".join(sorted(known)) or "none"
             raise ValueError(f"{flag}: no attribute {name!r} to reduce; the input has: {have}")

@@ -75,7 +75,9 @@ def read_las(f: BinaryIO, label: str) -> PointCloud:
             raise PointCloudError(f"{label}: {_LAZ_HINT} ({e})") from e
         raise PointCloudError(f"{label}: malformed LAS: {e}") from e
     except UnicodeDecodeError as e:
-        raise PointCloudError(f"{label}: malformed LAS: a VLR's user id or description is not text ({e.reason})") from e
+        raise PointCloudError(
+            f"{label}: malformed LAS: a VLR's user id or description is not text ({e.reason})"
+        ) from e
     except (ValueError, EOFError, OSError, OverflowError, *_lazrs_errors()) as e:
         raise PointCloudError(f"{label}: truncated or malformed LAS: {one_line(e)}") from e
     except BaseException as e:  # lazrs panics on some corrupt chunks: a pyo3 PanicException (BaseException)

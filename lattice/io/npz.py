@@ -138,7 +138,10 @@ def load_npz(f: BinaryIO, label: str) -> dict[str, np.ndarray]:
 
 _ZIP_REASONS = (  # what zipfile and zlib say, and what it means for an NPZ
     ("File is not a zip file", "truncated or malformed NPZ: no zip directory at its end"),
-    ("Bad magic number for file header", "truncated or malformed NPZ: a member's header is not where the directory says"),
+    (
+        "Bad magic number for file header",
+        "truncated or malformed NPZ: a member's header is not where the directory says",
+    ),
     ("Bad magic number for central directory", "truncated or malformed NPZ: its zip directory is damaged"),
     ("Bad CRC-32 for file", "corrupt NPZ: a member's data fail their CRC-32 check"),
     ("while decompressing data", "corrupt NPZ: a deflated member does not inflate"),

@@ -69,7 +69,9 @@ def _header_lines(f: BinaryIO, label: str) -> list[bytes]:
             raise PointCloudError(f"{label}: not a PLY file or truncated header (no 'end_header' line)")
         if not line.isascii():
             bad = next(b for b in line if b > 127)
-            raise PointCloudError(f"{label}: PLY header line {len(lines) + 1} is not ASCII text (byte 0x{bad:02x})")
+            raise PointCloudError(
+                f"{label}: PLY header line {len(lines) + 1} is not ASCII text (byte 0x{bad:02x})"
+            )
         lines.append(line)
     return lines
 

@@ -161,7 +161,9 @@ def _schema(schema: Any, names: tuple[str, ...], where: str) -> tuple[AttributeI
         raise PointCloudError(f"{where}: malformed 'attributes' record: {e}") from e
     if not ok or tuple(i.name for i in infos) != names:
         got = [getattr(i, "name", i) for i in infos] if ok else infos
-        raise PointCloudError(f"{where}: the 'attributes' record must describe the channels {list(names)}, got {got}")
+        raise PointCloudError(
+            f"{where}: the 'attributes' record must describe the channels {list(names)}, got {got}"
+        )
     return infos
 
 
@@ -174,7 +176,9 @@ def _json_dict(value: Any, key: str, where: str) -> dict | None:
     except (ValueError, TypeError) as e:
         raise PointCloudError(f"{where}: malformed {key!r} record (must be a JSON object): {e}") from e
     if not isinstance(d, dict):
-        raise PointCloudError(f"{where}: malformed {key!r} record (must be a JSON object), got {type(d).__name__}")
+        raise PointCloudError(
+            f"{where}: malformed {key!r} record (must be a JSON object), got {type(d).__name__}"
+        )
     return d
 
 

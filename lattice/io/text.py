@@ -323,7 +323,13 @@ def read_text(f: BinaryIO, label: str, columns: tuple[str, ...] | None = None) -
     with TextTable(f, label, columns) as table:
         blocks = list(table.blocks())
         layout = table.layout
-    data = np.concatenate(blocks) if len(blocks) > 1 else blocks[0] if blocks else np.empty((0, len(layout.names)))
+    data = (
+        np.concatenate(blocks)
+        if len(blocks) > 1
+        else blocks[0]
+        if blocks
+        else np.empty((0, len(layout.names)))
+    )
     check_count(layout, len(data), label)
     stats = ColumnStats(data.shape[1])
     stats.add(data)

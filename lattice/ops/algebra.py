@@ -30,7 +30,11 @@ from lattice.ops.points import voxelize_features
 JOINS = ("inner", "left", "right", "outer")
 REDUCTIONS = ("none", "mean")
 NAMED_OPS: dict[str, Callable[[mx.array, mx.array], mx.array]] = {
-    "add": mx.add, "sub": mx.subtract, "mul": mx.multiply, "maximum": mx.maximum, "minimum": mx.minimum,
+    "add": mx.add,
+    "sub": mx.subtract,
+    "mul": mx.multiply,
+    "maximum": mx.maximum,
+    "minimum": mx.minimum,
 }
 BinaryOp = str | Callable[[mx.array, mx.array], mx.array]
 
@@ -142,8 +146,9 @@ def _declared_batch_size(tensors: Sequence[SparseTensor]) -> int | None:
     return max(declared) if declared else None
 
 
-def _new_tensor(coords, feats, stride, manager: CoordinateManager, op: str, batch_size=None,
-                table=None) -> SparseTensor:
+def _new_tensor(
+    coords, feats, stride, manager: CoordinateManager, op: str, batch_size=None, table=None
+) -> SparseTensor:
     """A tensor on new coordinates inserted into ``manager`` (duplicates raise ``[op] ...``);
     a native ``table`` already built for ``coords`` by a join or dedup is adopted as it is."""
     key = manager.insert(coords, stride, op=op) if table is None else manager.adopt(table, stride)
@@ -157,8 +162,9 @@ def _output(plan: _Plan, feats: mx.array, tensors: Sequence[SparseTensor], op: s
     if plan.keep is not None:
         return with_feats(plan.keep, feats)
     first = tensors[0]
-    return _new_tensor(plan.coords, feats, first.stride, first.coord_manager, op,
-                       _declared_batch_size(tensors), plan.table)
+    return _new_tensor(
+        plan.coords, feats, first.stride, first.coord_manager, op, _declared_batch_size(tensors), plan.table
+    )
 
 
 # ---- binary ops ---------------------------------------------------------------------------
@@ -186,8 +192,15 @@ def _binary(op: str, lhs, rhs, fn: BinaryOp, join: str, lhs_fill, rhs_fill) -> S
     return _output(plan, y, (lhs, rhs), op)
 
 
-def sparse_binary(lhs: SparseTensor, rhs: SparseTensor, op: BinaryOp, *, join: str = "outer",
-                  lhs_fill: float = 0.0, rhs_fill: float = 0.0) -> SparseTensor:
+def sparse_binary(
+    lhs: SparseTensor,
+    rhs: SparseTensor,
+    op: BinaryOp,
+    *,
+    join: str = "outer",
+    lhs_fill: float = 0.0,
+    rhs_fill: float = 0.0,
+) -> SparseTensor:
     """``op(lhs, rhs)`` on the rows chosen by ``join``; a missing side reads its fill value.
 
     ``op`` is one of 'add', 'sub', 'mul', 'maximum', 'minimum' or a callable on two
@@ -200,8 +213,14 @@ def sparse_binary(lhs: SparseTensor, rhs: SparseTensor, op: BinaryOp, *, join: s
 def _binary_op(name: str, op: str, join: str, doc: str):
     """The named elementwise op ``name`` (``_binary`` with ``op`` and a default ``join``)."""
 
-    def fn(lhs: SparseTensor, rhs: SparseTensor, *, join: str = join, lhs_fill: float = 0.0,
-           rhs_fill: float = 0.0) -> SparseTensor:
+    def fn(
+        lhs: SparseTensor,
+        rhs: SparseTensor,
+        *,
+        join: str = join,
+        lhs_fill: float = 0.0,
+        rhs_fill: float = 0.0,
+    ) -> SparseTensor:
         return _binary(name, lhs, rhs, op, join, lhs_fill, rhs_fill)
 
     fn.__name__ = fn.__qualname__ = name
@@ -209,13 +228,19 @@ def _binary_op(name: str, op: str, join: str, doc: str):
     return fn
 
 
-sparse_add = _binary_op("sparse_add", "add", "outer", "``lhs + rhs`` (outer join by default: the union, missing rows read 0).")
+sparse_add = _binary_op(
+    "sparse_add", "add", "outer", "``lhs + rhs`` (outer join by default: the union, missing rows read 0)."
+)
 sparse_sub = _binary_op("sparse_sub", "sub", "outer", "``lhs - rhs`` (outer join by default).")
 sparse_mul = _binary_op(
     "sparse_mul", "mul", "inner", "``lhs * rhs`` (inner join by default: the intersection in lhs order)."
 )
-sparse_maximum = _binary_op("sparse_maximum", "maximum", "inner", "Elementwise maximum (inner join by default).")
-sparse_minimum = _binary_op("sparse_minimum", "minimum", "inner", "Elementwise minimum (inner join by default).")
+sparse_maximum = _binary_op(
+    "sparse_maximum", "maximum", "inner", "Elementwise maximum (inner join by default)."
+)
+sparse_minimum = _binary_op(
+    "sparse_minimum", "minimum", "inner", "Elementwise minimum (inner join by default)."
+)
 
 
 # ---- concatenation, alignment, reindexing --------------------------------------------------
@@ -239,8 +264,9 @@ def cat(tensors: Sequence[SparseTensor], *, join: str = "inner") -> SparseTensor
     return _output(plan, mx.concatenate(parts, axis=1), tensors, op)
 
 
-def align_sparse(lhs: SparseTensor, rhs: SparseTensor, *, join: str = "outer",
-                 fill: float = 0.0) -> tuple[SparseTensor, SparseTensor]:
+def align_sparse(
+    lhs: SparseTensor, rhs: SparseTensor, *, join: str = "outer", fill: float = 0.0
+) -> tuple[SparseTensor, SparseTensor]:
     """``(lhs', rhs')`` on the coordinates chosen by ``join``, sharing one key; missing rows = fill."""
     op = "align_sparse"
     _check_tensors((lhs, rhs), ("lhs", "rhs"), op)
@@ -288,7 +314,9 @@ def prune(x: SparseTensor, rows) -> SparseTensor:
         arr = np.asarray(rows)
         rows = mx.array(arr.astype(np.int32) if arr.size == 0 else arr)
     if rows.ndim != 1 or not mx.issubdtype(rows.dtype, mx.integer):
-        raise ValueError(f"[{op}] rows must be a 1-D integer array, got shape {tuple(rows.shape)} {rows.dtype}")
+        raise ValueError(
+            f"[{op}] rows must be a 1-D integer array, got shape {tuple(rows.shape)} {rows.dtype}"
+        )
     n = x.active_count
     if rows.size:
         lo, hi = int(mx.min(rows).item()), int(mx.max(rows).item())
@@ -335,7 +363,9 @@ def replace_feature(x: SparseTensor, feats) -> SparseTensor:
 # ---- building tensors from per-sample coordinates -------------------------------------------
 
 
-def _build(coords: mx.array, feats: mx.array, stride, reduction: str, batch_size: int, op: str) -> SparseTensor:
+def _build(
+    coords: mx.array, feats: mx.array, stride, reduction: str, batch_size: int, op: str
+) -> SparseTensor:
     stride = int_triple(stride, "stride", op, minimum=1)
     _check_choice(reduction, "duplicate_reduction", REDUCTIONS, op)
     batch = np.asarray(coords[:, 0])
@@ -346,7 +376,9 @@ def _build(coords: mx.array, feats: mx.array, stride, reduction: str, batch_size
         return _new_tensor(coords, feats, stride, manager, op, batch_size)
     table, inverse, counts = _ext.unique_coords(coords)
     q = SparseQuantization(table.coords, table.size, inverse, counts, table)
-    return _new_tensor(table.coords, voxelize_features(feats, q, "mean"), stride, manager, op, batch_size, table)
+    return _new_tensor(
+        table.coords, voxelize_features(feats, q, "mean"), stride, manager, op, batch_size, table
+    )
 
 
 def _feature_array(feats, rows: int, op: str, name: str) -> mx.array:
@@ -356,8 +388,9 @@ def _feature_array(feats, rows: int, op: str, name: str) -> mx.array:
     return feats
 
 
-def sparse_collate(coords_list: Sequence, feats_list: Sequence, *, stride=1,
-                   duplicate_reduction: str = "none") -> SparseTensor:
+def sparse_collate(
+    coords_list: Sequence, feats_list: Sequence, *, stride=1, duplicate_reduction: str = "none"
+) -> SparseTensor:
     """One batched SparseTensor from per-sample ``(n_i, 3)`` integer coords and ``(n_i, C)`` feats.
 
     Sample ``i`` gets batch index ``i`` (empty samples count as members). Duplicate
@@ -365,27 +398,35 @@ def sparse_collate(coords_list: Sequence, feats_list: Sequence, *, stride=1,
     """
     op = "sparse_collate"
     if len(coords_list) != len(feats_list) or not coords_list:
-        raise ValueError(f"[{op}] coords_list and feats_list must be non-empty and of equal length, got "
-                         f"{len(coords_list)} and {len(feats_list)}")
+        raise ValueError(
+            f"[{op}] coords_list and feats_list must be non-empty and of equal length, got "
+            f"{len(coords_list)} and {len(feats_list)}"
+        )
     parts, fparts = [], []
     for i, (c, f) in enumerate(zip(coords_list, feats_list, strict=True)):
         if not isinstance(c, mx.array):
             arr = np.asarray(c)
             c = mx.array(arr.reshape(-1, 3).astype(np.int32) if arr.size == 0 else arr)
         if c.ndim != 2 or c.shape[1] != 3 or not mx.issubdtype(c.dtype, mx.integer):
-            raise ValueError(f"[{op}] coords_list[{i}] must be integer (n, 3), got {tuple(c.shape)} {c.dtype}")
+            raise ValueError(
+                f"[{op}] coords_list[{i}] must be integer (n, 3), got {tuple(c.shape)} {c.dtype}"
+            )
         f = _feature_array(f, int(c.shape[0]), op, f"feats_list[{i}]")
         if fparts and f.shape[1] != fparts[0].shape[1]:
-            raise ValueError(f"[{op}] feats_list[{i}] has {f.shape[1]} channels, feats_list[0] has "
-                             f"{fparts[0].shape[1]}")
-        parts.append(mx.concatenate([mx.full((c.shape[0], 1), i, dtype=mx.int32), c.astype(mx.int32)], axis=1))
+            raise ValueError(
+                f"[{op}] feats_list[{i}] has {f.shape[1]} channels, feats_list[0] has {fparts[0].shape[1]}"
+            )
+        parts.append(
+            mx.concatenate([mx.full((c.shape[0], 1), i, dtype=mx.int32), c.astype(mx.int32)], axis=1)
+        )
         fparts.append(f)
     coords = mx.concatenate(parts, axis=0)
     return _build(coords, mx.concatenate(fparts, axis=0), stride, duplicate_reduction, len(parts), op)
 
 
-def sparse_from_coordinates(coords, feats, *, stride=1, batch_counts=None,
-                            duplicate_reduction: str = "none") -> SparseTensor:
+def sparse_from_coordinates(
+    coords, feats, *, stride=1, batch_counts=None, duplicate_reduction: str = "none"
+) -> SparseTensor:
     """A SparseTensor from ``(N, 4)`` (batch, x, y, z) coords and ``(N, C)`` feats.
 
     ``batch_counts`` (rows per member of the input, optional) is checked and fixes
@@ -399,8 +440,9 @@ def sparse_from_coordinates(coords, feats, *, stride=1, batch_counts=None,
         given = np.asarray(batch_counts, dtype=np.int64).reshape(-1)
         actual = np.bincount(np.maximum(np.asarray(coords[:, 0]), 0), minlength=given.size)
         if actual.size != given.size or not np.array_equal(actual, given):
-            raise ValueError(f"[{op}] batch_counts {given.tolist()} do not match the rows per batch "
-                             f"{actual.tolist()}")
+            raise ValueError(
+                f"[{op}] batch_counts {given.tolist()} do not match the rows per batch {actual.tolist()}"
+            )
         batch_size = int(given.size)
     return _build(coords, feats, stride, duplicate_reduction, batch_size, op)
 
@@ -415,8 +457,10 @@ def _feature_op(name: str, fn: Callable, x: SparseTensor, other, reverse: bool =
         return NotImplemented
     feats = active_feats(x)
     shape = tuple(other.shape) if isinstance(other, mx.array) else ()
-    error = ValueError(f"[SparseTensor.{name}] operand of shape {shape} does not broadcast to the "
-                       f"features {tuple(feats.shape)}")
+    error = ValueError(
+        f"[SparseTensor.{name}] operand of shape {shape} does not broadcast to the "
+        f"features {tuple(feats.shape)}"
+    )
     try:
         y = fn(other, feats) if reverse else fn(feats, other)
     except ValueError as e:
@@ -433,14 +477,20 @@ def _operator(name: str, sparse_fn: Callable | None, fn: Callable, reverse: bool
         return _feature_op(name, fn, self, other, reverse)
 
     method.__name__ = name
-    method.__doc__ = f"``{name}``: a SparseTensor operand joins on coordinates, a number or array acts on feats."
+    method.__doc__ = (
+        f"``{name}``: a SparseTensor operand joins on coordinates, a number or array acts on feats."
+    )
     return method
 
 
 for _name, _sparse_fn, _fn, _reverse in (
-    ("__add__", sparse_add, mx.add, False), ("__sub__", sparse_sub, mx.subtract, False),
-    ("__mul__", sparse_mul, mx.multiply, False), ("__truediv__", None, mx.divide, False),
-    ("__radd__", None, mx.add, True), ("__rsub__", None, mx.subtract, True), ("__rmul__", None, mx.multiply, True),
+    ("__add__", sparse_add, mx.add, False),
+    ("__sub__", sparse_sub, mx.subtract, False),
+    ("__mul__", sparse_mul, mx.multiply, False),
+    ("__truediv__", None, mx.divide, False),
+    ("__radd__", None, mx.add, True),
+    ("__rsub__", None, mx.subtract, True),
+    ("__rmul__", None, mx.multiply, True),
 ):
     setattr(SparseTensor, _name, _operator(_name, _sparse_fn, _fn, _reverse))
 SparseTensor.__neg__ = lambda self: with_feats(self, -active_feats(self))

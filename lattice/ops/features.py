@@ -83,7 +83,6 @@ def _positive(value: float, name: str, op: str) -> float:
     return float(value)
 
 
-
 # ---- linear ---------------------------------------------------------------------------
 
 
@@ -135,8 +134,15 @@ def linear(
         raise TypeError(f"[{op}] features and weight must promote to one of {names}, got {dtype_name(dtype)}")
     lead = tuple(feats.shape[:-1])
     a = feats.reshape(-1, c_in).astype(dtype)
-    req = LinearRequest(op=op, dtype=dtype_name(dtype), rows=int(a.shape[0]), c_in=c_in, c_out=c_out,
-                        device=requested_device(device), **(weight.route_fields if packed else {}))
+    req = LinearRequest(
+        op=op,
+        dtype=dtype_name(dtype),
+        rows=int(a.shape[0]),
+        c_in=c_in,
+        c_out=c_out,
+        device=requested_device(device),
+        **(weight.route_fields if packed else {}),
+    )
     y = dispatch(route_linear(req), a, weight if packed else weight.astype(dtype))
     if bias is not None:
         y = y + bias.astype(dtype)
@@ -188,7 +194,9 @@ def softplus(x: FeatureInput) -> FeatureInput:
     return _apply(x, "softplus", nn.softplus)
 
 
-def dropout(x: FeatureInput, *, p: float = 0.5, training: bool = True, key: mx.array | None = None) -> FeatureInput:
+def dropout(
+    x: FeatureInput, *, p: float = 0.5, training: bool = True, key: mx.array | None = None
+) -> FeatureInput:
     """Zeroes each feature with probability ``p`` and scales the rest by ``1 / (1 - p)``.
 
     Identity when ``training`` is False or ``p == 0``. ``key`` (optional) is an

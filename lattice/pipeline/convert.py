@@ -32,8 +32,6 @@ def convert_parameters(position: str = "centre", output_format: str = "npz", col
     return {"position": position, "output_format": output_format, "columns": columns}
 
 
-
-
 def _read(src: PathOrStream, format: str | None, columns) -> tuple[PointCloud | None, object, str]:
     """``(cloud, None, kind)`` for a point file, ``(None, SparseFile, "sparse")`` for a sparse NPZ."""
     stream = src

@@ -231,7 +231,10 @@ def describe_sparse(sf: SparseFile) -> dict:
 
 
 def describe_file(
-    src: str | os.PathLike | BinaryIO, *, format: str | None = None, columns: str | Sequence[str] | None = None
+    src: str | os.PathLike | BinaryIO,
+    *,
+    format: str | None = None,
+    columns: str | Sequence[str] | None = None,
 ) -> dict:
     """Read ``src`` (a path or a binary stream) and describe it (``format``, ``columns``: see ``read_points``).
 

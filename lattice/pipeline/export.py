@@ -88,7 +88,11 @@ def _cast_back(values: np.ndarray, info: AttributeInfo) -> np.ndarray:
     if info.reduction == "count":
         return values.astype(np.uint32)
     if info.kind == "colour" and info.scale:
-        return convert_colour(values, info.scale, info.scale, dtype) if dtype.kind in "iu" else values.astype(dtype)
+        return (
+            convert_colour(values, info.scale, info.scale, dtype)
+            if dtype.kind in "iu"
+            else values.astype(dtype)
+        )
     if info.kind == "time":
         return values.astype(np.float64)
     if dtype.kind in "iub":
@@ -149,7 +153,9 @@ def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:
     if fmt in ("las", "laz"):
         finite = cloud.finite_mask()
         if not finite.all():
-            notes.append(f"dropped {int((~finite).sum())} points with non-finite coordinates (LAS cannot store them)")
+            notes.append(
+                f"dropped {int((~finite).sum())} points with non-finite coordinates (LAS cannot store them)"
+            )
             cloud = cloud.select(finite)
     attrs = dict(cloud.attributes)
     if fmt in ("las", "laz"):
@@ -157,7 +163,8 @@ def fit_for(cloud: PointCloud, fmt: str) -> tuple[PointCloud, list[str]]:
         if v is not None and v.dtype.kind == "f" and "remission" not in attrs:
             finite = v[np.isfinite(v)]
             if len(finite) != len(v) or (
-                finite.size and (np.any(finite != np.round(finite)) or finite.min() < 0 or finite.max() > 65535)
+                finite.size
+                and (np.any(finite != np.round(finite)) or finite.min() < 0 or finite.max() > 65535)
             ):
                 attrs["remission"] = attrs.pop("intensity")
                 notes.append("float intensity does not fit LAS's 16-bit intensity: written as 'remission'")

@@ -186,7 +186,12 @@ def model_run_parameters(*, model: str | os.PathLike, output_format: str = "npz"
         digest = weights.get("sha256") if isinstance(weights, dict) else None
     except (OSError, ValueError, AttributeError):
         digest = None
-    return {"model": path, "weights_sha256": digest, "output_format": output_format, **dict(sorted(options.items()))}
+    return {
+        "model": path,
+        "weights_sha256": digest,
+        "output_format": output_format,
+        **dict(sorted(options.items())),
+    }
 
 
 def model_run_file(

@@ -145,7 +145,9 @@ def pool_sparse(sf: SparseFile, mode: str = "max", kernel_size=2, stride=2) -> t
     y = pool3d(x, mode=mode, kernel_size=k, stride=s)
     out = _pool_modes(x, from_tensor(y, sf), sf, k, s)
     cats = [sf.feature_names[j] for j in _categorical(sf)]
-    return out, _summary("pool", sf, out, t0, mode=mode, kernel_size=list(k), stride=list(s), mode_channels=cats)
+    return out, _summary(
+        "pool", sf, out, t0, mode=mode, kernel_size=list(k), stride=list(s), mode_channels=cats
+    )
 
 
 def upsample_sparse(

@@ -403,7 +403,9 @@ def write_sparse_file(dst: str | os.PathLike | BinaryIO, sf: SparseFile) -> str:
     return write_tensor(dst, sf)
 
 
-def voxelize_parameters(options: VoxelizeOptions, position: str = "centre", output_format: str = "npz") -> dict:
+def voxelize_parameters(
+    options: VoxelizeOptions, position: str = "centre", output_format: str = "npz"
+) -> dict:
     """What a ``voxelize_file`` output records as its parameters (a batch re-run compares them)."""
     return {**options.parameters(), "position": position, "output_format": output_format}
 

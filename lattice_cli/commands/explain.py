@@ -39,7 +39,9 @@ def explain(
         fail(f"--device must be cpu or gpu, got {device!r}", code=2)
     if device == "gpu":
         if not gpu_available():
-            fail("--device gpu: no GPU is available to MLX on this machine (lattice backend lists the devices)")
+            fail(
+                "--device gpu: no GPU is available to MLX on this machine (lattice backend lists the devices)"
+            )
     bits = {None: None, "int8": 8, "int4": 4}.get(quantize, -1)
     if bits == -1:
         fail(f"--quantize must be int8 or int4, got {quantize!r}", code=2)
@@ -87,7 +89,9 @@ def _print_table(result: dict) -> None:
     facts = result["facts"]
     if facts:
         console.print("facts  " + ", ".join(f"{k}={v}" for k, v in facts.items()))
-    console.print(f"plan   {result['plan_ms']} ms (relation or window map built or fetched from the cache, no kernel run)")
+    console.print(
+        f"plan   {result['plan_ms']} ms (relation or window map built or fetched from the cache, no kernel run)"
+    )
     if result["rejected"]:
         table = Table("rejected route", "failed predicate", box=None, pad_edge=False, expand=False)
         for r in result["rejected"]:

@@ -201,7 +201,10 @@ def sparse_text(d: dict) -> list[str]:
     lines = [
         f"{d['file']}: sparse tensor ({d['format']})",
         f"  rows        {d['rows']} in {d['batches']} batch(es): "
-        + (", ".join(f"{b}: {n}" for b, n in zip(d.get("batch_ids", []), d["rows_per_batch"], strict=False)) or "none"),
+        + (
+            ", ".join(f"{b}: {n}" for b, n in zip(d.get("batch_ids", []), d["rows_per_batch"], strict=False))
+            or "none"
+        ),
         f"  stride      {d['stride']}   voxel size {num(d['voxel_size'])}   origin {num(d['origin'])}",
         f"  channels    {d['channels']} ({d['feats_dtype']}): {', '.join(d['feature_names']) or 'none'}",
     ]

@@ -96,7 +96,9 @@ def check_checksum(model: Path, bundle, required: bool) -> None:
     missing = f"{model}: model.json records no weights.sha256"
     if required:
         fail(f"{missing}, and --require-checksum refuses weights that cannot be checked")
-    warn(f"{missing}: the weights were loaded without an integrity check (--require-checksum refuses such bundles)")
+    warn(
+        f"{missing}: the weights were loaded without an integrity check (--require-checksum refuses such bundles)"
+    )
 
 
 def model_run(
@@ -203,7 +205,9 @@ def model_run(
         from lattice_cli.commands.explain import gpu_available
 
         if not gpu_available():
-            fail("--device gpu: no GPU is available to MLX on this machine (lattice backend lists the devices)")
+            fail(
+                "--device gpu: no GPU is available to MLX on this machine (lattice backend lists the devices)"
+            )
     if bundle.task == "classification":
         warn(f"{model}: a classifier gives every point of a cloud the cloud's label")
     if strict_domain and bundle.domain is None:

@@ -76,7 +76,9 @@ def pool(
     if where == "centroid":
         fail("--position centroid: pooled voxels have no centroids; use centre", code=2)
     out_fmt = check_output(output, output_format, output_dir)
-    job = functools.partial(pool_file, mode=mode, kernel_size=k, stride=s, output_format=out_fmt, position=where)
+    job = functools.partial(
+        pool_file, mode=mode, kernel_size=k, stride=s, output_format=out_fmt, position=where
+    )
     try:
         expect = Expect("pool", pool_parameters(mode, k, s, where, out_fmt))
     except ValueError as err:  # the library's range checks: one line, exit 1

@@ -80,7 +80,13 @@ def upsample(
     out_fmt = check_output(output, output_format, output_dir)
     tgt = None if target is None else str(target)
     job = functools.partial(
-        upsample_file, stride=s, target=tgt, method=method, kernel_size=k, output_format=out_fmt, position=where
+        upsample_file,
+        stride=s,
+        target=tgt,
+        method=method,
+        kernel_size=k,
+        output_format=out_fmt,
+        position=where,
     )
     try:
         expect = Expect("upsample", upsample_parameters(s, tgt, method, k, where, out_fmt))

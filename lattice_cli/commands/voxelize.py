@@ -36,7 +36,9 @@ def describe(s: dict) -> str:
     """The one-line text summary of a voxelize run."""
     names = ", ".join(f"{n} {s['reductions'][n]}" for n in s["feature_names"]) if s.get("reductions") else ""
     how = "streamed" if s["streamed"] else "in memory"
-    what = "" if s.get("output_format", "npz") == "npz" else f" as {s['output_format']} points ({s['position']})"
+    what = (
+        "" if s.get("output_format", "npz") == "npz" else f" as {s['output_format']} points ({s['position']})"
+    )
     return (
         f"{s['input']}: {s['points']} points -> {s['voxels']} voxels, {plural(s['channels'], 'channel')} "
         f"({names}) at voxel size {s['voxel_size']} [{how}] -> {s['output']}{what}"

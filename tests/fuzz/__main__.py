@@ -13,7 +13,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--fuzz-minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--keep", type=Path, default=Path("fuzz-findings"), help="where findings' mutants are copied")
+    ap.add_argument(
+        "--keep", type=Path, default=Path("fuzz-findings"), help="where findings' mutants are copied"
+    )
     ap.add_argument("--memory-gib", type=float, default=4.0, help="the worker's address-space cap")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

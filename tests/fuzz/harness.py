@@ -83,7 +83,11 @@ def make_seeds(folder: Path) -> list[Path]:
             write_points(p, fit_for(cloud, format_from_name(name))[0], **kw)
         seeds.append(p)
 
-    for src in ("stanford_bunny/bun_zipper_res4.ply", "scanned_objects/pcl_bunny_397.pcd", "aerial_lidar/simple.las"):
+    for src in (
+        "stanford_bunny/bun_zipper_res4.ply",
+        "scanned_objects/pcl_bunny_397.pcd",
+        "aerial_lidar/simple.las",
+    ):
         if (DATA / src).exists():
             add("real_" + Path(src).name, raw=(DATA / src).read_bytes())
     kitti = DATA / "semantickitti" / "seq00_000000.bin"
@@ -196,7 +200,9 @@ def mutate(rng: random.Random, raw: bytes) -> bytes:
         return bytes(data[:i]) + bytes(data[i : i + n]) * rng.randint(2, 20) + bytes(data[i:])
     elif op == 5:
         i = rng.randrange(len(data) + 1)
-        return bytes(data[:i]) + bytes(rng.randrange(256) for _ in range(rng.randint(1, 32))) + bytes(data[i:])
+        return (
+            bytes(data[:i]) + bytes(rng.randrange(256) for _ in range(rng.randint(1, 32))) + bytes(data[i:])
+        )
     else:
         _flip(rng, data)
         _number(rng, data)
@@ -377,7 +383,9 @@ def run(
     return report
 
 
-def replay(workdir: Path, paths: list[Path], *, memory_limit: int = 4 << 30, per_mutant: float = 10.0) -> Report:
+def replay(
+    workdir: Path, paths: list[Path], *, memory_limit: int = 4 << 30, per_mutant: float = 10.0
+) -> Report:
     """Run the worker on saved mutants (files, or bundle folders) instead of new ones.
 
     A saved bundle folder may hold only its ``model.json``: the seed bundle's weights are
@@ -388,12 +396,20 @@ def replay(workdir: Path, paths: list[Path], *, memory_limit: int = 4 << 30, per
     seed_bundle = None
     for i, path in enumerate(paths):
         target = "bundle" if path.is_dir() else "points"
-        copy = workdir / f"r{i}{''.join(path.suffixes[-2:]) if path.name.endswith('.pcd.bin') else path.suffix}"
+        copy = (
+            workdir / f"r{i}{''.join(path.suffixes[-2:]) if path.name.endswith('.pcd.bin') else path.suffix}"
+        )
         shutil.copytree(path, copy) if path.is_dir() else shutil.copy(path, copy)
         if target == "bundle" and not (copy / "weights.safetensors").exists():
             seed_bundle = seed_bundle or make_bundle(workdir / "seedbundle")
             shutil.copy(seed_bundle / "weights.safetensors", copy / "weights.safetensors")
-        task = {"i": i, "target": target, "path": str(copy), "name": str(copy), "out": str(workdir / f"o{i}.npz")}
+        task = {
+            "i": i,
+            "target": target,
+            "path": str(copy),
+            "name": str(copy),
+            "out": str(workdir / f"o{i}.npz"),
+        }
         proc = _start_worker(memory_limit, per_mutant)
         try:
             proc.stdin.write(json.dumps(task) + "\n")
@@ -410,7 +426,9 @@ def replay(workdir: Path, paths: list[Path], *, memory_limit: int = 4 << 30, per
             if not res["ok"]:
                 report.findings.append(Finding(res["kind"], target, str(path), res["detail"]))
         else:
-            report.findings.append(Finding("crash" if proc.returncode else "hang", target, str(path), "no answer"))
+            report.findings.append(
+                Finding("crash" if proc.returncode else "hang", target, str(path), "no answer")
+            )
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -423,9 +441,17 @@ def _next_task(rng, i, raws, bundle: Path, mutants: Path) -> dict:
     src, raw = rng.choice(raws)
     name = src.name
     ext = name[name.index(".", 1) if name.endswith(".pcd.bin") else name.rindex(".") :]
-    path = mutants / f"m{i}-{name[: len(name) - len(ext)]}{ext}"  # the seed's name: real_* come from ../shared/data
+    path = (
+        mutants / f"m{i}-{name[: len(name) - len(ext)]}{ext}"
+    )  # the seed's name: real_* come from ../shared/data
     path.write_bytes(mutate(rng, raw))
-    return {"i": i, "target": "points", "path": str(path), "name": str(path), "out": str(mutants / f"o{i}.npz")}
+    return {
+        "i": i,
+        "target": "points",
+        "path": str(path),
+        "name": str(path),
+        "out": str(mutants / f"o{i}.npz"),
+    }
 
 
 def _discard(task: dict) -> None:
@@ -456,4 +482,14 @@ def summary(report: Report) -> str:
     )
 
 
-__all__ = ["Finding", "Report", "make_bundle", "make_seeds", "mutate", "mutate_bundle", "replay", "run", "summary"]
+__all__ = [
+    "Finding",
+    "Report",
+    "make_bundle",
+    "make_seeds",
+    "mutate",
+    "mutate_bundle",
+    "replay",
+    "run",
+    "summary",
+]

@@ -18,7 +18,9 @@ REGRESSIONS = Path(__file__).resolve().parents[1] / "data" / "fuzz"
 
 
 def test_fuzz_campaign(tmp_path):
-    report = run(tmp_path, seed=20261201, seconds=SECONDS, min_mutants=3000, memory_limit=4 << 30, per_mutant=8)
+    report = run(
+        tmp_path, seed=20261201, seconds=SECONDS, min_mutants=3000, memory_limit=4 << 30, per_mutant=8
+    )
     findings = "\n".join(f"{f.kind} {f.target} {Path(f.path).name}: {f.detail}" for f in report.findings[:20])
     assert report.findings == [], summary(report) + "\n" + findings
     assert report.mutants >= 3000 and report.by_target.get("bundle", 0) >= 300

@@ -225,5 +225,9 @@ def window_map(coords, stride) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
         members[u].append((((x % sx) * sy + y % sy) * sz + z % sz, i))  # Python % is floor-mod
     in_rows = [i for group in members for _, i in sorted(group)]
     out_rows = [u for u, group in enumerate(members) for _ in group]
-    return (rc.to_array(list(cell_of)), np.array(inverse, np.int64), np.array(in_rows, np.int64),
-            np.array(out_rows, np.int64))
+    return (
+        rc.to_array(list(cell_of)),
+        np.array(inverse, np.int64),
+        np.array(in_rows, np.int64),
+        np.array(out_rows, np.int64),
+    )
