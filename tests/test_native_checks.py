@@ -10,6 +10,10 @@ The no-atomics scatter of one kernel offset relies on the offset's edges never s
 a row. lattice's own relations vouch for that (``distinct=True``); a raw call does not,
 and the kernels then check it and scatter serially where it fails: those cases are
 compared with a NumPy oracle here, in process (their indices are in range).
+
+The native primitives evaluate on the CPU (the public wrappers pass ``stream=mx.cpu``):
+these raw calls run on the CPU stream whatever MLX's default device (a GPU run of the
+suite makes it the GPU), in process and in the child.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ _PRELUDE = """
 import json, sys, traceback
 import mlx.core as mx, numpy as np
 from lattice import _ext as E
+mx.set_default_device(mx.cpu)
 c = mx.array([[0, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [1, 5, 5, 5]], dtype=mx.int32)
 T = E.build_table(c)
 x = mx.ones((4, 8)); w = mx.ones((1, 8, 8)); dy = mx.ones((1, 8))
@@ -83,6 +88,12 @@ class Child:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _on_the_cpu_stream():
+    with mx.stream(mx.cpu):
+        yield
 
 
 @pytest.fixture(scope="module")
