@@ -10,12 +10,12 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from test_routing import _req as conv_request
 
 import lattice
 from lattice.routing import (
     Backend,
     Capability,
-    ConvRequest,
     CoordinateRequest,
     GlobalPoolRequest,
     PoolRequest,
@@ -82,18 +82,7 @@ def test_an_undeclared_route_cannot_be_registered_and_a_missing_one_fails_the_ch
     "cap", [CPU, CUDA, METAL_ON, METAL_OFF], ids=["cpu", "cuda", "metal-on", "metal-off"]
 )
 def test_route_functions_take_only_implemented_routes(cap):
-    conv = ConvRequest(
-        op="conv3d",
-        kind="forward",
-        dtype="float16",
-        c_in=8,
-        c_out=8,
-        kernel_volume=27,
-        identity_relation=False,
-        n_in=10,
-        n_out=10,
-        edges=30,
-    )
+    conv = conv_request(dtype="float16")
     routes = []
     for device in ("cpu", "gpu"):
         routes += [

@@ -8,85 +8,11 @@ lattice.nn.Conv3d``).
 from __future__ import annotations
 
 from mlx_lattice.nn import conv, feature, pool, quantized_conv, quantized_feature
-from mlx_lattice.nn.conv import (
-    Conv3d,
-    ConvTranspose3d,
-    GenerativeConvTranspose3d,
-    NormalizedConvTranspose3d,
-    NormalizedGenerativeConvTranspose3d,
-    NormalizedSubmConv3d,
-    SubmConv3d,
-)
-from mlx_lattice.nn.feature import (
-    GELU,
-    BatchNorm,
-    Dropout,
-    LayerNorm,
-    LeakyReLU,
-    Linear,
-    ReLU,
-    RMSNorm,
-    Sigmoid,
-    SiLU,
-    Softplus,
-    Tanh,
-)
-from mlx_lattice.nn.pool import (
-    AvgPool3d,
-    GlobalAvgPool,
-    GlobalMaxPool,
-    GlobalSumPool,
-    MaxPool3d,
-    Pool3d,
-    PoolTranspose3d,
-    SumPool3d,
-    TrilinearUpsample3d,
-)
-from mlx_lattice.nn.quantized_conv import (
-    QuantizedConv3d,
-    QuantizedConvTranspose3d,
-    QuantizedGenerativeConvTranspose3d,
-    QuantizedSubmConv3d,
-)
-from mlx_lattice.nn.quantized_feature import QuantizedLinear
+from mlx_lattice.nn.conv import *  # noqa: F403 - the package is its submodules' union
+from mlx_lattice.nn.feature import *  # noqa: F403
+from mlx_lattice.nn.pool import *  # noqa: F403
+from mlx_lattice.nn.quantized_conv import *  # noqa: F403
+from mlx_lattice.nn.quantized_feature import *  # noqa: F403
 
-__all__ = [
-    "conv",
-    "feature",
-    "pool",
-    "quantized_conv",
-    "quantized_feature",
-    "Conv3d",
-    "ConvTranspose3d",
-    "GenerativeConvTranspose3d",
-    "NormalizedConvTranspose3d",
-    "NormalizedGenerativeConvTranspose3d",
-    "NormalizedSubmConv3d",
-    "SubmConv3d",
-    "GELU",
-    "BatchNorm",
-    "Dropout",
-    "LayerNorm",
-    "LeakyReLU",
-    "Linear",
-    "RMSNorm",
-    "ReLU",
-    "SiLU",
-    "Sigmoid",
-    "Softplus",
-    "Tanh",
-    "AvgPool3d",
-    "GlobalAvgPool",
-    "GlobalMaxPool",
-    "GlobalSumPool",
-    "MaxPool3d",
-    "Pool3d",
-    "PoolTranspose3d",
-    "SumPool3d",
-    "TrilinearUpsample3d",
-    "QuantizedConv3d",
-    "QuantizedConvTranspose3d",
-    "QuantizedGenerativeConvTranspose3d",
-    "QuantizedSubmConv3d",
-    "QuantizedLinear",
-]
+_SUBMODULES = (conv, feature, pool, quantized_conv, quantized_feature)
+__all__ = [m.__name__.rsplit(".", 1)[1] for m in _SUBMODULES] + [n for m in _SUBMODULES for n in m.__all__]
