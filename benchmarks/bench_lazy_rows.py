@@ -1,5 +1,5 @@
 """A MinkUNet on new coordinates every call, on the GPU: sets sized by host reads (the
-default) against upper-bound buffers with lazy counts (``lattice.lazy_rows``).
+default) against upper-bound buffers with lazy counts (``CoordinateManager(lazy_rows=True)``).
 
     python benchmarks/bench_lazy_rows.py [--repeats 9] [--json out.json]
 
@@ -9,8 +9,9 @@ on spherical shells in a 256^3 grid) and a tenth of it (the first 48,464 of thos
 Each timed call gets a tensor on its own coordinate manager, built and evaluated before
 the clock starts, so every relation and every coarse set is built inside the call, as on
 a new scan. Modes: "exact" = the default (each coarse set's size read back once);
-"exact + edges" = the same with every relation's edge count read too (what route requests
-did before they took ``known_edge_count``); "lazy_rows" = upper-bound buffers, no read.
+"lazy_rows" = the input's manager made with ``lazy_rows=True``: upper-bound buffers, no
+read. (The history's "exact + edges" mode, every relation's edge count read too, went with
+the ``counting_edges`` context: edge counts are now read only by ``explain``.)
 Columns (medians, ms): forward_ms = inference (eval mode) up to the evaluated logits;
 train_ms = loss + gradients (train mode: batch statistics). The modes are timed
 interleaved, call by call. reads = lattice's host reads per forward (``host_reads``);
@@ -20,7 +21,6 @@ live / buffer = rows of the coarsest level's set against the buffer its ops run 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 
@@ -31,10 +31,9 @@ from _common import report
 from bench_conv_gpu import shells
 
 import lattice
-from lattice.core.relation import counting_edges
 from lattice.models import minkunet
 
-MODES = ("exact", "exact + edges", "lazy_rows")
+MODES = ("exact", "lazy_rows")
 
 
 def _inputs(coords: np.ndarray, count: int, seed: int = 0) -> list[lattice.SparseTensor]:
@@ -76,15 +75,14 @@ def main() -> None:
             for i in range(args.repeats + 1):
                 for j, mode in enumerate(MODES):
                     x = xs[len(MODES) * i + j]
-                    edges = counting_edges() if mode == "exact + edges" else contextlib.nullcontext()
-                    with lattice.lazy_rows(mode == "lazy_rows"), edges:
-                        counter = lattice.host_reads()
-                        t0 = time.perf_counter()
-                        if kind == "forward":
-                            mx.eval(model(x).feats)
-                        else:
-                            mx.eval(grad(model, x))
-                        dt = (time.perf_counter() - t0) * 1e3
+                    x.coord_manager.lazy_rows = mode == "lazy_rows"
+                    counter = lattice.host_reads()
+                    t0 = time.perf_counter()
+                    if kind == "forward":
+                        mx.eval(model(x).feats)
+                    else:
+                        mx.eval(grad(model, x))
+                    dt = (time.perf_counter() - t0) * 1e3
                     if i:  # the first round compiles the kernels
                         times[(mode, kind)].append(dt)
                         reads[(mode, kind)] = counter.count

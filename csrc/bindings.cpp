@@ -27,6 +27,7 @@
 #include "backend/cpu/relations.h"
 #include "backend/cpu/voxel_accumulator.h"
 #include "core/checks.h"
+#include "core/settings.h"
 #include "primitives.h"
 
 namespace nb = nanobind;
@@ -42,14 +43,15 @@ void bind_pool(nb::module_& m);  // csrc/bindings_pool.cpp
 // glibc serves allocations above its mmap threshold (at most 32 MiB) with fresh pages
 // each time: every large output, hash table or tile buffer is page-faulted in again on
 // every call (measured: a 36 MB sgemm output 16.4 -> 9.5 ms, a fresh max-pool 13 -> 9 ms).
-// Large buffers are kept on the heap instead. Opt out with LATTICE_MALLOC_TUNING=0, or
-// set glibc's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ (which win).
-void tune_malloc() {
+// Large buffers are kept on the heap instead, unless lattice/settings.py says not to
+// (LATTICE_MALLOC_TUNING=0, or glibc's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_).
+void tune_malloc(bool mmap_threshold, bool trim_threshold) {
 #if defined(__GLIBC__)
-  const char* opt = std::getenv("LATTICE_MALLOC_TUNING");
-  if (opt && std::string(opt) == "0") return;
-  if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  if (!std::getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  if (mmap_threshold) mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  if (trim_threshold) mallopt(M_TRIM_THRESHOLD, 512 << 20);
+#else
+  (void)mmap_threshold;
+  (void)trim_threshold;
 #endif
 }
 }  // namespace lattice
@@ -159,7 +161,15 @@ mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
 NB_MODULE(_ext, m) {
   m.doc() = "lattice native core (CPU backend)";
   lattice::blas::init();
-  lattice::tune_malloc();
+  m.def(
+      "configure",
+      [](int num_threads, int64_t conv_tile_floats, bool mmap_threshold, bool trim_threshold) {
+        lattice::settings().num_threads = num_threads;
+        lattice::settings().conv_tile_floats = conv_tile_floats;
+        lattice::tune_malloc(mmap_threshold, trim_threshold);
+      },
+      "num_threads"_a, "conv_tile_floats"_a, "mmap_threshold"_a, "trim_threshold"_a,
+      "Settings read from the environment by lattice/settings.py, once, at import.");
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

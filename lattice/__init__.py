@@ -13,12 +13,15 @@ from lattice.core import (
     KernelSpec,
     SparseTensor,
     host_reads,
-    lazy_rows,
     sparse_quantize,
 )
 from lattice.routing.explain import explain
 
-from lattice import core, ops  # noqa: E402  isort: skip
+from lattice import core, ops, settings  # noqa: E402  isort: skip
+
+# The native core's settings from the environment, read in one place (lattice/settings.py),
+# before any op runs.
+settings.configure_native(_ext)
 
 __all__ = [
     "CoordinateManager",
@@ -29,7 +32,6 @@ __all__ = [
     "backend_info",
     "explain",
     "host_reads",
-    "lazy_rows",
     "core",
     "ops",
     "sparse_quantize",

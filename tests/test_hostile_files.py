@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from cli_helpers import LATTICE, data_file
+from cli_helpers import LATTICE, address_limited_env, data_file
 from hostile_helpers import (
     cloud,
     deflated_zeros,
@@ -37,10 +37,11 @@ from hostile_helpers import (
 )
 
 from lattice.io import PointCloud, PointCloudError, lzf, read_points, read_sparse, write_points, write_sparse
-from lattice.io._common import DEFAULT_MAX_POINTS, max_points
+from lattice.io._common import max_points
 from lattice.io.formats import FORMATS
 from lattice.io.npz import NPZ_FREE_BYTES
 from lattice.pipeline import describe_file
+from lattice.settings import DEFAULT_MAX_POINTS
 
 ADDRESS_SPACE = 2 << 30
 FAST = 10.0  # seconds
@@ -59,7 +60,7 @@ def info(path, *args, env=None) -> tuple[subprocess.CompletedProcess, float]:
         text=True,
         timeout=120,
         preexec_fn=_limit,
-        env=env,
+        env=address_limited_env(env),
     )
     return r, time.monotonic() - start
 

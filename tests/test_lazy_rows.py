@@ -1,13 +1,13 @@
-"""Lazily counted sets (``lattice.lazy_rows``): upper-bound buffers plus a lazy count.
+"""Lazily counted sets (``CoordinateManager(lazy_rows=True)``): upper-bound buffers plus a lazy count.
 
-A set a GPU builder made under ``lazy_rows`` holds its live rows first and spare rows
+A set a GPU builder made for a ``lazy_rows`` manager holds its live rows first and spare rows
 (batch index -1) after them; its tensors carry the buffer and the count as a lazy
 ``active_rows`` array. The oracle of every test here is the same computation on an
 exact tensor (its own manager): on the live rows, every op gives what it gives there.
 ``lazy_copy`` registers such a set the way the GPU builder does, so the semantics run on
 any device: on the CPU the routes read the count and run on the live rows; on a GPU the
 kernel routes run over the whole buffer without reading it. The GPU builder itself
-(``cuda.downsample`` under ``lazy_rows``) and a whole U-Net without host reads are tested
+(``cuda.downsample(..., lazy=True)``) and a whole U-Net without host reads are tested
 where MLX has a CUDA device.
 """
 
@@ -22,7 +22,7 @@ from mlx.utils import tree_flatten
 import lattice
 from lattice import nn, ops
 from lattice.core.coordinates import CoordinateManager, _Pending
-from lattice.core.rows import RowCount, host_reads, lazy_rows
+from lattice.core.rows import RowCount, host_reads
 from lattice.models import minkunet
 
 HAS_CUDA = hasattr(mx, "cuda") and mx.cuda.is_available()
@@ -184,13 +184,13 @@ def test_a_lazily_counted_set_is_checked_and_exported_by_its_live_rows():
     assert xl.coord_manager.table(xl.coord_key).size == x.active_count
 
 
-def test_lazy_rows_is_scoped_and_off_by_default():
-    assert not lattice.core.rows.lazy_rows_enabled()
-    with lazy_rows():
-        assert lattice.core.rows.lazy_rows_enabled()
-        with lazy_rows(False):
-            assert not lattice.core.rows.lazy_rows_enabled()
-    assert not lattice.core.rows.lazy_rows_enabled()
+def test_lazy_rows_is_an_argument_of_the_manager_and_off_by_default():
+    assert not CoordinateManager().lazy_rows and not exact_tensor().coord_manager.lazy_rows
+    m = CoordinateManager(lazy_rows=True)
+    assert m.lazy_rows and "lazy_rows=True" in repr(m)
+    assert not hasattr(lattice, "lazy_rows")  # no process-wide mode
+    with pytest.raises(TypeError):
+        CoordinateManager(True)  # keyword-only
 
 
 # ---- the GPU builder --------------------------------------------------------------------------
@@ -246,11 +246,11 @@ def test_unet_under_lazy_rows_reads_nothing_and_matches_eager():
         def loss(m):
             return mnn.losses.cross_entropy(m(x).feats, labels, reduction="mean")
 
-        with lazy_rows(lazy):
-            reads = host_reads()
-            value, grads = mnn.value_and_grad(model, loss)(model)
-            mx.eval(value, grads)
-            return float(value), grads, reads.count
+        x.coord_manager.lazy_rows = lazy  # the mode of this family of tensors
+        reads = host_reads()
+        value, grads = mnn.value_and_grad(model, loss)(model)
+        mx.eval(value, grads)
+        return float(value), grads, reads.count
 
     model.train()
     v_e, g_e, reads_e = run(False)

@@ -15,17 +15,17 @@
 #include <utility>
 #include <vector>
 
+#include "core/settings.h"
+
 #include <sched.h>
 #include <unistd.h>
 
 namespace lattice {
 
+// Threads of the pool: fixed at the first call (lattice configures the core at import).
 inline int num_threads() {
   static const int n = [] {
-    if (const char* env = std::getenv("LATTICE_NUM_THREADS")) {
-      int v = std::atoi(env);
-      if (v > 0) return v;
-    }
+    if (settings().num_threads > 0) return settings().num_threads;  // LATTICE_NUM_THREADS
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {
       int c = CPU_COUNT(&set);

@@ -16,11 +16,19 @@ from lattice.core.coordsets import (
 from lattice.core.kernel import KernelSpec, kernel_offsets
 from lattice.core.points import SparseQuantization, sparse_quantize
 from lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
-from lattice.core.relation import KernelRelation, NeighborRelation, RelationEdges, RelationKind, WindowMap
-from lattice.core.rows import host_reads, lazy_rows
+from lattice.core.relation import (
+    EdgeCounter,
+    KernelRelation,
+    NeighborRelation,
+    RelationEdges,
+    RelationKind,
+    WindowMap,
+)
+from lattice.core.rows import host_reads
 from lattice.core.tensor import SparseTensor
 
 __all__ = [
+    "EdgeCounter",
     "CoordinateManager",
     "CoordinateMapKey",
     "CoordinateSet",
@@ -41,7 +49,6 @@ __all__ = [
     "intersection_coords",
     "inverse_map",
     "kernel_offsets",
-    "lazy_rows",
     "lookup_coords",
     "morton_codes",
     "morton_order",

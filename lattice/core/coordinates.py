@@ -66,18 +66,24 @@ class RelationCacheKey:
 @dataclass(frozen=True)
 class _Pending:
     """A set made by a GPU builder (unique rows): its CPU table is built on first CPU use.
-    ``count`` is set where the builder returned an upper-bound buffer (``lazy_rows``): the
-    first ``count`` rows are the set, the rest hold batch index -1."""
+    ``count`` is set where the builder returned an upper-bound buffer (a manager's ``lazy_rows``):
+    the first ``count`` rows are the set, the rest hold batch index -1."""
 
     coords: mx.array
     count: RowCount | None = None
 
 
 class CoordinateManager:
-    """Coordinate sets and the relation cache of a family of tensors."""
+    """Coordinate sets and the relation cache of a family of tensors.
 
-    def __init__(self) -> None:
+    ``lazy_rows``: where a GPU builder makes a new set for these tensors (the output of a
+    strided convolution or pooling), it returns an upper-bound buffer and a lazy count
+    instead of reading the count back (``lattice.core.rows``); off by default.
+    """
+
+    def __init__(self, *, lazy_rows: bool = False) -> None:
         self.id = next(_manager_ids)
+        self.lazy_rows = bool(lazy_rows)
         self._next_id = itertools.count()
         self._tables: dict[int, _ext.CoordTable | _Pending] = {}
         self._cpu_tables: dict[int, _ext.CoordTable] = {}  # of GPU-made sets, built on first CPU use
@@ -90,7 +96,11 @@ class CoordinateManager:
         self._interned: dict[tuple[str, int, Triple], CoordinateMapKey] = {}
 
     def __repr__(self) -> str:
-        return f"CoordinateManager(id={self.id}, sets={len(self._tables)}, relations={len(self._relations)})"
+        lazy = ", lazy_rows=True" if self.lazy_rows else ""
+        return (
+            f"CoordinateManager(id={self.id}, sets={len(self._tables)}, "
+            f"relations={len(self._relations)}{lazy})"
+        )
 
     # ---- coordinate sets ---------------------------------------------------------
 
@@ -203,7 +213,8 @@ class CoordinateManager:
         return int(self._tables[key.id].coords.shape[0])
 
     def row_count(self, key: CoordinateMapKey) -> RowCount | None:
-        """The lazy count of a set a GPU builder made under ``lazy_rows``, else None."""
+        """The lazy count of a set a GPU builder made as an upper-bound buffer (``lazy_rows``),
+        else None."""
         self.check_key(key)
         t = self._tables[key.id]
         return t.count if isinstance(t, _Pending) else None

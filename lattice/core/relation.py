@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -13,18 +11,20 @@ import numpy as np
 from lattice.core.kernel import KernelSpec
 from lattice.core.rows import host_read
 
-_COUNTING: ContextVar[bool] = ContextVar("lattice_counting_edges", default=False)
 
+class EdgeCounter:
+    """Counts the edges of relations on request: for a map built on the GPU, one host read
+    each (then cached by the relation). ``lattice.explain`` takes one (``edge_counter=``) so
+    the route it reports names the edges; ops never count what they do not need.
+    ``counted``: the relations this counter read."""
 
-@contextlib.contextmanager
-def counting_edges():
-    """Within the block, ``KernelRelation.known_edge_count`` counts a GPU map's edges (one
-    host read): what ``lattice.explain`` uses, so the route it reports names them."""
-    token = _COUNTING.set(True)
-    try:
-        yield
-    finally:
-        _COUNTING.reset(token)
+    def __init__(self) -> None:
+        self.counted = 0
+
+    def __call__(self, relation) -> int:
+        if relation.known_edge_count is None:
+            self.counted += 1
+        return relation.edge_count
 
 
 def _repeat_index(counts: mx.array) -> mx.array:
@@ -165,10 +165,10 @@ class KernelRelation:
 
     @property
     def known_edge_count(self) -> int | None:
-        """``edge_count`` where it costs no host read (an edge list, or already counted, or
-        within ``counting_edges()``), else None: route requests take this, so a relation
-        built on the GPU is never read back just to describe the route."""
-        if self.built_edges is not None or "edge_count" in self._derived or _COUNTING.get():
+        """``edge_count`` where it costs no host read (an edge list, or already counted: by an
+        op that needed it, or by an ``EdgeCounter``), else None: route requests take this, so
+        a relation built on the GPU is never read back just to describe the route."""
+        if self.built_edges is not None or "edge_count" in self._derived:
             return self.edge_count
         return None
 

@@ -4,7 +4,8 @@ A GPU builder that makes a new coordinate set (the deduplicated output of a stri
 convolution or pooling) knows its rows only as a count on the GPU. By default it reads
 that count back (one host read: MLX evaluates what the count depends on — that set's
 coordinate kernels, not the feature work queued before it — and waits) and returns
-exactly the live rows. Under ``lazy_rows()`` it returns a buffer of
+exactly the live rows. For the sets of a manager made with
+``CoordinateManager(lazy_rows=True)`` it returns a buffer of
 ``capacity`` rows (an upper bound: the input's rows) and the count as a lazy int32
 ``mx.array``, the tensor's ``active_rows``; rows past the count hold batch index -1
 and are never found by a lookup, and every op ignores them. The GPU routes
@@ -14,39 +15,20 @@ network of them queues as one graph; anything that needs the count on the host
 (``active_count``, a CPU route, a join that builds a table, export) reads it once and
 keeps it.
 
+The mode is an argument of the manager, not of the process: the tensors that share a
+manager share it (``SparseTensor(..., coord_manager=CoordinateManager(lazy_rows=True))``),
+and every set derived from them is made the same way.
+
 ``host_reads()`` counts the reads lattice's GPU builders and relations make (set sizes,
 validity flags, edge counts, lazy counts) — what the tests of this mode assert on. Reads
 of a caller's own arguments while checking them (a given ``active_rows``, mask or row
-list) and the CPU routes' conversions are not counted.
+list) and the CPU routes' conversions are not counted. It is a process-wide statistic, as
+MLX's memory counters are (``mx.get_peak_memory``): it changes nothing an op does or returns.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from contextvars import ContextVar
-
 import mlx.core as mx
-
-_LAZY: ContextVar[bool] = ContextVar(
-    "lattice_lazy_rows", default=os.environ.get("LATTICE_LAZY_ROWS", "") == "1"
-)
-
-
-@contextlib.contextmanager
-def lazy_rows(enabled: bool = True):
-    """Within the block, GPU builders return upper-bound buffers plus a lazy count (see the
-    module docstring). ``LATTICE_LAZY_ROWS=1`` makes it the process default."""
-    token = _LAZY.set(bool(enabled))
-    try:
-        yield
-    finally:
-        _LAZY.reset(token)
-
-
-def lazy_rows_enabled() -> bool:
-    """Whether GPU builders return upper-bound buffers here (``lazy_rows``)."""
-    return _LAZY.get()
 
 
 class _Reads:
@@ -78,7 +60,7 @@ def host_reads() -> HostReads:
 
 
 class RowCount:
-    """The live-row count of a set built under ``lazy_rows``: the lazy int32 scalar and,
+    """The live-row count of a set built lazily (``CoordinateManager(lazy_rows=True)``): the lazy int32 scalar and,
     once something has read it, its value (read once, through ``host_read``)."""
 
     __slots__ = ("array", "_value")
@@ -97,4 +79,4 @@ class RowCount:
         return self._value
 
 
-__all__ = ["HostReads", "RowCount", "host_read", "host_reads", "lazy_rows", "lazy_rows_enabled"]
+__all__ = ["HostReads", "RowCount", "host_read", "host_reads"]

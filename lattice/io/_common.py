@@ -15,6 +15,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from lattice import settings
+
 PathOrFile = str | os.PathLike | BinaryIO
 
 
@@ -73,26 +75,18 @@ class PointCloudError(ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-MAX_POINTS_ENV = "LATTICE_MAX_POINTS"
-DEFAULT_MAX_POINTS = 2**31 - 1
+MAX_POINTS_ENV = settings.MAX_POINTS
 
 
 def max_points() -> int:
-    """The most points a reader accepts from a header: ``LATTICE_MAX_POINTS``, default 2^31 - 1.
-
-    Read from the environment at every call (so a test or a wrapper can lower it). A header
-    that declares more is refused before anything is allocated; see docs/io.md, "Hostile input".
-    """
-    raw = os.environ.get(MAX_POINTS_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_POINTS
+    """The most points a reader accepts from a header: ``LATTICE_MAX_POINTS`` (read by
+    ``lattice.settings`` at every call, so a test or a wrapper can lower it), default 2^31 - 1.
+    A header that declares more is refused before anything is allocated; see docs/io.md,
+    "Hostile input"."""
     try:
-        value = int(raw.replace("_", ""))
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise PointCloudError(f"{MAX_POINTS_ENV} must be a positive integer, got {raw!r}")
-    return value
+        return settings.max_points()
+    except ValueError as e:
+        raise PointCloudError(str(e)) from None
 
 
 def check_points(n: int, label: str, what: str) -> int:

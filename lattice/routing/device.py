@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import mlx.core as mx
 
+from lattice import settings
 from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, Tier
 
 # lattice's own GPU kernels are one set of sources in two dialects (docs/backend.md): CUDA,
 # run and tested on an H200, and Metal, never compiled or run on Apple hardware — routed
 # under the Metal tier only when this variable is 1 (experimental).
-METAL_KERNELS_ENV = "LATTICE_METAL_KERNELS"
+METAL_KERNELS_ENV = settings.METAL_KERNELS
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def capability() -> Capability:
             name = "metal"
     # Native kernels compiled into lattice._ext: the CPU backend (the GPU kernels are
     # compiled at first use by MLX).
-    return Capability(tuple(tiers), ("cpu",), name, os.environ.get(METAL_KERNELS_ENV) == "1")
+    return Capability(tuple(tiers), ("cpu",), name, settings.metal_kernels())
 
 
 def requested_device(device) -> str:

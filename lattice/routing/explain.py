@@ -13,15 +13,27 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lattice.core.relation import counting_edges
+from lattice.core.relation import EdgeCounter
 from lattice.routing.types import Route
 
 _PLANS: dict[str, Callable] = {}
 _EXAMPLES: dict[str, Callable] = {}
 
 
+@dataclass(frozen=True)
+class CallPlan:
+    """The plan of an op whose work after routing is one call (``run`` makes it): the
+    row-wise feature ops, the joins, the relation and coordinate-set functions."""
+
+    route: Route
+    call: Callable[[], object]
+
+    def run(self):
+        return self.call()
+
+
 def explainable(
-    *, example: Callable | None = None, keywords: Callable | None = None
+    *, example: Callable | None = None, keywords: Callable | None = None, returns: object = None
 ) -> Callable[[Callable], Callable]:
     """Makes ``body`` (the op's one declaration, returning its plan) the op ``body.__name__``.
 
@@ -32,6 +44,8 @@ def explainable(
     ``example(x, request)`` builds the op's call ``(args, kwargs)`` for ``lattice explain``
     from a tensor and an ``ExplainRequest`` (channels, kernel, dtype...): tensor ops pass
     ``x`` first, point ops (voxelize, devoxelize) sample points from it.
+    ``returns``: the op's return annotation where the body returns a ``CallPlan`` (else it
+    is read from the plan class's ``run``).
     """
 
     def wrap(body: Callable) -> Callable:
@@ -39,7 +53,7 @@ def explainable(
         def op(*args, **kwargs):
             return body(*args, **kwargs).run()
 
-        op.__signature__ = _op_signature(body, keywords)
+        op.__signature__ = _op_signature(body, keywords, returns)
         op.__lattice_plan__ = body
         _PLANS[op.__name__] = op
         if example is not None:
@@ -49,7 +63,9 @@ def explainable(
     return wrap
 
 
-def _op_signature(body: Callable, keywords: Callable | None = None) -> inspect.Signature:
+def _op_signature(
+    body: Callable, keywords: Callable | None = None, returns: object = None
+) -> inspect.Signature:
     """The body's signature (with ``keywords``' keyword-only parameters for its ``**kwargs``)
     returning what its plan's ``run`` returns: read once, at import."""
     sig = inspect.signature(body)
@@ -58,6 +74,8 @@ def _op_signature(body: Callable, keywords: Callable | None = None) -> inspect.S
         own = {p.name for p in params}
         shared = inspect.signature(keywords).parameters.values()
         params += [p for p in shared if p.kind is p.KEYWORD_ONLY and p.name not in own]
+    if returns is not None:
+        return sig.replace(parameters=params, return_annotation=returns)
     plan = sig.return_annotation
     if isinstance(plan, str):
         plan = body.__globals__.get(plan)
@@ -70,18 +88,34 @@ def explainable_ops() -> list[str]:
     return sorted(_PLANS)
 
 
-def explain(op: Callable | str, *args, **kwargs) -> Route:
+def explain(op: Callable | str, *args, edge_counter: EdgeCounter | None = None, **kwargs) -> Route:
     """The Route that ``op(*args, **kwargs)`` would take, without running its kernels.
 
     ``op`` is an op function (``lattice.ops.conv3d``) or its name. Relations are
-    built (and cached) as the op itself would build them.
+    built (and cached) as the op itself would build them. The route names the edges of the
+    relation it runs over: a relation built on the GPU is counted by ``edge_counter`` (one
+    host read; a new ``EdgeCounter`` where None), then the plan is made again from the
+    cached relation, so what is reported is still what the op's own body decided.
     """
     if isinstance(op, str):
         if op not in _PLANS:
             raise ValueError(f"[explain] unknown op {op!r}; explainable ops: {', '.join(explainable_ops())}")
         op = _PLANS[op]
-    with counting_edges():
-        return plan_of(op, *args, **kwargs).route
+    plan = plan_of(op, *args, **kwargs)
+    uncounted = [r for r in _relations(plan) if r.known_edge_count is None]
+    if uncounted:
+        counter = EdgeCounter() if edge_counter is None else edge_counter
+        for relation in uncounted:
+            counter(relation)
+        plan = plan_of(op, *args, **kwargs)
+    return plan.route
+
+
+def _relations(plan) -> list:
+    """The relations a plan runs over (a conv plan's ``relation``, a pooling plan's
+    ``edges``): those whose edges its route describes."""
+    found = (getattr(plan, name, None) for name in ("relation", "edges"))
+    return [r for r in found if r is not None and hasattr(r, "known_edge_count")]
 
 
 def plan_of(op: Callable, *args, **kwargs):
@@ -122,6 +156,8 @@ TRANSPOSED_OPS = (
     "normalized_generative_conv_transpose3d",
     "pool_transpose3d",
     "trilinear_upsample3d",
+    "transposed_kernel_relation",
+    "generative_kernel_relation",
 )
 
 

@@ -12,19 +12,16 @@
 #include "backend/cpu/dtype_convert.h"
 #include "backend/cpu/dispatch.h"
 #include "core/checks.h"
+#include "core/settings.h"
 #include "primitives.h"
 
 namespace lattice {
 
 namespace {
 
-// Edges per tile: the gathered tile stays in L2.
-static const int64_t kTileFloats = [] {
-  const char* e = std::getenv("LATTICE_CONV_TILE_FLOATS");
-  return e ? std::max<int64_t>(1024, std::atoll(e)) : int64_t(1) << 14;
-}();
+// Edges per tile: the gathered tile stays in L2 (LATTICE_CONV_TILE_FLOATS, lattice/settings.py).
 inline int64_t tile_rows(int c_in, int c_out) {
-  int64_t t = kTileFloats / std::max(1, std::max(c_in, c_out));
+  int64_t t = std::max<int64_t>(1024, settings().conv_tile_floats) / std::max(1, std::max(c_in, c_out));
   return std::clamp<int64_t>(t, 64, 1024);
 }
 

@@ -6,10 +6,9 @@ atomics; its VJP runs the same kernel over the inverse map with W transposed per
 
 from __future__ import annotations
 
-import os
-
 import mlx.core as mx
 
+from lattice import settings
 from lattice.backends import kernels
 from lattice.backends.cuda.launch import THREADS, check_index_range, int_params, launch
 from lattice.backends.cuda.relations import in_major_map, row_order
@@ -89,11 +88,7 @@ def uses_tensor_cores(dtype, c_in: int) -> bool:
         return False
     if dtype in (mx.float16, mx.bfloat16):
         return c_in % 8 == 0
-    return dtype == mx.float32 and c_in % 4 == 0 and tf32_enabled()
-
-
-def tf32_enabled() -> bool:
-    return os.environ.get("MLX_ENABLE_TF32", "1") != "0"
+    return dtype == mx.float32 and c_in % 4 == 0 and settings.tf32_enabled()
 
 
 _WGRAD_ROWS = 512  # output rows per threadgroup of the weight-gradient kernel

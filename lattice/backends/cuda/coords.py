@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from lattice.backends.cuda.launch import NotRepresentable, check_index_range, count_params, i32, launch
-from lattice.core.rows import RowCount, host_read, lazy_rows_enabled
+from lattice.core.rows import RowCount, host_read
 from lattice.routing import coords as routes
 from lattice.routing.registry import implements
 
@@ -187,15 +187,15 @@ def generated_support(coords: mx.array, offsets: mx.array, stride, padding) -> m
 def downsample_set(manager, key, stride):
     """Key of ``unique(floor(coords / stride))`` of ``manager``'s set ``key``, deduplicated
     with the GPU hash table and cached by the manager like its own downsamples (the new
-    set's CPU table is built only if a CPU route asks; under ``lazy_rows`` its count is
-    not read)."""
+    set's CPU table is built only if a CPU route asks; where the manager has ``lazy_rows``
+    its count is not read)."""
     if tuple(stride) == (1, 1, 1):
         return key
     hit = manager.cached_downsample(key, stride)
     if hit is None:
         count = manager.row_count(key)
         coords, inverse, out_count = downsample(
-            manager.coords(key), stride, None if count is None else count.array, lazy=lazy_rows_enabled()
+            manager.coords(key), stride, None if count is None else count.array, lazy=manager.lazy_rows
         )
         level = tuple(a * b for a, b in zip(key.stride, stride, strict=True))
         out_key = manager.add_gpu_set(coords, level, None if out_count is None else RowCount(out_count))
