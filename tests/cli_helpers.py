@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -36,3 +37,11 @@ def data_file(rel: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared test data not present: {rel}")
     return path.resolve()
+
+
+def address_limited_env(env: dict | None = None) -> dict:
+    """The environment of a child run under an address-space limit (RLIMIT_AS): CUDA devices
+    hidden, because a CUDA context reserves tens of GiB of address space before it allocates
+    anything (the limit would stop MLX's GPU backend, not the code under test: the readers
+    and the bundle checks, which run on the CPU)."""
+    return dict(os.environ if env is None else env, CUDA_VISIBLE_DEVICES="")

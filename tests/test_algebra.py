@@ -1,4 +1,4 @@
-"""Sparse tensor algebra (lattice.ops.algebra) against a dict-of-coordinates reference:
+"""Sparse tensor algebra (lattice.ops.algebra, lattice.ops.tensors) against a dict-of-coordinates reference:
 joins, fills, row order, the identity fast path, keys, managers, gradients, errors."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 from conftest import make_cloud
 
 import lattice.ops.algebra as A
+import lattice.ops.tensors as T
 from lattice.core import CoordinateManager, CoordinateSet, SparseTensor
 
 JOINS = ("inner", "left", "right", "outer")
@@ -345,37 +346,37 @@ def test_prune_prune_mask_crop_replace_feature():
     lp, _ = overlapping(seed=15)
     x = st(lp)
     rows = [5, 0, 17, 3]
-    out = A.prune(x, rows)
+    out = T.prune(x, rows)
     assert out.coord_manager is x.coord_manager and out.coord_key != x.coord_key
     check(out, _rows(lp[0][rows]), lp[1][rows])
-    assert A.prune(x, []).shape == (0, 3)
+    assert T.prune(x, []).shape == (0, 3)
     mask = np.asarray(lp[1][:, 0] > 0)
-    check(A.prune_mask(x, mask), _rows(lp[0][mask]), lp[1][mask])
+    check(T.prune_mask(x, mask), _rows(lp[0][mask]), lp[1][mask])
     lo, hi = (-3, -2, -4), (4, 2, 5)
     inside = np.all((lp[0][:, 1:] >= lo) & (lp[0][:, 1:] <= hi), axis=1)
     assert 0 < inside.sum() < len(inside)
-    check(A.crop(x, min_coord=lo, max_coord=hi), _rows(lp[0][inside]), lp[1][inside])
-    new = A.replace_feature(x, mx.zeros((len(lp[0]), 7)))
+    check(T.crop(x, min_coord=lo, max_coord=hi), _rows(lp[0][inside]), lp[1][inside])
+    new = T.replace_feature(x, mx.zeros((len(lp[0]), 7)))
     assert new.coord_key == x.coord_key and new.shape == (len(lp[0]), 7)
     with pytest.raises(
         ValueError, match=rf"^\[prune\] rows must be in \[0, {len(lp[0])}\), got values from -1 to 3"
     ):
-        A.prune(x, [3, -1])
+        T.prune(x, [3, -1])
     with pytest.raises(ValueError, match=r"^\[prune\] duplicate active coordinates"):
-        A.prune(x, [1, 1])
+        T.prune(x, [1, 1])
     with pytest.raises(ValueError, match=r"^\[prune\] rows must be a 1-D integer array"):
-        A.prune(x, [0.5])
+        T.prune(x, [0.5])
     with pytest.raises(ValueError, match=rf"^\[prune_mask\] mask must be bool of shape \({len(lp[0])},\)"):
-        A.prune_mask(x, mask[:-1])
+        T.prune_mask(x, mask[:-1])
     with pytest.raises(
         ValueError,
         match=r"^\[crop\] min_coord must be <= max_coord on every axis, got \(0, 0, 0\) and \(1, -1, 1\)",
     ):
-        A.crop(x, min_coord=0, max_coord=(1, -1, 1))
+        T.crop(x, min_coord=0, max_coord=(1, -1, 1))
     with pytest.raises(
         ValueError, match=rf"^\[replace_feature\] feats must have shape \({len(lp[0])}, C\), got \(2, 3\)"
     ):
-        A.replace_feature(x, mx.zeros((2, 3)))
+        T.replace_feature(x, mx.zeros((2, 3)))
 
 
 # ---- collation --------------------------------------------------------------------------------
@@ -390,28 +391,28 @@ def test_sparse_collate_with_empty_members():
         np.zeros((0, 3), np.int32),
     ]
     feats = [rng.normal(size=(len(c), 2)).astype(np.float32) for c in samples]
-    out = A.sparse_collate(samples, feats, stride=2)
+    out = T.sparse_collate(samples, feats, stride=2)
     keys = [(i, *map(int, r)) for i, c in enumerate(samples) for r in c]
     check(out, keys, np.concatenate(feats))
     assert out.stride == (2, 2, 2) and out.batch_counts.tolist() == [50, 0, 25, 0]
     with pytest.raises(ValueError, match=r"^\[sparse_collate\] duplicate active coordinates"):
-        A.sparse_collate([np.array([[1, 2, 3], [1, 2, 3]])], [np.ones((2, 1))])
+        T.sparse_collate([np.array([[1, 2, 3], [1, 2, 3]])], [np.ones((2, 1))])
     with pytest.raises(
         ValueError,
         match=r"^\[sparse_collate\] coords_list and feats_list must be non-empty and of equal length, got 2 and 1",
     ):
-        A.sparse_collate(samples[:2], feats[:1])
+        T.sparse_collate(samples[:2], feats[:1])
     with pytest.raises(
         ValueError, match=r"^\[sparse_collate\] feats_list\[1\] has 3 channels, feats_list\[0\] has 2"
     ):
-        A.sparse_collate(samples[:2], [feats[0], np.zeros((0, 3))])
+        T.sparse_collate(samples[:2], [feats[0], np.zeros((0, 3))])
     with pytest.raises(ValueError, match=r"^\[sparse_collate\] coords_list\[0\] must be integer \(n, 3\)"):
-        A.sparse_collate([np.ones((2, 3))], [np.ones((2, 1))])
+        T.sparse_collate([np.ones((2, 3))], [np.ones((2, 1))])
     with pytest.raises(
         ValueError,
         match=r"^\[sparse_collate\] duplicate_reduction must be one of \('none', 'mean'\), got 'sum'",
     ):
-        A.sparse_collate(samples, feats, duplicate_reduction="sum")
+        T.sparse_collate(samples, feats, duplicate_reduction="sum")
 
 
 def test_sparse_collate_mean_averages_duplicates():
@@ -422,14 +423,14 @@ def test_sparse_collate_mean_averages_duplicates():
         rng.integers(-1000, 1000, size=(5, 3)),
     ]
     feats = [rng.normal(size=(len(c), 4)).astype(np.float32) for c in samples]
-    out = A.sparse_collate(samples, feats, duplicate_reduction="mean")
+    out = T.sparse_collate(samples, feats, duplicate_reduction="mean")
     groups: dict[tuple, list] = {}
     for i, (c, f) in enumerate(zip(samples, feats, strict=True)):
         for r, v in zip(c.tolist(), f, strict=True):
             groups.setdefault((i, *r), []).append(v)
     check(out, list(groups), np.array([np.mean(v, axis=0) for v in groups.values()]), tol=1e-5)
     assert out.batch_counts.tolist() == [len([k for k in groups if k[0] == b]) for b in range(3)]
-    half = A.sparse_collate(samples, [f.astype(np.float16) for f in feats], duplicate_reduction="mean")
+    half = T.sparse_collate(samples, [f.astype(np.float16) for f in feats], duplicate_reduction="mean")
     assert half.dtype == mx.float16
 
 
@@ -437,27 +438,27 @@ def test_sparse_from_coordinates():
     coords = make_cloud("batched")
     feats = np.random.default_rng(18).normal(size=(len(coords), 2)).astype(np.float32)
     counts = np.bincount(coords[:, 0]).tolist() + [0]
-    out = A.sparse_from_coordinates(coords, feats, batch_counts=counts)
+    out = T.sparse_from_coordinates(coords, feats, batch_counts=counts)
     check(out, _rows(coords), feats)
     assert out.batch_counts.tolist() == counts
     dup = np.concatenate([coords, coords[:3]])
     fd = np.concatenate([feats, feats[:3] + 2])
-    mean = A.sparse_from_coordinates(dup, fd, duplicate_reduction="mean")
+    mean = T.sparse_from_coordinates(dup, fd, duplicate_reduction="mean")
     ref = feats.copy()
     ref[:3] += 1
     check(mean, _rows(coords), ref, tol=1e-6)
     with pytest.raises(ValueError, match=r"^\[sparse_from_coordinates\] duplicate active coordinates"):
-        A.sparse_from_coordinates(dup, fd)
+        T.sparse_from_coordinates(dup, fd)
     with pytest.raises(ValueError, match=r"^\[sparse_from_coordinates\] batch_counts \[1, 2\] do not match"):
-        A.sparse_from_coordinates(coords, feats, batch_counts=[1, 2])
+        T.sparse_from_coordinates(coords, feats, batch_counts=[1, 2])
     with pytest.raises(
         ValueError, match=r"^\[sparse_from_coordinates\] feats must have shape \(\d+, C\), got \(3, 2\)"
     ):
-        A.sparse_from_coordinates(coords, feats[:3])
+        T.sparse_from_coordinates(coords, feats[:3])
     with pytest.raises(
         ValueError, match=r"^\[sparse_from_coordinates\] batch indices must be non-negative, got -1"
     ):
-        A.sparse_from_coordinates([[-1, 0, 0, 0]], [[1.0]], duplicate_reduction="mean")
+        T.sparse_from_coordinates([[-1, 0, 0, 0]], [[1.0]], duplicate_reduction="mean")
 
 
 # ---- gradients ----------------------------------------------------------------------------------
@@ -512,10 +513,10 @@ def test_gradients_through_algebra():
     dup = np.concatenate([lp[0][:, 1:], lp[0][:4, 1:]])
 
     def collate_loss(f):
-        return mx.sum(A.sparse_collate([dup], [f], duplicate_reduction="mean").feats ** 2)
+        return mx.sum(T.sparse_collate([dup], [f], duplicate_reduction="mean").feats ** 2)
 
     _directional_check(collate_loss, mx.array(np.concatenate([lp[1], lp[1][:4]])), 5)
-    _directional_check(lambda f: mx.sum(A.prune(lhs.replace(feats=f), [3, 1]).feats ** 3), lhs.feats, 6)
+    _directional_check(lambda f: mx.sum(T.prune(lhs.replace(feats=f), [3, 1]).feats ** 3), lhs.feats, 6)
 
 
 def test_empty_inputs_across_ops():
@@ -528,8 +529,8 @@ def test_empty_inputs_across_ops():
     check(a, _rows(x.coords), -np.ones((2, 2)))
     assert b.coord_key == a.coord_key
     assert A.reindex_sparse(x, empty).shape == (0, 2)
-    assert A.crop(empty, min_coord=0, max_coord=1).shape == (0, 2)
-    collated = A.sparse_collate(
+    assert T.crop(empty, min_coord=0, max_coord=1).shape == (0, 2)
+    collated = T.sparse_collate(
         [np.zeros((0, 3), int)] * 2, [np.zeros((0, 2))] * 2, duplicate_reduction="mean"
     )
     assert collated.shape == (0, 2) and collated.batch_counts.tolist() == [0, 0]
@@ -540,5 +541,5 @@ def test_mean_dedup_is_exact_at_large_coordinates(offset, span):
     # Native quantisation computes in float32: far from 0 (shifted path) and over a wide span
     # (sorting path) neighbouring integers must stay distinct.
     c = np.array([[0, offset, 0, 0], [0, offset + 1, 0, 0], [0, offset + 1, 0, 0], [1, offset + span, -7, 0]])
-    out = A.sparse_from_coordinates(c, np.array([[1.0], [2.0], [4.0], [8.0]]), duplicate_reduction="mean")
+    out = T.sparse_from_coordinates(c, np.array([[1.0], [2.0], [4.0], [8.0]]), duplicate_reduction="mean")
     check(out, [tuple(r) for r in c[[0, 1, 3]].tolist()], [[1.0], [3.0], [8.0]])

@@ -19,7 +19,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
-from cli_helpers import LATTICE, data_file
+from cli_helpers import LATTICE, address_limited_env, data_file
 from mlx.utils import tree_flatten
 
 from lattice.models import (
@@ -50,7 +50,13 @@ _LIMITED = (
 def model_run(bundle: Path, out: Path, *options: str) -> subprocess.CompletedProcess:
     """``lattice model-run bundle SCAN -o out`` under RLIMIT_AS 2 GiB and a 30 s timeout."""
     cmd = [*LATTICE, "model-run", str(bundle), str(data_file(SCAN)), "-o", str(out), *options]
-    return subprocess.run([sys.executable, "-c", _LIMITED, *cmd], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-c", _LIMITED, *cmd],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=address_limited_env(),
+    )
 
 
 def assert_refused(result: subprocess.CompletedProcess, bundle: Path, out: Path, *needles: str) -> None:

@@ -16,6 +16,7 @@ from lattice import _ext
 from lattice.core._checks import coords_array, int_triple
 from lattice.core.tensor import SparseTensor
 from lattice.routing.coords import CoordinateRequest, route_coordinates
+from lattice.routing.explain import CallPlan, explainable
 from lattice.routing.registry import dispatch
 
 
@@ -68,35 +69,72 @@ def _set(table) -> CoordinateSet:
     return CoordinateSet(table.coords, table.size)
 
 
-def downsample_coords(coords, stride=2) -> CoordinateSet:
+def _one(x, req):
+    """``lattice explain`` of a coordinate function of one set: ``x``."""
+    return (x,), {}
+
+
+def _two(x, req):
+    """... of two sets: ``x`` and every other row of it."""
+    n = x.active_count
+    return (x, CoordinateSet(x.coords[:n:2], (n + 1) // 2)), {}
+
+
+def _stride_example(x, req):
+    return (x,), {"stride": req.stride}
+
+
+def _plan(op: str, x, run) -> CallPlan:
+    """The plan of a coordinate function of ``x``: its route, then ``run()``."""
+    return CallPlan(_route(op, x), run)
+
+
+@explainable(example=_stride_example, returns=CoordinateSet)
+def downsample_coords(coords, stride=2) -> CallPlan:
     """``unique(floor(coords / stride))`` per batch, rows in first-occurrence order."""
-    stride = int_triple(stride, "stride", "downsample_coords", minimum=1)
-    return _set(_ext.downsample(_table(coords, "downsample_coords"), stride)[0])
+    op = "downsample_coords"
+    stride = int_triple(stride, "stride", op, minimum=1)
+    return _plan(op, coords, lambda: _set(_ext.downsample(_table(coords, op), stride)[0]))
 
 
-def union_coords(lhs, rhs) -> CoordinateSet:
+@explainable(example=_two, returns=CoordinateSet)
+def union_coords(lhs, rhs) -> CallPlan:
     """Rows of ``lhs`` in order, then the rows of ``rhs`` not in ``lhs``."""
-    return _set(_ext.union(_table(lhs, "union_coords", "lhs"), _table(rhs, "union_coords", "rhs")))
+    op = "union_coords"
+    return _plan(op, lhs, lambda: _set(_ext.union(_table(lhs, op, "lhs"), _table(rhs, op, "rhs"))))
 
 
-def intersection_coords(lhs, rhs) -> CoordinateSet:
+@explainable(example=_two, returns=CoordinateSet)
+def intersection_coords(lhs, rhs) -> CallPlan:
     """Rows of ``lhs`` (in order) that are also in ``rhs``."""
-    lt = _table(lhs, "intersection_coords", "lhs")
-    rows = _ext.intersection_rows(lt, _table(rhs, "intersection_coords", "rhs"))
-    return CoordinateSet(lt.coords[rows], int(rows.shape[0]))
+    op = "intersection_coords"
+
+    def run() -> CoordinateSet:
+        lt = _table(lhs, op, "lhs")
+        rows = _ext.intersection_rows(lt, _table(rhs, op, "rhs"))
+        return CoordinateSet(lt.coords[rows], int(rows.shape[0]))
+
+    return _plan(op, lhs, run)
 
 
-def lookup_coords(coords, queries) -> mx.array:
+def _lookup(coords, queries, op: str) -> mx.array:
+    return _ext.lookup(_table(coords, op), _queries(queries, op, "queries"))
+
+
+@explainable(example=_two, returns=mx.array)
+def lookup_coords(coords, queries) -> CallPlan:
     """Row of each query in ``coords`` (int32), -1 where absent."""
-    return _ext.lookup(_table(coords, "lookup_coords"), _queries(queries, "lookup_coords", "queries"))
+    return _plan("lookup_coords", coords, lambda: _lookup(coords, queries, "lookup_coords"))
 
 
-def contains_coords(coords, queries) -> mx.array:
+@explainable(example=_two, returns=mx.array)
+def contains_coords(coords, queries) -> CallPlan:
     """Whether each query is in ``coords`` (bool)."""
-    return lookup_coords(coords, queries) >= 0
+    return _plan("contains_coords", coords, lambda: _lookup(coords, queries, "contains_coords") >= 0)
 
 
-def inverse_map(source, target) -> mx.array:
+@explainable(example=_two, returns=mx.array)
+def inverse_map(source, target) -> CallPlan:
     """For each row of ``source``, the row of ``target`` covering it (-1 where none).
 
     When both are SparseTensors at different levels, source coordinates are
@@ -118,24 +156,31 @@ def inverse_map(source, target) -> mx.array:
                 ratio.append(t // s)
             r = mx.array([1, *ratio], dtype=mx.int32)
             queries = mx.floor_divide(queries, r)
-    return _ext.lookup(_table(target, op, "target"), queries)
+    return _plan(op, target, lambda: _ext.lookup(_table(target, op, "target"), queries))
 
 
-def morton_codes(coords) -> mx.array:
+@explainable(example=_one, returns=mx.array)
+def morton_codes(coords) -> CallPlan:
     """63-bit Morton (z-order) codes of xyz, uint64 ``(N,)``; xyz must lie in [-2^20, 2^20)."""
-    return _ext.morton_codes(_coords(coords, "morton_codes"))
+    return _plan("morton_codes", coords, lambda: _ext.morton_codes(_coords(coords, "morton_codes")))
 
 
-def morton_order(coords) -> mx.array:
+@explainable(example=_one, returns=mx.array)
+def morton_order(coords) -> CallPlan:
     """Permutation (int32) sorting rows by batch, then Morton code (stable)."""
-    return _ext.morton_order(_coords(coords, "morton_order"))
+    return _plan("morton_order", coords, lambda: _ext.morton_order(_coords(coords, "morton_order")))
 
 
-def morton_sort_coords(coords) -> tuple[mx.array, mx.array]:
+@explainable(example=_one, returns=tuple[mx.array, mx.array])
+def morton_sort_coords(coords) -> CallPlan:
     """``(sorted_coords, order)``: rows sorted by batch then Morton code."""
-    c = _coords(coords, "morton_sort_coords")
-    order = _ext.morton_order(c)
-    return c[order], order
+
+    def run() -> tuple[mx.array, mx.array]:
+        c = _coords(coords, "morton_sort_coords")
+        order = _ext.morton_order(c)
+        return c[order], order
+
+    return _plan("morton_sort_coords", coords, run)
 
 
 def batch_counts_of(coords, batch_size: int | None = None) -> mx.array:

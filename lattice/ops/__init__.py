@@ -4,15 +4,9 @@ from lattice.core.kernel import kernel_offsets
 from lattice.ops.algebra import (  # also attaches + - * to SparseTensor
     align_sparse,
     cat,
-    crop,
-    prune,
-    prune_mask,
     reindex_sparse,
-    replace_feature,
     sparse_add,
     sparse_binary,
-    sparse_collate,
-    sparse_from_coordinates,
     sparse_maximum,
     sparse_minimum,
     sparse_mul,
@@ -70,6 +64,14 @@ from lattice.ops.relations import (
     submanifold_kernel_relation,
     target_kernel_relation,
     transposed_kernel_relation,
+)
+from lattice.ops.tensors import (
+    crop,
+    prune,
+    prune_mask,
+    replace_feature,
+    sparse_collate,
+    sparse_from_coordinates,
 )
 
 __all__ = [

@@ -3,9 +3,10 @@
 Each op takes a SparseTensor (and returns one on the same coordinate key and manager)
 or a plain ``mx.array`` (and returns an array). Only the active rows (up to
 ``x.active_count``) are read; the result holds exactly those rows — except on a set a
-GPU builder made under ``lazy_rows``, where every buffer row is computed (rows past the
-count are ignored) so that the count is not read.
-``linear`` asks the routing layer for its route and dispatches on it.
+GPU builder made for a ``lazy_rows`` manager, where every buffer row is computed (rows past
+the count are ignored) so that the count is not read.
+Every op asks the routing layer for its route and dispatches on it: ``linear`` its GEMM
+route, the row-wise ops MLX's ops on the call's device (``lattice.routing.features``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.core._checks import dtype_name
-from lattice.core.quantized import QuantizedWeight
+from lattice.core.quantized import QuantizedWeight, quantize_weight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
+from lattice.routing.explain import CallPlan, explainable
+from lattice.routing.features import RowwiseRequest, route_rowwise
 from lattice.routing.registry import dispatch
 
 FeatureInput = SparseTensor | mx.array
@@ -60,9 +63,22 @@ def _wrap(x: SparseTensor | None, y: mx.array) -> FeatureInput:
     return y if x is None else with_feats(x, y)
 
 
-def _apply(x, op: str, fn: Callable[[mx.array], mx.array]) -> FeatureInput:
+def rowwise_plan(x, op: str, fn: Callable[[mx.array], mx.array]) -> CallPlan:
+    """The plan of a row-wise op: ``fn`` over the features on the route's device."""
     feats, st = _split(x, op)
-    return _wrap(st, fn(feats))
+    channels = int(feats.shape[-1]) if feats.ndim else 0
+    route = route_rowwise(RowwiseRequest(op, dtype_name(feats.dtype), channels, requested_device(None)))
+    return CallPlan(route, lambda: _wrap(st, dispatch(route, fn, feats)))
+
+
+def _rowwise_example(x, req):
+    """``lattice explain`` of a row-wise op: ``x`` (per-channel statistics where it takes them)."""
+    return (x,), {}
+
+
+def _stats_example(x, req):
+    ones = mx.ones((x.channels,), dtype=x.dtype)
+    return (x,), {"weight": ones, "bias": ones * 0, "mean": ones * 0, "var": ones}
 
 
 def _channel_vector(value, name: str, channels: int, op: str, *, required: bool = False) -> mx.array | None:
@@ -104,9 +120,18 @@ def _packed_dtype(feats_dtype: mx.Dtype) -> mx.Dtype:
     return feats_dtype if feats_dtype in GEMM_DTYPES else mx.result_type(feats_dtype, mx.float32)
 
 
+def _linear_example(x, req):
+    """``lattice explain linear``: a dense (or packed) weight of the requested channels."""
+    w = mx.zeros((req.channels[-1], x.channels), dtype=getattr(mx, req.dtype))
+    if req.quantize:
+        w = quantize_weight(w.astype(mx.float32), bits=req.quantize)
+    return (x, w), {"device": req.device}
+
+
+@explainable(example=_linear_example, returns=FeatureInput)
 def linear(
     x: FeatureInput, weight: mx.array | QuantizedWeight, bias: mx.array | None = None, *, device=None
-) -> FeatureInput:
+) -> CallPlan:
     """``y = x W^T + b`` on the features, with ``weight`` ``(out, in)`` as in ``mlx.nn.Linear``.
 
     ``weight`` may be a packed linear ``QuantizedWeight`` (route ``cpu.dequant_blas_gemm``;
@@ -143,60 +168,73 @@ def linear(
         device=requested_device(device),
         **(weight.route_fields if packed else {}),
     )
-    y = dispatch(route_linear(req), a, weight if packed else weight.astype(dtype))
-    if bias is not None:
-        y = y + bias.astype(dtype)
-    return _wrap(st, y.reshape(*lead, c_out))
+    route = route_linear(req)
+
+    def run() -> FeatureInput:
+        y = dispatch(route, a, weight if packed else weight.astype(dtype))
+        if bias is not None:
+            y = y + bias.astype(dtype)
+        return _wrap(st, y.reshape(*lead, c_out))
+
+    return CallPlan(route, run)
 
 
 # ---- activations ----------------------------------------------------------------------
 
 
-def relu(x: FeatureInput) -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def relu(x: FeatureInput) -> CallPlan:
     """``max(x, 0)`` on the features."""
-    return _apply(x, "relu", nn.relu)
+    return rowwise_plan(x, "relu", nn.relu)
 
 
-def sigmoid(x: FeatureInput) -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def sigmoid(x: FeatureInput) -> CallPlan:
     """Logistic sigmoid on the features."""
-    return _apply(x, "sigmoid", mx.sigmoid)
+    return rowwise_plan(x, "sigmoid", mx.sigmoid)
 
 
-def gelu(x: FeatureInput, *, approximate: str = "none") -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def gelu(x: FeatureInput, *, approximate: str = "none") -> CallPlan:
     """GELU: exact (``'none'``), tanh approximation (``'precise'`` / ``'tanh'``) or ``'fast'``."""
     op = "gelu"
     if approximate not in GELU_APPROXIMATIONS:
         raise ValueError(f"[{op}] approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
     fn = {"none": nn.gelu, "precise": nn.gelu_approx, "tanh": nn.gelu_approx, "fast": nn.gelu_fast_approx}
-    return _apply(x, op, fn[approximate])
+    return rowwise_plan(x, op, fn[approximate])
 
 
-def silu(x: FeatureInput) -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def silu(x: FeatureInput) -> CallPlan:
     """``x * sigmoid(x)`` on the features."""
-    return _apply(x, "silu", nn.silu)
+    return rowwise_plan(x, "silu", nn.silu)
 
 
-def leaky_relu(x: FeatureInput, *, negative_slope: float = 0.01) -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def leaky_relu(x: FeatureInput, *, negative_slope: float = 0.01) -> CallPlan:
     """``max(negative_slope * x, x)`` on the features."""
     op = "leaky_relu"
     if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)):
         raise TypeError(f"[{op}] negative_slope must be a number, got {negative_slope!r}")
-    return _apply(x, op, lambda f: nn.leaky_relu(f, negative_slope))
+    return rowwise_plan(x, op, lambda f: nn.leaky_relu(f, negative_slope))
 
 
-def tanh(x: FeatureInput) -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def tanh(x: FeatureInput) -> CallPlan:
     """Hyperbolic tangent on the features."""
-    return _apply(x, "tanh", mx.tanh)
+    return rowwise_plan(x, "tanh", mx.tanh)
 
 
-def softplus(x: FeatureInput) -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def softplus(x: FeatureInput) -> CallPlan:
     """``log(1 + exp(x))`` on the features."""
-    return _apply(x, "softplus", nn.softplus)
+    return rowwise_plan(x, "softplus", nn.softplus)
 
 
+@explainable(example=_rowwise_example, returns=FeatureInput)
 def dropout(
     x: FeatureInput, *, p: float = 0.5, training: bool = True, key: mx.array | None = None
-) -> FeatureInput:
+) -> CallPlan:
     """Zeroes each feature with probability ``p`` and scales the rest by ``1 / (1 - p)``.
 
     Identity when ``training`` is False or ``p == 0``. ``key`` (optional) is an
@@ -205,17 +243,25 @@ def dropout(
     op = "dropout"
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
         raise ValueError(f"[{op}] p must be in [0, 1), got {p!r}")
-    feats, st = _split(x, op)
     if not training or p == 0:
-        return _wrap(st, feats)
-    keep = mx.random.bernoulli(1.0 - p, feats.shape, key=key)
-    scale = mx.array(1.0 / (1.0 - p), dtype=feats.dtype)
-    return _wrap(st, mx.where(keep, feats * scale, mx.zeros((), dtype=feats.dtype)))
+        return rowwise_plan(x, op, _same)
+
+    def drop(feats: mx.array) -> mx.array:
+        keep = mx.random.bernoulli(1.0 - p, feats.shape, key=key)
+        scale = mx.array(1.0 / (1.0 - p), dtype=feats.dtype)
+        return mx.where(keep, feats * scale, mx.zeros((), dtype=feats.dtype))
+
+    return rowwise_plan(x, op, drop)
+
+
+def _same(feats: mx.array) -> mx.array:
+    return feats
 
 
 # ---- normalisation --------------------------------------------------------------------
 
 
+@explainable(example=_stats_example, returns=FeatureInput)
 def batch_norm(
     x: FeatureInput,
     *,
@@ -224,46 +270,50 @@ def batch_norm(
     mean: mx.array,
     var: mx.array,
     eps: float = 1e-5,
-) -> FeatureInput:
+) -> CallPlan:
     """Inference-form batch norm: ``(x - mean) / sqrt(var + eps) * weight + bias`` per channel.
 
     ``mean`` and ``var`` are given statistics of shape ``(C,)``; ``weight`` / ``bias``
     may be None (no affine part).
     """
     op = "batch_norm"
-    feats, st = _split(x, op)
+    feats, _ = _split(x, op)
     c = int(feats.shape[-1]) if feats.ndim else 0
     mean = _channel_vector(mean, "mean", c, op, required=True)
     var = _channel_vector(var, "var", c, op, required=True)
     weight = _channel_vector(weight, "weight", c, op)
     bias = _channel_vector(bias, "bias", c, op)
     eps = _positive(eps, "eps", op)
-    y = (feats - mean) * mx.rsqrt(var + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return _wrap(st, y)
+
+    def normalise(feats: mx.array) -> mx.array:
+        y = (feats - mean) * mx.rsqrt(var + eps)
+        if weight is not None:
+            y = y * weight
+        return y if bias is None else y + bias
+
+    return rowwise_plan(x, op, normalise)
 
 
+@explainable(example=_rowwise_example, returns=FeatureInput)
 def layer_norm(
     x: FeatureInput, *, weight: mx.array | None = None, bias: mx.array | None = None, eps: float = 1e-5
-) -> FeatureInput:
+) -> CallPlan:
     """Per-row normalisation over the channels (``mx.fast.layer_norm``), optional affine."""
     op = "layer_norm"
-    feats, st = _split(x, op)
+    feats, _ = _split(x, op)
     c = int(feats.shape[-1]) if feats.ndim else 0
     weight = _channel_vector(weight, "weight", c, op)
     bias = _channel_vector(bias, "bias", c, op)
     eps = _positive(eps, "eps", op)
-    return _wrap(st, mx.fast.layer_norm(feats, weight, bias, eps))
+    return rowwise_plan(x, op, lambda f: mx.fast.layer_norm(f, weight, bias, eps))
 
 
-def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e-5) -> FeatureInput:
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e-5) -> CallPlan:
     """``x / sqrt(mean(x^2) + eps) * weight`` per row over the channels (``mx.fast.rms_norm``)."""
     op = "rms_norm"
-    feats, st = _split(x, op)
+    feats, _ = _split(x, op)
     c = int(feats.shape[-1]) if feats.ndim else 0
     weight = _channel_vector(weight, "weight", c, op)
     eps = _positive(eps, "eps", op)
-    return _wrap(st, mx.fast.rms_norm(feats, weight, eps))
+    return rowwise_plan(x, op, lambda f: mx.fast.rms_norm(f, weight, eps))

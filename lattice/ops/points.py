@@ -20,10 +20,17 @@ import numpy as np
 
 from lattice.core._checks import Triple, dtype_name, float_triple, int_triple
 from lattice.core.coordinates import CoordinateManager
-from lattice.core.points import PointVoxelMap, QuantizeInputs, SparseQuantization, quantize_inputs
+from lattice.core.points import (
+    PointVoxelMap,
+    QuantizeInputs,
+    SparseQuantization,
+    quantize_inputs,
+    sparse_quantize,
+)
 from lattice.core.tensor import SparseTensor
+from lattice.ops.features import rowwise_plan
 from lattice.routing import Route, requested_device
-from lattice.routing.explain import explainable
+from lattice.routing.explain import CallPlan, explainable
 from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
 from lattice.routing.registry import dispatch_or_cpu
 
@@ -58,14 +65,27 @@ def _host_segment_sum(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
     return segment_sum(feats, inverse)
 
 
-def voxelize_features(feats: mx.array, quantization: SparseQuantization, reduction="mean") -> mx.array:
+def _features_example(x, req):
+    """``lattice explain voxelize_features``: ``x``'s voxel centres quantized at 1, their features."""
+    (points, feats), _ = _voxelize_example(x, req)
+    return (feats, sparse_quantize(points, 1.0)), {}
+
+
+@explainable(example=_features_example, returns=mx.array)
+def voxelize_features(feats: mx.array, quantization: SparseQuantization, reduction="mean") -> CallPlan:
     """Reduce point features onto the voxels of ``quantization``.
 
     ``reduction``: one of mean | sum | max | min | first | mode | count for every channel,
     or a sequence of them, one per channel. Differentiable for mean, sum, max, min and
     first; ``mode`` (the most frequent value, ties to the smallest) passes no gradient.
+    MLX's scatter reductions on the call's device (the row-wise route).
     """
-    return _voxelize_features(feats, quantization, reduction, host_sums=False)
+    _reductions(
+        reduction, feats.shape[1] if feats is not None and feats.ndim == 2 else None, "voxelize_features"
+    )
+    return rowwise_plan(
+        feats, "voxelize_features", lambda f: _voxelize_features(f, quantization, reduction, host_sums=False)
+    )
 
 
 def _reductions(reduction, channels: int | None, op: str) -> str | tuple[str, ...]:
@@ -260,8 +280,9 @@ class DevoxelizePlan:
         return dispatch_or_cpu(self.route, cpu, *args)[1]
 
 
-def _corner_plan(points, voxels, voxel_size, batch_indices, origin, interpolation, device, given, sample):
-    op = "devoxelize"
+def _corner_plan(
+    points, voxels, voxel_size, batch_indices, origin, interpolation, device, given, sample, op="devoxelize"
+):
     if not isinstance(voxels, SparseTensor):
         raise TypeError(f"[{op}] voxels must be a SparseTensor, got {type(voxels).__name__}")
     if interpolation not in ("linear", "nearest"):
@@ -303,9 +324,17 @@ def _geometry(points, voxels, voxel_size, batch_indices, origin, op):
     return vs, org, batch
 
 
+def _devoxelize_example(x, req):
+    """``lattice explain devoxelize``: ``x`` sampled at the centres of its voxels (lazy arrays)."""
+    coords = x.coords[: x.active_count]
+    points = coords[:, 1:].astype(mx.float32) + 0.5
+    return (points, x), {"batch_indices": coords[:, 0], "device": req.device}
+
+
+@explainable(example=_devoxelize_example, returns=PointVoxelMap)
 def build_point_voxel_map(
     points, voxels, voxel_size=1.0, *, batch_indices=None, origin=0.0, interpolation="linear", device=None
-) -> PointVoxelMap:
+) -> DevoxelizePlan:
     """Voxel rows and weights that sample ``voxels`` (a SparseTensor) at ``points``, as
     ``devoxelize`` does (same arguments and route).
 
@@ -314,17 +343,41 @@ def build_point_voxel_map(
     all-zero weights). ``nearest``: the voxel containing the point, weight 1 (or -1 / 0).
     """
     return _corner_plan(
-        points, voxels, voxel_size, batch_indices, origin, interpolation, device, None, _the_map
-    ).run()
+        points,
+        voxels,
+        voxel_size,
+        batch_indices,
+        origin,
+        interpolation,
+        device,
+        None,
+        _the_map,
+        op="build_point_voxel_map",
+    )
 
 
 def _the_map(pvm: PointVoxelMap) -> PointVoxelMap:
     return pvm
 
 
-def interpolate_point_features(voxel_feats: mx.array, point_voxel_map: PointVoxelMap) -> mx.array:
+def _interpolate_example(x, req):
+    (points, voxels), kwargs = _devoxelize_example(x, req)
+    return (voxels.feats[: voxels.active_count], build_point_voxel_map(points, voxels, **kwargs)), {}
+
+
+@explainable(example=_interpolate_example, returns=mx.array)
+def interpolate_point_features(voxel_feats: mx.array, point_voxel_map: PointVoxelMap) -> CallPlan:
     """``sum_j weights[:, j] * voxel_feats[rows[:, j]]`` (N, C); differentiable in the features.
-    No voxels (or no points) give zeros."""
+    No voxels (or no points) give zeros. MLX's gather on the call's device (the row-wise route)."""
+    if not isinstance(voxel_feats, mx.array):
+        raise TypeError(
+            f"[interpolate_point_features] voxel_feats must be an mx.array, got {type(voxel_feats).__name__}"
+        )
+    return rowwise_plan(voxel_feats, "interpolate_point_features", lambda f: _interpolate(f, point_voxel_map))
+
+
+def _interpolate(voxel_feats: mx.array, point_voxel_map: PointVoxelMap) -> mx.array:
+    """What ``interpolate_point_features`` computes (devoxelize runs it on its own route's stream)."""
     rows = mx.maximum(point_voxel_map.rows, 0)
     c = voxel_feats.shape[-1]
     if rows.size == 0 or voxel_feats.shape[0] == 0:
@@ -332,13 +385,6 @@ def interpolate_point_features(voxel_feats: mx.array, point_voxel_map: PointVoxe
     gathered = voxel_feats[rows.reshape(-1)].reshape(*rows.shape, c)
     w = point_voxel_map.weights.astype(mx.float32)[..., None]
     return mx.sum(gathered.astype(mx.float32) * w, axis=1).astype(voxel_feats.dtype)
-
-
-def _devoxelize_example(x, req):
-    """``lattice explain devoxelize``: ``x`` sampled at the centres of its voxels (lazy arrays)."""
-    coords = x.coords[: x.active_count]
-    points = coords[:, 1:].astype(mx.float32) + 0.5
-    return (points, x), {"batch_indices": coords[:, 0], "device": req.device}
 
 
 @explainable(example=_devoxelize_example)
@@ -356,7 +402,7 @@ def devoxelize(
     """Sample voxel features at points (trilinear over the 8 surrounding voxel centres, or nearest)."""
 
     def sample(pvm: PointVoxelMap) -> mx.array:
-        return interpolate_point_features(voxels.feats[: voxels.active_count], pvm)
+        return _interpolate(voxels.feats[: voxels.active_count], pvm)
 
     return _corner_plan(
         points, voxels, voxel_size, batch_indices, origin, interpolation, device, point_voxel_map, sample

@@ -9,15 +9,20 @@ coordinate array at the output level.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlx.core as mx
 import numpy as np
 
-from lattice import _ext
 from lattice.core._checks import coords_array, float_triple
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, NeighborRelation, RelationKind
 from lattice.core.tensor import SparseTensor
+from lattice.routing import requested_device
+from lattice.routing.explain import CallPlan, explainable
+from lattice.routing.registry import dispatch
+from lattice.routing.relations import NeighborRequest, route_neighbors
 
 
 def _source(x, level, op: str) -> tuple[CoordinateManager, CoordinateMapKey]:
@@ -47,23 +52,52 @@ def _level(stride_in, spec: KernelSpec, transposed: bool):
     return tuple(a * b for a, b in zip(stride_in, spec.stride, strict=True))
 
 
-def kernel_relation(x, *, kernel_size=2, stride=2, padding=0, dilation=1) -> KernelRelation:
+def _relation_plan(relation: KernelRelation, op: str) -> CallPlan:
+    """The plan of a relation function: the relation (built, or found in the manager's
+    cache) and the route that built it."""
+    return CallPlan(replace(relation.route, op=op), lambda: relation)
+
+
+def _relation_example(kind: str):
+    """``lattice explain`` of a relation function: ``x`` (and ``x`` as the target of a
+    target relation), the requested kernel."""
+
+    def build(x, req):
+        kwargs = {"kernel_size": req.kernel_size}
+        if kind != "submanifold":
+            kwargs["stride"] = req.stride
+        return ((x, x) if kind == "target" else (x,)), kwargs
+
+    return build
+
+
+def _neighbor_example(kind: str):
+    def build(x, req):
+        return (x,), ({"k": 16} if kind == "knn" else {"radius": 2.0, "max_neighbors": 32})
+
+    return build
+
+
+@explainable(example=_relation_example("forward"), returns=KernelRelation)
+def kernel_relation(x, *, kernel_size=2, stride=2, padding=0, dilation=1) -> CallPlan:
     """Forward relation onto ``unique(floor(coords / stride))``: ``i = o*s + k*d - p``."""
     op = "kernel_relation"
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
     manager, key = _source(x, (1, 1, 1), op)
-    return manager.relation(RelationKind.FORWARD, key, spec, op=op)
+    return _relation_plan(manager.relation(RelationKind.FORWARD, key, spec, op=op), op)
 
 
-def submanifold_kernel_relation(x, *, kernel_size=3, dilation=1) -> KernelRelation:
+@explainable(example=_relation_example("submanifold"), returns=KernelRelation)
+def submanifold_kernel_relation(x, *, kernel_size=3, dilation=1) -> CallPlan:
     """Submanifold relation: output support is the input support (odd, centred kernel)."""
     op = "submanifold_kernel_relation"
     spec = KernelSpec(kernel_size, 1, 0, dilation, op=op)
     manager, key = _source(x, (1, 1, 1), op)
-    return manager.relation(RelationKind.SUBMANIFOLD, key, spec, op=op)
+    return _relation_plan(manager.relation(RelationKind.SUBMANIFOLD, key, spec, op=op), op)
 
 
-def target_kernel_relation(x, target, *, kernel_size=3, stride=1, padding=0, dilation=1) -> KernelRelation:
+@explainable(example=_relation_example("target"), returns=KernelRelation)
+def target_kernel_relation(x, target, *, kernel_size=3, stride=1, padding=0, dilation=1) -> CallPlan:
     """Forward edge rule onto an explicit target support (rows and order kept)."""
     op = "target_kernel_relation"
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
@@ -71,27 +105,27 @@ def target_kernel_relation(x, target, *, kernel_size=3, stride=1, padding=0, dil
     tkey = _target(manager, target, _level(key.stride, spec, False), op)
     if tkey is None:
         raise ValueError(f"[{op}] target is required")
-    return manager.relation(RelationKind.TARGET, key, spec, tkey, op=op)
+    return _relation_plan(manager.relation(RelationKind.TARGET, key, spec, tkey, op=op), op)
 
 
-def transposed_kernel_relation(
-    x, target=None, *, kernel_size=2, stride=2, padding=0, dilation=1
-) -> KernelRelation:
+@explainable(example=_relation_example("transposed"), returns=KernelRelation)
+def transposed_kernel_relation(x, target=None, *, kernel_size=2, stride=2, padding=0, dilation=1) -> CallPlan:
     """Transposed relation ``t = s*stride + k*d - p``: generated (deduplicated) or onto ``target``."""
     op = "transposed_kernel_relation"
     spec = KernelSpec(kernel_size, stride, padding, dilation, op=op)
     manager, key = _source(x, spec.stride, op)
     tkey = _target(manager, target, _level(key.stride, spec, True), op)
-    return manager.relation(RelationKind.TRANSPOSED, key, spec, tkey, op=op)
+    return _relation_plan(manager.relation(RelationKind.TRANSPOSED, key, spec, tkey, op=op), op)
 
 
-def generative_kernel_relation(x, target=None, *, kernel_size=2, stride=2) -> KernelRelation:
+@explainable(example=_relation_example("generative"), returns=KernelRelation)
+def generative_kernel_relation(x, target=None, *, kernel_size=2, stride=2) -> CallPlan:
     """Generative relation: every coordinate of each input's kernel footprint, or ``target``."""
     op = "generative_kernel_relation"
     spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
     manager, key = _source(x, spec.stride, op)
     tkey = _target(manager, target, _level(key.stride, spec, True), op)
-    return manager.relation(RelationKind.GENERATIVE, key, spec, tkey, op=op)
+    return _relation_plan(manager.relation(RelationKind.GENERATIVE, key, spec, tkey, op=op), op)
 
 
 # ---- point neighbourhoods --------------------------------------------------------
@@ -113,7 +147,8 @@ def _cloud(x, batch, op: str, name: str) -> tuple[mx.array, mx.array]:
     return pts.astype(mx.float32), b.astype(mx.int32)
 
 
-def knn_relation(source, query=None, *, k, source_batch=None, query_batch=None) -> NeighborRelation:
+@explainable(example=_neighbor_example("knn"), returns=NeighborRelation)
+def knn_relation(source, query=None, *, k, source_batch=None, query_batch=None) -> CallPlan:
     """The ``k`` nearest source points of every query (same batch), by Euclidean distance.
 
     SparseTensors use their xyz lattice indices as positions. Queries default to
@@ -124,12 +159,14 @@ def knn_relation(source, query=None, *, k, source_batch=None, query_batch=None) 
         raise ValueError(f"[{op}] k must be a positive int, got {k!r}")
     s, sb = _cloud(source, source_batch, op, "source")
     q, qb = (s, sb) if query is None else _cloud(query, query_batch, op, "query")
-    return NeighborRelation(*_ext.knn_neighbors(s, sb, q, qb, int(k)))
+    route = route_neighbors(NeighborRequest(op, int(s.shape[0]), int(q.shape[0]), requested_device(None)))
+    return CallPlan(route, lambda: NeighborRelation(*dispatch(route, s, sb, q, qb, int(k))))
 
 
+@explainable(example=_neighbor_example("radius"), returns=NeighborRelation)
 def radius_relation(
     source, query=None, *, radius, max_neighbors=None, source_batch=None, query_batch=None
-) -> NeighborRelation:
+) -> CallPlan:
     """Source points within ``radius`` of every query (same batch), nearest first."""
     op = "radius_relation"
     if np.ndim(radius) != 0:
@@ -144,4 +181,5 @@ def radius_relation(
     s, sb = _cloud(source, source_batch, op, "source")
     q, qb = (s, sb) if query is None else _cloud(query, query_batch, op, "query")
     cap = -1 if max_neighbors is None else int(max_neighbors)
-    return NeighborRelation(*_ext.radius_neighbors(s, sb, q, qb, r, cap))
+    route = route_neighbors(NeighborRequest(op, int(s.shape[0]), int(q.shape[0]), requested_device(None)))
+    return CallPlan(route, lambda: NeighborRelation(*dispatch(route, s, sb, q, qb, (r, cap))))

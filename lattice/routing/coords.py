@@ -31,6 +31,7 @@ class CoordinateRequest:
     op: str
     n: int
     device: str = "cpu"
+    new_set: bool = False  # hashing a new set of unique rows, for ``insert`` or an op that makes one
 
 
 def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> Route:
@@ -38,12 +39,14 @@ def route_coordinates(req: CoordinateRequest, cap: Capability | None = None) -> 
     set (``insert``) is hashed by lattice's GPU kernels when the GPU is requested."""
     cap = cap or capability()
     rb = RouteBuilder(req.op, facts_of(req, "n", "device"))
-    if req.op == "insert":
+    if req.new_set or req.op == "insert":
         gpu = take_kernels(rb, req.device, HASH_SET_CHECKED, cap, _CHECKED)
         if gpu is not None:
             return gpu
     elif req.device == "gpu":
-        rb.reject(RouteId(Backend.GPU, req.op), "set functions other than insert run on the CPU core")
+        rb.reject(
+            RouteId(Backend.GPU, req.op), "set functions other than a new set's hashing run on the CPU core"
+        )
     if req.op.startswith("morton"):
         return rb.take(MORTON, "21-bit-per-axis interleave, stable sort by (batch, code)")
     return rb.take(HASH_SET, "packed-key hash table, parallel probes / first-occurrence dedup")
@@ -53,7 +56,7 @@ def build_set(coords, op: str):
     """The hash table of a new set of unique rows, where MLX's default device says (the
     route chosen here; an invalid set is re-checked by the CPU builder, whose error names
     the offending rows)."""
-    req = CoordinateRequest("insert", int(coords.shape[0]), requested_device(None))
+    req = CoordinateRequest(op, int(coords.shape[0]), requested_device(None), new_set=True)
     return dispatch_or_cpu(
         route_coordinates(req), lambda: route_coordinates(replace(req, device="cpu")), coords, op
     )[1]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lattice.routing.device import Capability, capability, gpu_kernels, requested_device
+from lattice.routing.device import NO_GPU, Capability, capability, gpu_kernels, requested_device
 from lattice.routing.registry import RouteTable, dispatch_or_cpu
-from lattice.routing.types import Backend, Route, RouteBuilder, facts_of
+from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, facts_of
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,44 @@ def build_relation(manager, kind, in_key, spec, target_key, op: str, device=None
         op,
     )
     return (route, *built)
+
+
+# ---- point neighbourhoods (knn_relation, radius_relation) ------------------------------------
+
+NEIGHBORS = RouteTable(
+    "neighbors",
+    "impl(source (N, 3) float32, source batch (N,), query (M, 3), query batch (M,), bound) -> "
+    "(rows, distances, counts or None): bound = k (knn) or (radius, max neighbours or -1)",
+)
+GRID_KNN = NEIGHBORS.route(
+    Backend.CPU, "grid_knn", "k nearest: hashed grid of cells, rings searched outwards"
+)
+GRID_RADIUS = NEIGHBORS.route(
+    Backend.CPU, "grid_radius", "within a radius: hashed grid of cells at least the radius wide"
+)
+_GPU_NEIGHBORS = {"knn_relation": "grid_knn", "radius_relation": "grid_radius"}
+
+
+@dataclass(frozen=True)
+class NeighborRequest:
+    op: str  # knn_relation | radius_relation
+    n_source: int
+    n_query: int
+    device: str = "cpu"
+
+
+def route_neighbors(req: NeighborRequest, cap: Capability | None = None) -> Route:
+    """Neighbours over points: the native hashed grid (memory proportional to the points,
+    never to the bounding box), on the CPU core."""
+    cap = cap or capability()
+    rb = RouteBuilder(req.op, facts_of(req, "n_source", "n_query", "device"))
+    if req.device == "gpu":
+        rb.reject(
+            RouteId(Backend.CUDA, _GPU_NEIGHBORS[req.op]),
+            "no GPU neighbour kernels in this build" if cap.has_gpu else NO_GPU,
+        )
+    if req.op == "knn_relation":
+        return rb.take(GRID_KNN, "hashed grid of cells; per query, rings of cells until k points are certain")
+    return rb.take(
+        GRID_RADIUS, "hashed grid of cells at least the radius wide; per query, the 27 cells around it"
+    )

@@ -90,7 +90,7 @@ def _print_table(result: dict) -> None:
     if facts:
         console.print("facts  " + ", ".join(f"{k}={v}" for k, v in facts.items()))
     console.print(
-        f"plan   {result['plan_ms']} ms (relation or window map built or fetched from the cache, no kernel run)"
+        f"plan   {result['plan_ms']} ms (checked, routed, relations built or fetched from the cache; no kernel run)"
     )
     if result["rejected"]:
         table = Table("rejected route", "failed predicate", box=None, pad_edge=False, expand=False)

@@ -64,3 +64,15 @@ def scatter(manager, kind, in_key, spec, target_key, op):
     )
     out_key = target_key if target_key is not None else manager.adopt(arrays[3], level)
     return out_key, _edges(arrays), None
+
+
+@implements(routes.GRID_KNN)
+def knn(source, source_batch, query, query_batch, k: int):
+    """The k nearest sources of every query (same batch), nearest first."""
+    return _ext.knn_neighbors(source, source_batch, query, query_batch, k)
+
+
+@implements(routes.GRID_RADIUS)
+def radius(source, source_batch, query, query_batch, bound: tuple[float, int]):
+    """The sources within ``bound[0]`` of every query (same batch), at most ``bound[1]``."""
+    return _ext.radius_neighbors(source, source_batch, query, query_batch, *bound)

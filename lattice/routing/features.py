@@ -1,0 +1,86 @@
+"""Route selection for the row-wise feature ops (activations, dropout, normalisation) and
+for the joins of sparse tensor algebra (which rows of each operand meet).
+
+Row-wise ops are MLX's own ops on the features, on the device the call runs on: the route
+says which, and that coordinates, key and manager are kept. A join either finds the
+operands on one support (same manager and key, or equal rows: no row matching at all) or
+matches rows in the native hash table (union / intersection / lookup on the CPU core),
+the features then moving through MLX ops (take, where, concatenate), so autodiff works.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from lattice.routing.device import NO_GPU, capability
+from lattice.routing.registry import RouteTable
+from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, facts_of
+
+ROWWISE = RouteTable(
+    "rowwise",
+    "impl(fn, feats) -> fn(feats) on the route's device stream: fn an MLX function of the "
+    "feature rows (an activation, a normalisation, a dropout mask)",
+)
+MLX_CPU_OPS = ROWWISE.route(Backend.CPU, "mlx_ops", "MLX's CPU ops over the feature rows")
+MLX_GPU_OPS = ROWWISE.route(Backend.GPU, "mlx_ops", "MLX's GPU ops over the feature rows")
+
+JOINS = RouteTable(
+    "joins",
+    "impl(tensors, join) -> the join's plan (lattice.ops.joins.JoinPlan): output coordinates and "
+    "each operand's source rows",
+)
+SAME_SUPPORT = JOINS.route(
+    Backend.CPU, "same_support", "operands on one support: their rows are the output rows"
+)
+HASH_JOIN = JOINS.route(
+    Backend.CPU, "hash_join", "native hash tables: union / intersection, then one lookup per operand"
+)
+_GPU_JOIN = RouteId(Backend.GPU, "hash_join")  # considered and rejected
+
+
+@dataclass(frozen=True)
+class RowwiseRequest:
+    op: str
+    dtype: str
+    channels: int
+    device: str = "cpu"
+
+
+@functools.lru_cache(maxsize=512)
+def route_rowwise(req: RowwiseRequest) -> Route:
+    """MLX's ops on the call's device (cached: the answer depends only on the request)."""
+    rb = RouteBuilder(req.op, facts_of(req, "dtype", "channels", "device"))
+    if req.device == "gpu":
+        if capability().has_gpu:
+            return rb.take(MLX_GPU_OPS, "MLX's GPU ops over the rows; coordinates, key and manager kept")
+        rb.reject(MLX_GPU_OPS, NO_GPU)
+    return rb.take(MLX_CPU_OPS, "MLX's CPU ops over the rows; coordinates, key and manager kept")
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    op: str
+    join: str  # inner | left | right | outer
+    operands: int
+    rows: tuple[int, ...]
+    same_support: bool  # one manager and key, or equal rows
+    device: str = "cpu"
+
+
+def route_join(req: JoinRequest) -> Route:
+    rb = RouteBuilder(req.op, facts_of(req, "join", "operands", "rows", "device"))
+    if req.same_support:
+        return rb.take(
+            SAME_SUPPORT,
+            "the operands hold the same coordinates (one key, or equal rows): a plain elementwise "
+            "op on the rows, the result keeps the key",
+        )
+    rb.reject(SAME_SUPPORT, "operands on different supports")
+    if req.device == "gpu":
+        rb.reject(_GPU_JOIN, "joins of different supports match rows in the native CPU tables")
+    return rb.take(
+        HASH_JOIN,
+        f"{req.join} join: the output support from the native hash tables (union or "
+        "intersection), each operand's rows by one lookup; features moved by MLX take / where",
+    )
