@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
+import functools
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,24 @@ def data_file(rel: str) -> Path:
     return path.resolve()
 
 
-def address_limited_env(env: dict | None = None) -> dict:
-    """The environment of a child run under an address-space limit (RLIMIT_AS): CUDA devices
-    hidden, because a CUDA context reserves tens of GiB of address space before it allocates
-    anything (the limit would stop MLX's GPU backend, not the code under test: the readers
-    and the bundle checks, which run on the CPU)."""
-    return dict(os.environ if env is None else env, CUDA_VISIBLE_DEVICES="")
+@functools.cache
+def address_space_limit() -> int:
+    """The RLIMIT_AS for a ``lattice`` child whose memory a test bounds: 2 GiB, or where
+    merely importing lattice's command costs more address space here (MLX's CUDA backend
+    maps managed memory at import), that cost plus 1.75 GiB — the same budget for the
+    reading and checking under test."""
+    probe = (
+        "import lattice, lattice_cli.main\n"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')))"
+    )
+    r = subprocess.run([*PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    return max(2 << 30, int(r.stdout.split()[-1]) * 1024 + (7 << 28))
+
+
+@functools.cache
+def command_start_seconds() -> float:
+    """Seconds ``lattice --version`` takes here: the fixed start-up cost (imports; a CUDA
+    context where MLX has one) that a test timing a whole command adds to its bound."""
+    start = time.monotonic()
+    subprocess.run([*LATTICE, "--version"], capture_output=True, timeout=120, check=True)
+    return time.monotonic() - start

@@ -19,7 +19,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
-from cli_helpers import LATTICE, address_limited_env, data_file
+from cli_helpers import LATTICE, address_space_limit, data_file
 from mlx.utils import tree_flatten
 
 from lattice.models import (
@@ -42,20 +42,18 @@ SHIPPED = Path(__file__).resolve().parents[1] / "examples" / "models" / "minkune
 SCAN = "semantickitti/seq00_000000.bin"
 # set the limit in the child itself, then exec the command (no preexec_fn in a threaded parent)
 _LIMITED = (
-    "import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
-    "os.execvp(sys.argv[1], sys.argv[1:])"
+    "import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_AS, (n, n)); "
+    "os.execvp(sys.argv[2], sys.argv[2:])"
 )
 
 
 def model_run(bundle: Path, out: Path, *options: str) -> subprocess.CompletedProcess:
-    """``lattice model-run bundle SCAN -o out`` under RLIMIT_AS 2 GiB and a 30 s timeout."""
+    """``lattice model-run bundle SCAN -o out`` under RLIMIT_AS (``address_space_limit``: 2 GiB
+    on a CPU machine) and a 30 s timeout."""
     cmd = [*LATTICE, "model-run", str(bundle), str(data_file(SCAN)), "-o", str(out), *options]
+    limit = str(address_space_limit())
     return subprocess.run(
-        [sys.executable, "-c", _LIMITED, *cmd],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=address_limited_env(),
+        [sys.executable, "-c", _LIMITED, limit, *cmd], capture_output=True, text=True, timeout=30
     )
 
 

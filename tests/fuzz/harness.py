@@ -17,6 +17,7 @@ worker (a signal), a hang, or memory past the cap.
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import random
@@ -303,7 +304,23 @@ for line in sys.stdin:
 """
 
 
+@functools.cache
+def import_overhead() -> int:
+    """Address space that importing lattice takes here beyond 512 MiB (0 on a CPU build, about
+    280 MiB; MLX's CUDA backend maps managed memory at import): added to the cap, so the cap
+    bounds what the mutants cost, whatever the build."""
+    probe = (
+        "import lattice, lattice.pipeline, lattice.models\n"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    return max(0, int(r.stdout.split()[-1]) * 1024 - (1 << 29))
+
+
 def _start_worker(limit: int, per_mutant: float) -> subprocess.Popen:
+    limit += import_overhead()
     proc = subprocess.Popen(
         # -P: started from the checkout's root, its source folders must not shadow the install
         [sys.executable, "-P", "-c", _WORKER, str(limit), str(per_mutant)],
