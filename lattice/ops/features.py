@@ -182,16 +182,22 @@ def linear(
 # ---- activations ----------------------------------------------------------------------
 
 
-@explainable(example=_rowwise_example, returns=FeatureInput)
-def relu(x: FeatureInput) -> CallPlan:
-    """``max(x, 0)`` on the features."""
-    return rowwise_plan(x, "relu", nn.relu)
+def _activation(name: str, fn: Callable[[mx.array], mx.array], doc: str) -> Callable:
+    """The row-wise op ``name``: ``fn`` (an MLX activation) on the features."""
+
+    def body(x: FeatureInput) -> CallPlan:
+        return rowwise_plan(x, name, fn)
+
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = doc
+    return explainable(example=_rowwise_example, returns=FeatureInput)(body)
 
 
-@explainable(example=_rowwise_example, returns=FeatureInput)
-def sigmoid(x: FeatureInput) -> CallPlan:
-    """Logistic sigmoid on the features."""
-    return rowwise_plan(x, "sigmoid", mx.sigmoid)
+relu = _activation("relu", nn.relu, "``max(x, 0)`` on the features.")
+sigmoid = _activation("sigmoid", mx.sigmoid, "Logistic sigmoid on the features.")
+silu = _activation("silu", nn.silu, "``x * sigmoid(x)`` on the features.")
+tanh = _activation("tanh", mx.tanh, "Hyperbolic tangent on the features.")
+softplus = _activation("softplus", nn.softplus, "``log(1 + exp(x))`` on the features.")
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)
@@ -205,30 +211,12 @@ def gelu(x: FeatureInput, *, approximate: str = "none") -> CallPlan:
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)
-def silu(x: FeatureInput) -> CallPlan:
-    """``x * sigmoid(x)`` on the features."""
-    return rowwise_plan(x, "silu", nn.silu)
-
-
-@explainable(example=_rowwise_example, returns=FeatureInput)
 def leaky_relu(x: FeatureInput, *, negative_slope: float = 0.01) -> CallPlan:
     """``max(negative_slope * x, x)`` on the features."""
     op = "leaky_relu"
     if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)):
         raise TypeError(f"[{op}] negative_slope must be a number, got {negative_slope!r}")
     return rowwise_plan(x, op, lambda f: nn.leaky_relu(f, negative_slope))
-
-
-@explainable(example=_rowwise_example, returns=FeatureInput)
-def tanh(x: FeatureInput) -> CallPlan:
-    """Hyperbolic tangent on the features."""
-    return rowwise_plan(x, "tanh", mx.tanh)
-
-
-@explainable(example=_rowwise_example, returns=FeatureInput)
-def softplus(x: FeatureInput) -> CallPlan:
-    """``log(1 + exp(x))`` on the features."""
-    return rowwise_plan(x, "softplus", nn.softplus)
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)

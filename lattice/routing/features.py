@@ -27,7 +27,7 @@ MLX_GPU_OPS = ROWWISE.route(Backend.GPU, "mlx_ops", "MLX's GPU ops over the feat
 
 JOINS = RouteTable(
     "joins",
-    "impl(tensors, join) -> the join's plan (lattice.ops.joins.JoinPlan): output coordinates and "
+    "impl(tensors, join) -> lattice.backends.cpu.joins.Join: the output coordinates and "
     "each operand's source rows",
 )
 SAME_SUPPORT = JOINS.route(
