@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import functools
 import glob
-import multiprocessing
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,6 +209,11 @@ def _execute(job: Job, tasks: list[Task], workers: int, on_result: Callable[[dic
         for t in tasks:
             on_result(run_one(job, t.src, t.dst))
         return
+    # imported here: a command that runs no pool (or only prints its help) starts without them
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     context = multiprocessing.get_context("spawn")  # no fork of a process that runs MLX threads
     with _worker_threads(workers), ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context) as pool:
         futures = {pool.submit(run_one, job, t.src, t.dst): t for t in tasks}

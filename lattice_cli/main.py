@@ -26,10 +26,26 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        import lattice
-
-        typer.echo(f"lattice {lattice.__version__}")
+        typer.echo(f"lattice {package_version()}")
         raise typer.Exit()
+
+
+def package_version() -> str:
+    """``lattice.__version__``, read from ``lattice/_version.py`` without importing lattice
+    (MLX, NumPy, the native core: the library's import is most of a bare command's start)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("lattice")  # a top-level spec: the package is not run
+    for folder in spec.submodule_search_locations or ():
+        path = Path(folder) / "_version.py"
+        if path.is_file():
+            namespace: dict = {}
+            exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+            return namespace["__version__"]
+    import lattice
+
+    return lattice.__version__
 
 
 @app.callback()

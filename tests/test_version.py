@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
+from cli_helpers import PYTHON
 
 import lattice
 
@@ -32,3 +34,20 @@ def test_version_written_once():
     assert meta["input"] == "lattice/_version.py"
     text = (ROOT / "lattice" / "_version.py").read_text()
     assert re.search(r'^__version__ = "([^"]+)"$', text, re.M).group(1) == lattice.__version__
+
+
+def test_the_version_command_does_not_import_the_library():
+    """``lattice --version`` reads lattice/_version.py: no MLX, NumPy or native core (issue 20's
+    start-up budget); it prints what the package says."""
+    code = (
+        "import sys\n"
+        "from lattice_cli.main import run\n"
+        "sys.argv = ['lattice', '--version']\n"
+        "try:\n    run()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('lattice', 'lattice._ext', 'mlx.core', 'numpy') if m in sys.modules))\n"
+    )
+    r = subprocess.run([*PYTHON, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT.parent)
+    assert r.returncode == 0, r.stderr
+    version_line, loaded = r.stdout.splitlines()
+    assert version_line == f"lattice {lattice.__version__}"
+    assert loaded == "[]"
