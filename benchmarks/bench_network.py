@@ -1,0 +1,167 @@
+"""Whole networks: MinkUNet14 forward (fresh and cached relations) and a per-module profile,
+with spconv's same U-Net side by side (issue 20).
+
+    python benchmarks/bench_network.py [--tiles 1] [--repeats 5] [--rounds 3]
+        [--peer-python /path/to/peer-venv/bin/python] [--profile] [--json out.json]
+
+Input by public shape: the SemanticKITTI scan ``seq00_000000.bin`` voxelized at 0.05 m
+(94,444 voxels, first point's features per voxel), or ``--tiles T`` copies of it side by
+side in x; 4 input channels (x, y, z, remission). Model: ``minkunet(14, 4, 19)`` at width 32
+(stem k5 to 32, encoder 32/64/128/256, decoder 256/128/96/96), eval mode, float32.
+
+Rows (medians of ``--repeats`` per round, the range over rounds):
+- ``fresh``: every call gets a new tensor on its own coordinate manager, so every relation of
+  every level is built inside the call — a new scan;
+- ``cached``: the same tensor every call: relations come from its manager's cache.
+With ``--peer-python`` the spconv U-Net (``peers/spconv_unet.py``, the same layout) runs on
+the same voxels in that interpreter, alternating with lattice round by round; the threads are
+``LATTICE_NUM_THREADS`` for lattice and ``--threads`` (default: the same number) for torch.
+``--profile``: the time of each top-level module of one fresh forward, evaluated one after the
+other (stem, down/encoder per level, decoder per level, head), and its share of their sum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+from _common import report
+
+import lattice
+from lattice import ops
+from lattice.models import minkunet
+
+SCAN = Path(__file__).resolve().parents[2] / "shared" / "data" / "semantickitti" / "seq00_000000.bin"
+PEER = Path(__file__).resolve().parent / "peers" / "spconv_unet.py"
+
+
+def voxels(tiles: int) -> tuple[np.ndarray, np.ndarray]:
+    """(coords (N, 4) int32, feats (N, 4) float32) of the scan at 0.05 m, ``tiles`` copies in x."""
+    pts = np.fromfile(SCAN, np.float32).reshape(-1, 4)
+    x = ops.voxelize(mx.array(pts[:, :3]), mx.array(pts), 0.05, reduction="first")
+    c = np.asarray(x.coords[: x.active_count])
+    f = np.asarray(x.feats[: x.active_count])
+    span = int(c[:, 1].max() - c[:, 1].min()) + 2
+    cs = [c + np.array([0, k * span, 0, 0], np.int32) for k in range(tiles)]
+    return np.concatenate(cs).astype(np.int32), np.concatenate([f] * tiles)
+
+
+def lattice_times(model, coords, feats, repeats: int, fresh: bool) -> list[float]:
+    x0 = lattice.SparseTensor(coords, feats)
+    mx.eval(model(x0).feats)  # warm: kernels, allocator
+    times = []
+    for _ in range(repeats):
+        x = lattice.SparseTensor(coords, feats) if fresh else x0
+        mx.eval(x.coords, x.feats)
+        t0 = time.perf_counter()
+        mx.eval(model(x).feats)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def peer_times(python: str, coords_file: str, repeats: int, threads: int) -> list[float]:
+    cmd = [python, str(PEER), coords_file, "--repeats", str(repeats), "--threads", str(threads)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=True)
+    return json.loads(r.stdout.splitlines()[-1])["times"]
+
+
+def profile(model, coords, feats) -> list[dict]:
+    """One fresh forward, module by module, each evaluated before the next starts."""
+    x = lattice.SparseTensor(coords, feats)
+    mx.eval(model(lattice.SparseTensor(coords, feats)).feats)  # warm
+    rows, t = [], {}
+
+    def step(name, fn, *args):
+        t0 = time.perf_counter()
+        y = fn(*args)
+        mx.eval(y.feats)
+        t[name] = (time.perf_counter() - t0) * 1e3
+        rows.append({"module": name, "rows_out": y.active_count, "channels": y.channels})
+        return y
+
+    y = step("stem (subm k5)", model.stem, x)
+    skips = [y]
+    for i, (down, blocks) in enumerate(zip(model.down, model.encoder, strict=True)):
+        y = step(f"down {i} (conv k2 s2)", down, y)
+        for j, block in enumerate(blocks):
+            y = step(f"encoder {i}.{j} (basic block)", block, y)
+        skips.append(y)
+    for i, up in enumerate(model.decoder):
+        y = step(f"decoder {i} (up + cat + block)", up, y, skips[-2 - i])
+    step("head (linear)", model.head, y)
+    total = sum(t.values())
+    for r in rows:
+        r["ms"] = round(t[r["module"]], 2)
+        r["share"] = round(t[r["module"]] / total, 3)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiles", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--peer-python", default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of the peer")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    coords, feats = voxels(args.tiles)
+    mx.random.seed(0)
+    model = minkunet(14, 4, 19, width=32)
+    model.eval()
+    mx.eval(model.parameters())
+    threads = int(os.environ.get("LATTICE_NUM_THREADS", "0")) or os.cpu_count()
+    peer_threads = args.threads or threads
+    results: dict[str, list[float]] = {"lattice fresh": [], "lattice cached": [], "spconv fresh": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        coords_file = str(Path(tmp) / "coords.npy")
+        np.save(coords_file, coords)
+        for r in range(args.rounds):
+            order = ("lattice", "peer") if r % 2 == 0 else ("peer", "lattice")
+            for who in order:
+                if who == "lattice":
+                    results["lattice fresh"].append(
+                        statistics.median(lattice_times(model, coords, feats, args.repeats, True))
+                    )
+                    results["lattice cached"].append(
+                        statistics.median(lattice_times(model, coords, feats, args.repeats, False))
+                    )
+                elif args.peer_python:
+                    results["spconv fresh"].append(
+                        statistics.median(
+                            peer_times(args.peer_python, coords_file, args.repeats, peer_threads)
+                        )
+                    )
+    rows = []
+    peer = statistics.median(results["spconv fresh"]) if results["spconv fresh"] else None
+    for name, per_round in results.items():
+        if not per_round:
+            continue
+        med = statistics.median(per_round)
+        rows.append(
+            {
+                "N": len(coords),
+                "run": name,
+                "threads": peer_threads if name.startswith("spconv") else threads,
+                "forward_ms": round(med, 1),
+                "range_ms": f"{min(per_round):.1f}-{max(per_round):.1f}",
+                "spconv / this": "" if peer is None else round(peer / med, 2),
+            }
+        )
+    title = f"MinkUNet14 w32 forward, CPU, {args.rounds} rounds x {args.repeats} repeats"
+    report(rows, title, args.json)
+    if args.profile:
+        report(profile(model, coords, feats), "MinkUNet14 w32, one fresh forward by module (CPU)", None)
+
+
+if __name__ == "__main__":
+    main()
