@@ -46,18 +46,17 @@ def _rows(x, op: str, name: str) -> mx.array:
     return coords_array(x, op, name)
 
 
-def _table(x, op: str, name: str = "coords"):
-    """The table of a SparseTensor (its manager's, cached) or of coordinates (built by the route)."""
-    route = _route(op, x)
+def _table(x, route, op: str, name: str = "coords"):
+    """The table of a SparseTensor (its manager's, cached) or of coordinates (built by ``route``)."""
     if isinstance(x, SparseTensor):
         return x.coord_manager.table(x.coord_key)
     return dispatch(route, _rows(x, op, name), op)
 
 
-def _coords(x, op: str, name: str = "coords") -> mx.array:
-    """The rows of ``x`` in the form the route of ``op`` reads them (the Morton functions:
-    the rows themselves)."""
-    return dispatch(_route(op, x), _rows(x, op, name), op)
+def _coords(x, route, op: str, name: str = "coords") -> mx.array:
+    """The rows of ``x`` in the form ``route`` reads them (the Morton functions: the rows
+    themselves)."""
+    return dispatch(route, _rows(x, op, name), op)
 
 
 def _queries(x, op: str, name: str) -> mx.array:
@@ -85,8 +84,10 @@ def _stride_example(x, req):
 
 
 def _plan(op: str, x, run) -> CallPlan:
-    """The plan of a coordinate function of ``x``: its route, then ``run()``."""
-    return CallPlan(_route(op, x), run)
+    """The plan of a coordinate function of ``x``: its route, then ``run(route)`` (the route
+    builds the tables of both operands of a two-set function)."""
+    route = _route(op, x)
+    return CallPlan(route, lambda: run(route))
 
 
 @explainable(example=_stride_example, returns=CoordinateSet)
@@ -94,14 +95,14 @@ def downsample_coords(coords, stride=2) -> CallPlan:
     """``unique(floor(coords / stride))`` per batch, rows in first-occurrence order."""
     op = "downsample_coords"
     stride = int_triple(stride, "stride", op, minimum=1)
-    return _plan(op, coords, lambda: _set(_ext.downsample(_table(coords, op), stride)[0]))
+    return _plan(op, coords, lambda r: _set(_ext.downsample(_table(coords, r, op), stride)[0]))
 
 
 @explainable(example=_two, returns=CoordinateSet)
 def union_coords(lhs, rhs) -> CallPlan:
     """Rows of ``lhs`` in order, then the rows of ``rhs`` not in ``lhs``."""
     op = "union_coords"
-    return _plan(op, lhs, lambda: _set(_ext.union(_table(lhs, op, "lhs"), _table(rhs, op, "rhs"))))
+    return _plan(op, lhs, lambda r: _set(_ext.union(_table(lhs, r, op, "lhs"), _table(rhs, r, op, "rhs"))))
 
 
 @explainable(example=_two, returns=CoordinateSet)
@@ -109,28 +110,28 @@ def intersection_coords(lhs, rhs) -> CallPlan:
     """Rows of ``lhs`` (in order) that are also in ``rhs``."""
     op = "intersection_coords"
 
-    def run() -> CoordinateSet:
-        lt = _table(lhs, op, "lhs")
-        rows = _ext.intersection_rows(lt, _table(rhs, op, "rhs"))
+    def run(r) -> CoordinateSet:
+        lt = _table(lhs, r, op, "lhs")
+        rows = _ext.intersection_rows(lt, _table(rhs, r, op, "rhs"))
         return CoordinateSet(lt.coords[rows], int(rows.shape[0]))
 
     return _plan(op, lhs, run)
 
 
-def _lookup(coords, queries, op: str) -> mx.array:
-    return _ext.lookup(_table(coords, op), _queries(queries, op, "queries"))
+def _lookup(coords, queries, route, op: str) -> mx.array:
+    return _ext.lookup(_table(coords, route, op), _queries(queries, op, "queries"))
 
 
 @explainable(example=_two, returns=mx.array)
 def lookup_coords(coords, queries) -> CallPlan:
     """Row of each query in ``coords`` (int32), -1 where absent."""
-    return _plan("lookup_coords", coords, lambda: _lookup(coords, queries, "lookup_coords"))
+    return _plan("lookup_coords", coords, lambda r: _lookup(coords, queries, r, "lookup_coords"))
 
 
 @explainable(example=_two, returns=mx.array)
 def contains_coords(coords, queries) -> CallPlan:
     """Whether each query is in ``coords`` (bool)."""
-    return _plan("contains_coords", coords, lambda: _lookup(coords, queries, "contains_coords") >= 0)
+    return _plan("contains_coords", coords, lambda r: _lookup(coords, queries, r, "contains_coords") >= 0)
 
 
 @explainable(example=_two, returns=mx.array)
@@ -156,27 +157,27 @@ def inverse_map(source, target) -> CallPlan:
                 ratio.append(t // s)
             r = mx.array([1, *ratio], dtype=mx.int32)
             queries = mx.floor_divide(queries, r)
-    return _plan(op, target, lambda: _ext.lookup(_table(target, op, "target"), queries))
+    return _plan(op, target, lambda r: _ext.lookup(_table(target, r, op, "target"), queries))
 
 
 @explainable(example=_one, returns=mx.array)
 def morton_codes(coords) -> CallPlan:
     """63-bit Morton (z-order) codes of xyz, uint64 ``(N,)``; xyz must lie in [-2^20, 2^20)."""
-    return _plan("morton_codes", coords, lambda: _ext.morton_codes(_coords(coords, "morton_codes")))
+    return _plan("morton_codes", coords, lambda r: _ext.morton_codes(_coords(coords, r, "morton_codes")))
 
 
 @explainable(example=_one, returns=mx.array)
 def morton_order(coords) -> CallPlan:
     """Permutation (int32) sorting rows by batch, then Morton code (stable)."""
-    return _plan("morton_order", coords, lambda: _ext.morton_order(_coords(coords, "morton_order")))
+    return _plan("morton_order", coords, lambda r: _ext.morton_order(_coords(coords, r, "morton_order")))
 
 
 @explainable(example=_one, returns=tuple[mx.array, mx.array])
 def morton_sort_coords(coords) -> CallPlan:
     """``(sorted_coords, order)``: rows sorted by batch then Morton code."""
 
-    def run() -> tuple[mx.array, mx.array]:
-        c = _coords(coords, "morton_sort_coords")
+    def run(r) -> tuple[mx.array, mx.array]:
+        c = _coords(coords, r, "morton_sort_coords")
         order = _ext.morton_order(c)
         return c[order], order
 

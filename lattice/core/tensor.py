@@ -132,6 +132,13 @@ class SparseTensor:
         return self.capacity if self._count is not None else self.active_count
 
     @property
+    def run_coords(self) -> mx.array:
+        """The coordinates of ``run_rows`` (a lazily counted set's whole buffer: its spare rows
+        hold batch index -1, so a lookup never finds them and a join gives them the fill)."""
+        n = self.run_rows
+        return self.coords if n == self.capacity else self.coords[:n]
+
+    @property
     def run_feats(self) -> mx.array:
         """The features of ``run_rows`` (no copy when that is every row)."""
         n = self.run_rows

@@ -65,12 +65,6 @@ def new_tensor(
     return SparseTensor(coords, feats, stride, coord_key=key, coord_manager=manager, batch_counts=counts)
 
 
-def run_coords(x: SparseTensor) -> mx.array:
-    """The coordinates of ``x.run_rows`` (a lazily counted set's whole buffer)."""
-    n = x.run_rows
-    return x.coords if n == x.capacity else x.coords[:n]
-
-
 def new_set_plan(op: str, rows: int, make) -> CallPlan:
     """The plan of an op whose output is a new coordinate set of ``rows`` rows: the route
     ``CoordinateManager.insert`` takes for it (``new_set``), ``make()`` the output."""
@@ -132,7 +126,7 @@ def _rows_plan(x: SparseTensor, rows, op: str) -> CallPlan:
     rows = rows.astype(mx.int32)
 
     def make() -> SparseTensor:
-        coords = run_coords(x)[rows]
+        coords = x.coords[rows]  # rows < active_count: live rows
         feats = mx.take(active_feats(x), rows, axis=0)
         return new_tensor(coords, feats, x.stride, x.coord_manager, op, declared_batch_size([x]))
 

@@ -17,7 +17,6 @@ worker (a signal), a hang, or memory past the cap.
 
 from __future__ import annotations
 
-import functools
 import json
 import queue
 import random
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from cli_helpers import import_address_space
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 HOSTILE = (0, 1, 0xFF, 0x7F, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 2**31, 2**32, 2**63 - 1, 2**64 - 1)
@@ -304,19 +304,11 @@ for line in sys.stdin:
 """
 
 
-@functools.cache
 def import_overhead() -> int:
-    """Address space that importing lattice takes here beyond 512 MiB (0 on a CPU build, about
-    280 MiB; MLX's CUDA backend maps managed memory at import): added to the cap, so the cap
-    bounds what the mutants cost, whatever the build."""
-    probe = (
-        "import lattice, lattice.pipeline, lattice.models\n"
-        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')))"
-    )
-    r = subprocess.run(
-        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, timeout=120, check=True
-    )
-    return max(0, int(r.stdout.split()[-1]) * 1024 - (1 << 29))
+    """Address space that importing lattice takes here beyond 512 MiB (0 on a CPU build;
+    ``cli_helpers.import_address_space``): added to the cap, so the cap bounds what the
+    mutants cost, whatever the build."""
+    return max(0, import_address_space() - (1 << 29))
 
 
 def _start_worker(limit: int, per_mutant: float) -> subprocess.Popen:

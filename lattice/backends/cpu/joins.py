@@ -31,13 +31,6 @@ class Join:
     table: object = None
 
 
-def run_coords(x) -> mx.array:
-    """The coordinates of ``x.run_rows`` (a lazily counted set's whole buffer: its spare rows
-    hold batch index -1, so a lookup never finds them and a join gives them the fill)."""
-    n = x.run_rows
-    return x.coords if n == x.capacity else x.coords[:n]
-
-
 def _table(x):
     return x.coord_manager.table(x.coord_key)
 
@@ -47,7 +40,7 @@ def same_support(tensors: Sequence, join: str) -> Join:
     """Every operand on the first one's support: its rows are the output rows."""
     first = tensors[0]
     if all(t.run_rows == first.run_rows for t in tensors):
-        return Join(run_coords(first), (None,) * len(tensors), first)
+        return Join(first.run_coords, (None,) * len(tensors), first)
     n = first.active_count  # one set, lazily counted in some operands: their live rows
     return Join(first.coords[:n], (n,) * len(tensors), first)
 
@@ -60,9 +53,9 @@ def hash_join(tensors: Sequence, join: str) -> Join:
     table = None
     if join in ("left", "right"):
         keep = first if join == "left" else last
-        coords = run_coords(keep)
+        coords = keep.run_coords
     elif join == "inner":
-        table, coords = _table(first), run_coords(first)
+        table, coords = _table(first), first.run_coords
         for i, t in enumerate(tensors[1:]):
             coords = coords[_ext.intersection_rows(table, _table(t))]
             if i < len(tensors) - 2:
@@ -75,7 +68,7 @@ def hash_join(tensors: Sequence, join: str) -> Join:
         coords = table.coords
         keep = first if table.size == first.active_count else None
     if keep is first:  # every row of first (a lazily counted set: its whole buffer)
-        coords = run_coords(first)
+        coords = first.run_coords
     rows: list[None | int | mx.array] = []
     for t in tensors:
         if t is keep:
