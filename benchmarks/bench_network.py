@@ -16,6 +16,9 @@ Rows (medians of ``--repeats`` per round, the range over rounds):
 With ``--peer-python`` the spconv U-Net (``peers/spconv_unet.py``, the same layout) runs on
 the same voxels in that interpreter, alternating with lattice round by round; the threads are
 ``LATTICE_NUM_THREADS`` for lattice and ``--threads`` (default: the same number) for torch.
+``--train``: also a training step (train mode, cross-entropy against fixed random labels,
+backward, Adam update; a new tensor every step, so relations are built inside it), timed
+from the call to the evaluated parameters and optimizer state.
 ``--profile``: the time of each top-level module of one fresh forward, evaluated one after the
 other (stem, down/encoder per level, decoder per level, head), and its share of their sum.
 """
@@ -67,6 +70,34 @@ def lattice_times(model, coords, feats, repeats: int, fresh: bool) -> list[float
     return times
 
 
+def train_times(coords, feats, repeats: int) -> list[float]:
+    """Training steps of a fresh train-mode MinkUNet14 w32 (the first one untimed)."""
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    mx.random.seed(0)
+    model = minkunet(14, 4, 19, width=32)
+    mx.eval(model.parameters())
+    labels = mx.array(np.random.default_rng(0).integers(0, 19, len(coords)).astype(np.int32))
+    opt = optim.Adam(learning_rate=1e-3)
+
+    def loss_fn(model, x):
+        return nn.losses.cross_entropy(model(x).feats, labels, reduction="mean")
+
+    step = nn.value_and_grad(model, loss_fn)
+    times = []
+    for i in range(repeats + 1):
+        x = lattice.SparseTensor(coords, feats)
+        mx.eval(x.coords, x.feats)
+        t0 = time.perf_counter()
+        loss, grads = step(model, x)
+        opt.update(model, grads)
+        mx.eval(loss, model.parameters(), opt.state)
+        if i:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def peer_times(python: str, coords_file: str, repeats: int, threads: int) -> list[float]:
     cmd = [python, str(PEER), coords_file, "--repeats", str(repeats), "--threads", str(threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=True)
@@ -111,6 +142,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peer-python", default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch threads of the peer")
+    ap.add_argument("--train", action="store_true", help="also time a training step")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -121,7 +153,12 @@ def main() -> None:
     mx.eval(model.parameters())
     threads = int(os.environ.get("LATTICE_NUM_THREADS", "0")) or os.cpu_count()
     peer_threads = args.threads or threads
-    results: dict[str, list[float]] = {"lattice fresh": [], "lattice cached": [], "spconv fresh": []}
+    results: dict[str, list[float]] = {
+        "lattice fresh": [],
+        "lattice cached": [],
+        "lattice train step": [],
+        "spconv fresh": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         coords_file = str(Path(tmp) / "coords.npy")
         np.save(coords_file, coords)
@@ -135,6 +172,10 @@ def main() -> None:
                     results["lattice cached"].append(
                         statistics.median(lattice_times(model, coords, feats, args.repeats, False))
                     )
+                    if args.train:
+                        results["lattice train step"].append(
+                            statistics.median(train_times(coords, feats, args.repeats))
+                        )
                 elif args.peer_python:
                     results["spconv fresh"].append(
                         statistics.median(
@@ -152,12 +193,12 @@ def main() -> None:
                 "N": len(coords),
                 "run": name,
                 "threads": peer_threads if name.startswith("spconv") else threads,
-                "forward_ms": round(med, 1),
+                "ms": round(med, 1),
                 "range_ms": f"{min(per_round):.1f}-{max(per_round):.1f}",
-                "spconv / this": "" if peer is None else round(peer / med, 2),
+                "spconv / this": "" if peer is None or "train" in name else round(peer / med, 2),
             }
         )
-    title = f"MinkUNet14 w32 forward, CPU, {args.rounds} rounds x {args.repeats} repeats"
+    title = f"MinkUNet14 w32 forward (and training step), CPU, {args.rounds} rounds x {args.repeats} repeats"
     report(rows, title, args.json)
     if args.profile:
         report(profile(model, coords, feats), "MinkUNet14 w32, one fresh forward by module (CPU)", None)

@@ -3,12 +3,15 @@
 // behind them check again whatever would otherwise be memory-unsafe or crash (row
 // indices, edge offsets, counts, strides: csrc/core/checks.h), since every function
 // here is reachable from Python as lattice._ext.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <unistd.h>
 #endif
 
 #include <nanobind/nanobind.h>
@@ -40,15 +43,31 @@ namespace mx = mlx::core;
 namespace lattice {
 void bind_pool(nb::module_& m);  // csrc/bindings_pool.cpp
 
-// glibc serves allocations above its mmap threshold (at most 32 MiB) with fresh pages
-// each time: every large output, hash table or tile buffer is page-faulted in again on
-// every call (measured: a 36 MB sgemm output 16.4 -> 9.5 ms, a fresh max-pool 13 -> 9 ms).
-// Large buffers are kept on the heap instead, unless lattice/settings.py says not to
-// (LATTICE_MALLOC_TUNING=0, or glibc's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_).
+// glibc serves allocations above its mmap threshold with fresh pages each time, and gives
+// the heap's free top back to the kernel past its trim threshold (128 KiB by default): a
+// buffer freed and allocated again is page-faulted in (and zeroed by the kernel) again on
+// every call. Measured: a 36 MB sgemm output 16.4 -> 9.5 ms, a fresh max-pool 13 -> 9 ms;
+// a MinkUNet14 training step (KITTI scan, 2 threads) faulted 1.25 GiB per step with a
+// 512 MiB trim threshold (a quarter of its time in the kernel's clear_page), 0.07 GiB with
+// the threshold below, at the same peak RSS (3.5 GiB). Large buffers are kept on the heap
+// and the heap keeps up to a quarter of physical memory free for the next call (at least
+// 512 MiB, at most 2 GiB - 1: mallopt takes an int), unless lattice/settings.py says not
+// to (LATTICE_MALLOC_TUNING=0, or glibc's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_).
+#if defined(__GLIBC__)
+int trim_threshold_bytes() {
+  constexpr int64_t lo = int64_t{512} << 20, hi = std::numeric_limits<int>::max();
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return static_cast<int>(std::clamp(int64_t{pages} * page / 4, lo, hi));
+#endif
+  return static_cast<int>(lo);
+}
+#endif
+
 void tune_malloc(bool mmap_threshold, bool trim_threshold) {
 #if defined(__GLIBC__)
   if (mmap_threshold) mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  if (trim_threshold) mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  if (trim_threshold) mallopt(M_TRIM_THRESHOLD, trim_threshold_bytes());
 #else
   (void)mmap_threshold;
   (void)trim_threshold;

@@ -103,6 +103,22 @@ def test_batch_norm_uses_active_rows_and_updates_running_stats_like_mlx():
     np.testing.assert_allclose(np.asarray(z.feats), ref_eval, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(50, 3), (6, 7, 3), (2, 4, 5, 3)])
+@pytest.mark.parametrize("track", [True, False])
+def test_batch_norm_on_plain_arrays_is_mlx_batch_norm(shape, track):
+    feats = mx.array(RNG.normal(size=shape).astype(np.float32) * 2 - 1)
+    ours, ref = L.BatchNorm(3, track_running_stats=track), nn.BatchNorm(3, track_running_stats=track)
+    for _ in range(2):  # running stats updated twice
+        np.testing.assert_allclose(np.asarray(ours(feats)), np.asarray(ref(feats)), rtol=1e-5, atol=1e-5)
+    if track:
+        for a in ("running_mean", "running_var"):
+            np.testing.assert_allclose(np.asarray(ours[a]), np.asarray(ref[a]), rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="more than one value per channel"):
+        ours(mx.zeros((1, 3)))
+    with pytest.raises(ValueError, match="2, 3 or 4 dimensions"):
+        ours(mx.zeros((3,)))
+
+
 class _Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -198,6 +198,15 @@ def test_devoxelize_nearest_and_missing():
         devoxelize(pts, x, 1.0, interpolation="cubic")
 
 
+def test_nearest_point_outside_int32_cells_is_in_no_voxel(recwarn):
+    x = voxelize(mx.array([[0.2, 0.2, 0.2], [1.5, 0.5, 0.5]]), mx.ones((2, 1)), 1.0)
+    far = np.array([[3e9, 0.0, 0.0], [-3e9, 0.5, 0.5], [1.5, 0.5, 0.5]], np.float32)
+    m = build_point_voxel_map(far, x, 1.0, interpolation="nearest")
+    assert np.asarray(m.rows).ravel().tolist() == [-1, -1, 1]
+    assert np.asarray(m.weights).ravel().tolist() == [0.0, 0.0, 1.0]
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # no garbage cast
+
+
 def test_devoxelize_is_differentiable_in_voxel_features():
     rng = np.random.default_rng(4)
     pts = rng.uniform(0, 2, (40, 3)).astype(np.float32)

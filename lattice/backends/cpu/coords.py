@@ -55,8 +55,12 @@ def host_point_voxel_map(points, table, vs, org, batch, linear: bool, op: str) -
     batch = np.zeros(n, np.int64) if batch is None else np.asarray(batch, np.int64)
     u = (pts - np.asarray(org)) / np.asarray(vs)
     if not linear:
-        q = np.concatenate([batch[:, None], np.floor(u)], axis=1).astype(np.int32)
-        rows = np.asarray(_ext.lookup(table, mx.array(q)))[:, None]
+        cell = np.floor(u)
+        i32 = np.iinfo(np.int32)
+        inside = np.all((cell >= i32.min) & (cell <= i32.max), axis=1)  # else in no voxel
+        cell = np.where(inside[:, None], cell, 0.0)
+        q = np.concatenate([batch[:, None], cell], axis=1).astype(np.int32)
+        rows = np.where(inside, np.asarray(_ext.lookup(table, mx.array(q))), -1)[:, None]
         return PointVoxelMap(mx.array(rows), mx.array((rows >= 0).astype(np.float32)))
     base = np.floor(u - 0.5)
     frac = (u - 0.5 - base).astype(np.float32)
