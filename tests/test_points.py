@@ -231,3 +231,77 @@ def test_voxelize_kitti_scan_matches_numpy(kitti_points):
     assert x.active_count == len(ref)
     got = np.array(x.coords)[:, 1:]
     assert np.array_equal(np.unique(got, axis=0), ref)
+
+
+def _first_occurrence_reference(cells: np.ndarray):
+    """(unique cells in first-occurrence order, inverse, counts) by a dict walk: the oracle."""
+    seen: dict[tuple, int] = {}
+    inverse = np.empty(len(cells), np.int64)
+    for i, c in enumerate(map(tuple, cells.tolist())):
+        inverse[i] = seen.setdefault(c, len(seen))
+    keys = np.array(list(seen), np.int64).reshape(-1, 3)
+    return keys, inverse, np.bincount(inverse, minlength=len(keys))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "dense runs",  # 8 consecutive points per voxel: the table starts small, stays small
+        "duplicates first",  # the sampled run is one voxel, then 60k new ones: many doublings
+        "all distinct",  # the estimate says m
+        "shuffled dense",  # few voxels, no run structure
+    ],
+)
+def test_quantize_numbering_survives_any_distinct_key_estimate(layout):
+    rng = np.random.default_rng(7)
+    if layout == "dense runs":
+        cells = np.repeat(rng.integers(-500, 500, size=(6000, 3)), 8, axis=0)
+    elif layout == "duplicates first":
+        cells = np.concatenate(
+            [np.zeros((9000, 3), np.int64), rng.integers(-(10**5), 10**5, size=(60000, 3))]
+        )
+    elif layout == "all distinct":
+        cells = np.stack(np.unravel_index(rng.permutation(50**3)[:40000], (50, 50, 50)), 1) - 25
+    else:
+        cells = rng.integers(0, 12, size=(50000, 3))
+    pts = (cells + rng.uniform(0.1, 0.9, size=cells.shape)).astype(np.float32)
+    q = lattice.sparse_quantize(pts, 1.0)
+    keys, inverse, counts = _first_occurrence_reference(cells)
+    np.testing.assert_array_equal(np.asarray(q.coords)[:, 1:], keys)
+    np.testing.assert_array_equal(np.asarray(q.inverse_rows), inverse)
+    np.testing.assert_array_equal(np.asarray(q.counts), counts)
+    from lattice import _ext
+
+    probe = np.concatenate([np.zeros((len(keys), 1), np.int32), keys.astype(np.int32)], 1)[::-1]
+    absent = probe[:50] + np.array([1, 0, 0, 0], np.int32)  # batch 1: in no voxel
+    rows = np.asarray(_ext.lookup(q.table, mx.array(np.concatenate([probe, absent]))))  # the grown table
+    np.testing.assert_array_equal(rows, np.concatenate([np.arange(len(keys))[::-1], np.full(50, -1)]))
+
+
+@pytest.mark.parametrize(
+    "n, m, c", [(0, 0, 3), (0, 5, 2), (1, 1, 1), (5000, 7, 6), (70000, 300, 4), (70000, 69000, 40)]
+)
+def test_native_segment_sum_equals_float64_bincount(n, m, c):
+    from lattice import _ext
+
+    rng = np.random.default_rng(n + m + c)
+    inv = rng.integers(0, max(m, 1), size=n).astype(np.int32)
+    feats = (rng.normal(size=(n, c)) * 100).astype(np.float32)
+    got = np.asarray(_ext.segment_sum(mx.array(feats), mx.array(inv), m))
+    want = np.stack([np.bincount(inv, weights=feats[:, k], minlength=m) for k in range(c)], 1) if n else 0
+    assert got.shape == (m, c) and got.dtype == np.float32
+    np.testing.assert_allclose(got, np.broadcast_to(want, (m, c)).astype(np.float32), rtol=1e-6, atol=1e-4)
+    half = np.asarray(_ext.segment_sum(mx.array(feats).astype(mx.bfloat16), mx.array(inv), m))
+    assert half.shape == (m, c)
+
+
+def test_native_segment_sum_rejects_rows_outside_the_voxels():
+    from lattice import _ext
+
+    f = mx.ones((3, 2))
+    with pytest.raises(ValueError, match=r"inverse must lie in \[0, 2\)"):
+        _ext.segment_sum(f, mx.array([0, 2, 1], dtype=mx.int32), 2)
+    with pytest.raises(ValueError, match="one row per point"):
+        _ext.segment_sum(f, mx.array([0, 1], dtype=mx.int32), 2)
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
+        _ext.segment_sum(mx.ones((3, 2), dtype=mx.int32), mx.array([0, 1, 1], dtype=mx.int32), 2)

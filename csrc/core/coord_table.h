@@ -125,11 +125,30 @@ struct NoBits {
   int operator()(int64_t) const { return 0; }
 };
 
-// Three passes. (1) In parallel: every candidate's packed key and home slot (and bit).
-// (2) One pass in candidate order on one thread, without atomics: the first candidate to
-// find its key's slot empty is the key's first occurrence and takes the next number, so
-// the numbering, the inverse, the per-row bits (OR-ed by number) and the counts all come
-// out of this pass; home slots are prefetched ahead, the keys having been packed in (1).
+// Expected distinct keys among m, from the first kSample (a run of consecutive rows: point
+// clouds and voxel sets are stored in scan or spatial order, so a run holds its
+// neighbourhood's duplicates): m times the distinct fraction of the run, plus a margin.
+// Only the table's starting size rests on it: the numbering pass grows the table as needed.
+inline int64_t expected_distinct(int64_t m, const uint64_t* keys) {
+  constexpr int64_t kSample = 8192;
+  if (m <= 4 * kSample) return m;
+  HashTable probe(kSample);
+  int64_t d = 0;
+  for (int64_t i = 0; i < kSample; ++i) {
+    bool fresh;
+    probe.place(keys[i], probe.home(keys[i]), fresh);
+    d += fresh;
+  }
+  return std::min<int64_t>(m, m / kSample * d * 5 / 4 + 1024);
+}
+
+// Three passes. (1) In parallel: every candidate's packed key and the low 32 bits of its
+// hash (and bit). (2) One pass in candidate order on one thread, without atomics: the first
+// candidate to find its key's slot empty is the key's first occurrence and takes the next
+// number, so the numbering, the inverse, the per-row bits (OR-ed by number) and the counts
+// all come out of this pass; home slots are prefetched ahead, the keys having been packed
+// in (1). The table starts at the size expected_distinct() gives and doubles when it would
+// pass 2/3 full, so a dense cloud of few voxels works in a table that stays in cache.
 // (3) In parallel: the unique rows' coordinates, from their first candidates, and (with
 // bits) the candidates scattered to their group, ranked by bit inside it.
 template <class CoordFn, class BitFn = NoBits>
@@ -143,13 +162,12 @@ UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const c
   auto table = std::make_shared<CoordTable>();
   table->bounds = bounds;
   table->packer = Packer(bounds, op);
-  table->table.reset(m);
   HashTable& ht = table->table;
   const Packer& pk = table->packer;
   res.inverse = OutArray<int32_t>({static_cast<int>(m)}, mx::int32);
   int32_t* inverse = res.inverse.data();
   std::unique_ptr<uint64_t[]> keys(new uint64_t[m]);
-  std::unique_ptr<uint32_t[]> home(new uint32_t[m]);  // capacity <= 2^32 for m < 2^31
+  std::unique_ptr<uint32_t[]> hash(new uint32_t[m]);  // capacity <= 2^32 for m < 2^31
   std::unique_ptr<uint8_t[]> bits(new uint8_t[kGroups ? m : 0]);
   parallel_for(m, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
@@ -158,19 +176,21 @@ UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const c
       uint64_t key = 0;
       pk.pack(c[0], c[1], c[2], c[3], key);
       keys[i] = key;
-      home[i] = static_cast<uint32_t>(ht.home(key));
+      hash[i] = static_cast<uint32_t>(hash_key(key));
       if constexpr (kGroups) bits[i] = static_cast<uint8_t>(bit(i));
     }
   });
+  ht.reset(expected_distinct(m, keys.get()));
 
   std::unique_ptr<int32_t[]> first_row(new int32_t[m]);                        // by number
   std::unique_ptr<uint32_t[]> tags(new uint32_t[kGroups ? m : 0]);              // by number
   std::unique_ptr<int32_t[]> count(new int32_t[want_counts ? m : 0]);           // by number
   int32_t n_unique = 0;
   for (int64_t i = 0; i < m; ++i) {
-    if (i + kAhead < m) ht.prefetch(home[i + kAhead]);
+    if (i + kAhead < m) ht.prefetch(hash[i + kAhead] & ht.mask());
+    if (ht.full_at(n_unique + 1)) ht.grow();
     bool fresh;
-    Slot& slot = ht.place(keys[i], home[i], fresh);
+    Slot& slot = ht.place(keys[i], hash[i] & ht.mask(), fresh);
     int32_t u = slot.value;
     if (fresh) {
       u = slot.value = n_unique++;

@@ -1,6 +1,7 @@
 // Open-addressing hash table from packed 64-bit coordinate keys to int32 rows.
 // Linear probing over 16-byte slots (one cache line holds four), capacity a
-// power of two at least 1.5x the number of keys: memory is proportional to N.
+// power of two at least 1.5x the number of keys: memory is proportional to N. unique_first
+// sizes its table from an estimate of the distinct keys and grows it (grow()) on demand.
 // Builders (build_coord_table, unique_first) pack the keys and their home slots in
 // parallel, then insert them in row order on one thread without atomics, the home
 // slots prefetched ahead: the first row to find a key absent is its first occurrence.
@@ -53,6 +54,27 @@ class HashTable {
   }
 
   uint64_t capacity() const { return mask_ + 1; }
+  uint64_t mask() const { return mask_; }
+
+  // Whether `keys` keys would load the table past 2/3 (the builders grow before that).
+  inline bool full_at(int64_t keys) const { return static_cast<uint64_t>(keys) * 3 > capacity() * 2; }
+
+  // Doubles the capacity, every occupied slot re-placed (single-threaded, like place()).
+  void grow() {
+    const uint64_t old_cap = capacity();
+    std::unique_ptr<Slot[]> old(std::move(slots_));
+    const uint64_t cap = old_cap * 2;
+    mask_ = cap - 1;
+    slots_.reset(new Slot[cap]);
+    Slot* s = slots_.get();
+    for (uint64_t i = 0; i < cap; ++i) s[i] = Slot{kEmpty, kMissing, 0};
+    for (uint64_t i = 0; i < old_cap; ++i) {
+      if (old[i].key == kEmpty) continue;
+      uint64_t pos = hash_key(old[i].key) & mask_;
+      while (s[pos].key != kEmpty) pos = (pos + 1) & mask_;
+      s[pos] = old[i];
+    }
+  }
 
   // Home slot of a key. Builders compute it in parallel, then prefetch it a few rows
   // ahead of place(), so the cache misses of consecutive inserts overlap.

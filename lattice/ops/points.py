@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import mlx.core as mx
 import numpy as np
 
+from lattice import _ext
 from lattice.core._checks import Triple, dtype_name, float_triple, int_triple
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import (
@@ -34,14 +35,10 @@ from lattice.routing.explain import CallPlan, explainable
 from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
 from lattice.routing.registry import dispatch_or_cpu
 
-# Up to this many channels, per-voxel sums go through NumPy's bincount (one pass per channel):
-# MLX's CPU scatter-add costs ~25 ns per index row whatever the width, bincount ~3 ns per
-# element, so bincount wins by 2-10x for narrow features and loses from ~16 channels on.
-_HOST_SUM_MAX_CHANNELS = 8
-
 
 def _host_segment_sum(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
-    """float32 ``(m, C)`` sums of ``feats`` rows per ``inverse`` row, summed in float64 by NumPy.
+    """float32 ``(m, C)`` sums of ``feats`` rows per ``inverse`` row, summed in float64 by the
+    native core (``_ext.segment_sum``; MLX's CPU scatter-add costs ~25 ns per index row).
 
     Differentiable (the VJP is the gather ``cotangent[inverse]``), but it evaluates its
     inputs, so it is used only by ``voxelize`` (which evaluates anyway in the native
@@ -50,12 +47,7 @@ def _host_segment_sum(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
 
     @mx.custom_function
     def segment_sum(x, inv):
-        xs = np.asarray(x)
-        iv = np.asarray(inv)
-        out = np.empty((m, xs.shape[1]), np.float32)
-        for k in range(xs.shape[1]):
-            out[:, k] = np.bincount(iv, weights=xs[:, k], minlength=m)
-        return mx.array(out)
+        return _ext.segment_sum(x, inv, m)
 
     @segment_sum.vjp
     def segment_sum_vjp(primals, cotangent, output):
@@ -125,7 +117,7 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
     if reduction in ("sum", "mean"):
         # accumulate in float32 (float64 stays float64); the mean of integers is float32
         acc_dtype = mx.float64 if feats.dtype == mx.float64 else mx.float32
-        if host_sums and c <= _HOST_SUM_MAX_CHANNELS and feats.dtype in (mx.float32, mx.float16):
+        if host_sums and feats.dtype in (mx.float32, mx.float16, mx.bfloat16):
             acc = _host_segment_sum(feats, inv, m)
         else:
             acc = mx.zeros((m, c), dtype=acc_dtype).at[inv].add(feats.astype(acc_dtype))

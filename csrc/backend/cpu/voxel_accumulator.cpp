@@ -7,12 +7,63 @@
 #include <stdexcept>
 
 #include "backend/cpu/coords.h"
+#include "core/checks.h"
 #include "core/message.h"
 #include "core/parallel.h"
 
 namespace lattice {
 
 static constexpr const char* kOp = "voxelize";
+
+mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, int64_t m) {
+  const char* op = "voxelize";
+  check_feats(feats_in, op, "feats");
+  check_index_array(inverse_in, op, "inverse");
+  check_count(m, op, "voxel count");
+  mx::array feats = materialize(mx::astype(feats_in, mx::float32, mx::Device::cpu));
+  mx::array inverse = materialize(mx::astype(inverse_in, mx::int32, mx::Device::cpu));
+  const int64_t n = feats.shape(0), c = feats.shape(1);
+  if (static_cast<int64_t>(inverse.size()) != n) {
+    Message msg;
+    msg << "[" << op << "] inverse must have one row per point (" << n << "), got " << inverse.size();
+    invalid(msg);
+  }
+  const int32_t* inv = inverse.data<int32_t>();
+  const float* f = feats.data<float>();
+  check_rows(inv, n, m, op, "inverse", "the voxels");
+  OutArray<float> out({static_cast<int>(m), static_cast<int>(c)}, mx::float32);
+  float* o = out.data();
+  const int64_t mc = m * c;
+  const int64_t threads = std::min<int64_t>(num_threads(), chunk_count(n, 1 << 15));
+  if (threads <= 1 || mc * threads > 2 * n * c) {  // one pass in point order
+    std::vector<double> acc(static_cast<size_t>(mc), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      double* a = acc.data() + int64_t{inv[i]} * c;
+      const float* x = f + i * c;
+      for (int64_t k = 0; k < c; ++k) a[k] += x[k];
+    }
+    for (int64_t j = 0; j < mc; ++j) o[j] = static_cast<float>(acc[j]);
+    return std::move(out).finish();
+  }
+  std::vector<std::vector<double>> part(static_cast<size_t>(threads));
+  parallel_chunks(n, threads, [&](int64_t t, int64_t b, int64_t e) {
+    std::vector<double>& acc = part[t];
+    acc.assign(static_cast<size_t>(mc), 0.0);
+    for (int64_t i = b; i < e; ++i) {
+      double* a = acc.data() + int64_t{inv[i]} * c;
+      const float* x = f + i * c;
+      for (int64_t k = 0; k < c; ++k) a[k] += x[k];
+    }
+  });
+  parallel_for(mc, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      double s = 0.0;
+      for (const auto& acc : part) s += acc[j];
+      o[j] = static_cast<float>(s);
+    }
+  });
+  return std::move(out).finish();
+}
 
 VoxelReduce parse_voxel_reduce(const std::string& name) {
   if (name == "count") return VoxelReduce::kCount;

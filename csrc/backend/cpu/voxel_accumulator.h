@@ -24,6 +24,13 @@
 
 namespace lattice {
 
+// Sums of the rows of feats (N, C; float32, float16 or bfloat16) per voxel row inverse[i]
+// (N, in [0, m)), accumulated in float64 and returned as float32 (m, C): voxelize's sum
+// and mean on the CPU route. Each thread sums its run of points into a buffer of its own
+// (the buffers are then added in thread order) when the m x C buffers are small next to
+// the points; else one thread sums in point order.
+mx::array segment_sum(const mx::array& feats, const mx::array& inverse, int64_t m);
+
 enum class VoxelReduce : uint8_t { kCount, kSum, kMean, kMax, kMin, kFirst };
 
 VoxelReduce parse_voxel_reduce(const std::string& name);
