@@ -179,6 +179,7 @@ mx::array blas_sgemm(const mx::array& a_in, const mx::array& b_in) {
 
 NB_MODULE(_ext, m) {
   m.doc() = "lattice native core (CPU backend)";
+  nb::module_::import_("mlx.core");  // mx.array's nanobind type, whichever module imports lattice._ext first
   lattice::blas::init();
   m.def(
       "configure",
@@ -390,4 +391,7 @@ NB_MODULE(_ext, m) {
 
   lattice::bind_pool(m);
 
+  // The native settings from the environment, read in one place (lattice/settings.py), as
+  // the module loads: before any op runs, however lattice._ext was first imported.
+  nb::module_::import_("lattice.settings").attr("configure_native")(m);
 }

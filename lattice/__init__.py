@@ -1,27 +1,47 @@
-"""lattice: sparse point clouds and sparse voxels on MLX, with a C++ core."""
+"""lattice: sparse point clouds and sparse voxels on MLX, with a C++ core.
 
-import mlx.core as _mx  # noqa: F401  (registers mx.array with nanobind before _ext loads)
+``import lattice`` loads nothing heavy: each name below (and each subpackage,
+``lattice.nn``, ``lattice.io``, ...) is imported the first time it is used, so a command
+that only reads a file header (``lattice info``) never loads MLX or the native core. The
+native core (``lattice._ext``, private: not in ``__all__``) configures itself from
+``lattice.settings`` as it loads, and the backends register their routes the first time
+an op dispatches (``lattice.routing.registry``).
+"""
 
-# The native core (private: not in __all__, reached as lattice._ext by lattice's own
-# modules and by tests). Imported first so a broken build fails here, by name.
-from lattice import _ext  # noqa: F401
+from __future__ import annotations
+
+import importlib
+
 from lattice._version import __version__
-from lattice.backends.info import backend_info
-from lattice.core import (
-    CoordinateManager,
-    CoordinateMapKey,
-    KernelSpec,
-    SparseTensor,
-    host_reads,
-    sparse_quantize,
+
+# public name -> the module that defines it
+_LAZY = {
+    "CoordinateManager": "lattice.core",
+    "CoordinateMapKey": "lattice.core",
+    "KernelSpec": "lattice.core",
+    "SparseTensor": "lattice.core",
+    "host_reads": "lattice.core",
+    "sparse_quantize": "lattice.core",
+    "backend_info": "lattice.backends.info",
+    "explain": "lattice.routing.explain",
+}
+
+_SUBMODULES = frozenset(
+    {
+        "_ext",
+        "backends",
+        "core",
+        "data",
+        "io",
+        "models",
+        "nn",
+        "ops",
+        "pipeline",
+        "render",
+        "routing",
+        "settings",
+    }
 )
-from lattice.routing.explain import explain
-
-from lattice import core, ops, settings  # noqa: E402  isort: skip
-
-# The native core's settings from the environment, read in one place (lattice/settings.py),
-# before any op runs.
-settings.configure_native(_ext)
 
 __all__ = [
     "CoordinateManager",
@@ -36,3 +56,20 @@ __all__ = [
     "ops",
     "sparse_quantize",
 ]
+
+
+def __getattr__(name: str):
+    """The lazily imported names and subpackages (PEP 562); each is imported once, then
+    kept as a module attribute."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module 'lattice' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES - {"_ext"})

@@ -2,7 +2,8 @@
 
 Nothing else in ``lattice`` (nor the native core in ``csrc/``) calls ``os.environ`` or
 ``getenv`` for its own settings: the native core's settings are read here and handed to it
-once, at import (``configure_native``); the Python ones are read by the functions below,
+once, as it loads (``lattice._ext`` calls ``configure_native`` at the end of its module
+init); the Python ones are read by the functions below,
 each saying when it is read; ``lattice.settings.current()`` gives each with its value here.
 
 - ``LATTICE_NUM_THREADS``: threads of the CPU core's pool (default: the CPUs this process
@@ -93,8 +94,8 @@ def tf32_enabled() -> bool:
 
 
 def configure_native(ext) -> None:
-    """Hands the native core its settings (called once, by ``lattice/__init__``, before any
-    op runs: the thread pool is sized at its first job)."""
+    """Hands the native core its settings (called once, by ``lattice._ext`` as it loads,
+    before any op runs: the thread pool is sized at its first job)."""
     mmap, trim = malloc_tuning()
     ext.configure(num_threads(), conv_tile_floats(), mmap, trim)
 

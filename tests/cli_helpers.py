@@ -42,10 +42,10 @@ def data_file(rel: str) -> Path:
 
 @functools.cache
 def import_address_space() -> int:
-    """Bytes of address space (VmPeak) of a child that imports lattice, its command, pipeline
-    and models: about 280 MiB on a CPU build; MLX's CUDA backend maps managed memory at import."""
+    """Bytes of address space (VmPeak) of a child that imports lattice, its command, pipeline,
+    models and backends (``import lattice`` alone is lazy): about 280 MiB on a CPU build; MLX's CUDA backend maps managed memory at import."""
     probe = (
-        "import lattice, lattice_cli.main, lattice.pipeline, lattice.models\n"
+        "import lattice, lattice_cli.main, lattice.pipeline.voxelize, lattice.models, lattice.backends\n"
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')))"
     )
     r = subprocess.run([*PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, check=True)

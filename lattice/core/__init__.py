@@ -57,3 +57,7 @@ __all__ = [
     "sparse_quantize",
     "union_coords",
 ]
+
+# The ops come with the core: they attach the + - * operators to SparseTensor and register
+# the explainable plans (lattice/__init__ imports neither until a name is used).
+import lattice.ops  # noqa: E402, F401  isort: skip

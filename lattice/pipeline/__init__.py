@@ -11,31 +11,41 @@ prints the summary dict it returns:
   ``pool_transpose3d``;
 - ``describe_file``: what a point-cloud or sparse-tensor file holds;
 - ``run_demo``: voxelize -> pool -> upsample on the bundled synthetic sample.
+
+Each name is imported from its module the first time it is used (PEP 562), so
+``describe_file`` (``lattice info``) does not load MLX or the native core.
 """
 
-from lattice.pipeline.demo import run_demo
-from lattice.pipeline.describe import describe_cloud, describe_file, describe_sparse
-from lattice.pipeline.sources import DEFAULT_CHUNK_POINTS, PointSource, memory_source, open_source
-from lattice.pipeline.sparse import (
-    POOL_MODES,
-    UPSAMPLE_METHODS,
-    from_tensor,
-    pool_file,
-    pool_sparse,
-    to_tensor,
-    upsample_file,
-    upsample_sparse,
-)
-from lattice.pipeline.voxelize import (
-    REDUCTIONS,
-    StreamingVoxelizer,
-    VoxelizeOptions,
-    feature_columns,
-    voxelize_cloud,
-    voxelize_file,
-    voxelize_source,
-    write_sparse_file,
-)
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {
+    "demo": ("run_demo",),
+    "describe": ("describe_cloud", "describe_file", "describe_sparse"),
+    "sources": ("DEFAULT_CHUNK_POINTS", "PointSource", "memory_source", "open_source"),
+    "sparse": (
+        "POOL_MODES",
+        "UPSAMPLE_METHODS",
+        "from_tensor",
+        "pool_file",
+        "pool_sparse",
+        "to_tensor",
+        "upsample_file",
+        "upsample_sparse",
+    ),
+    "voxelize": (
+        "REDUCTIONS",
+        "StreamingVoxelizer",
+        "VoxelizeOptions",
+        "feature_columns",
+        "voxelize_cloud",
+        "voxelize_file",
+        "voxelize_source",
+        "write_sparse_file",
+    ),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "DEFAULT_CHUNK_POINTS",
@@ -63,3 +73,16 @@ __all__ = [
     "voxelize_source",
     "write_sparse_file",
 ]
+
+
+def __getattr__(name: str):
+    """A name of ``__all__`` from its module, imported on first use."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'lattice.pipeline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

@@ -12,9 +12,12 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lattice.core.relation import EdgeCounter
 from lattice.routing.types import Route
+
+if TYPE_CHECKING:  # lattice.core imports this module (its ops are explainable)
+    from lattice.core.relation import EdgeCounter
 
 _PLANS: dict[str, Callable] = {}
 _EXAMPLES: dict[str, Callable] = {}
@@ -84,7 +87,13 @@ def _op_signature(
     return sig.replace(parameters=params, return_annotation=returns)
 
 
+def _load_ops() -> None:
+    """The ops register their plans as they are imported (with ``lattice.core``)."""
+    import lattice.core  # noqa: F401
+
+
 def explainable_ops() -> list[str]:
+    _load_ops()
     return sorted(_PLANS)
 
 
@@ -98,12 +107,15 @@ def explain(op: Callable | str, *args, edge_counter: EdgeCounter | None = None, 
     cached relation, so what is reported is still what the op's own body decided.
     """
     if isinstance(op, str):
+        _load_ops()
         if op not in _PLANS:
             raise ValueError(f"[explain] unknown op {op!r}; explainable ops: {', '.join(explainable_ops())}")
         op = _PLANS[op]
     plan = plan_of(op, *args, **kwargs)
     uncounted = [r for r in _relations(plan) if r.known_edge_count is None]
     if uncounted:
+        from lattice.core.relation import EdgeCounter
+
         counter = EdgeCounter() if edge_counter is None else edge_counter
         for relation in uncounted:
             counter(relation)
@@ -141,6 +153,7 @@ class ExplainRequest:
 
 def explain_on(op: str, x, request: ExplainRequest) -> Route:
     """Route of ``op`` on tensor ``x`` with the arguments ``request`` describes."""
+    _load_ops()
     if op not in _PLANS:
         raise ValueError(f"[explain] unknown op {op!r}; explainable ops: {', '.join(explainable_ops())}")
     if op not in _EXAMPLES:

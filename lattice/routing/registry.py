@@ -119,10 +119,22 @@ def implements(*routes: RouteId) -> Callable:
     return wrap
 
 
+def load_backends() -> None:
+    """Imports ``lattice.backends`` (each backend registers its implementations, then every
+    table is checked) unless it is imported already. ``import lattice`` does not load them:
+    the first dispatch or route listing does."""
+    import importlib
+
+    importlib.import_module("lattice.backends")
+
+
 def dispatch(route: Route, *args, **kwargs):
     """Runs the implementation registered for ``route`` with the family's arguments."""
     rid = route.id
     impl = None if rid.table is None else rid.table.impls.get(rid)
+    if impl is None and rid.table is not None:
+        load_backends()
+        impl = rid.table.impls.get(rid)
     if impl is None:
         raise RuntimeError(f"[{route.op}] route {rid.name} has no implementation in this build")
     return impl(*args, **kwargs)
@@ -140,7 +152,9 @@ def dispatch_or_cpu(route: Route, cpu_route: Callable[[], Route], *args) -> tupl
 
 
 def tables() -> Iterator[RouteTable]:
-    """Every declared route table, in declaration order."""
+    """Every declared route table, in declaration order, with the backends' implementations
+    registered."""
+    load_backends()
     return iter(list(_TABLES.values()))
 
 
@@ -164,8 +178,7 @@ class RouteRow:
 
 
 def route_tables() -> list[RouteRow]:
-    """Every declared route of every family, with the implementation dispatch runs (the
-    backends register theirs when ``lattice`` is imported, which importing this does)."""
+    """Every declared route of every family, with the implementation dispatch runs."""
     return [
         RouteRow(
             t.family,

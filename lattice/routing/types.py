@@ -47,7 +47,12 @@ class RouteId:
     @property
     def implementation(self) -> object | None:
         """What ``dispatch`` runs for this route (None for an undeclared or unimplemented id)."""
-        return None if self.table is None else self.table.impls.get(self)
+        if self.table is None:
+            return None
+        from lattice.routing.registry import load_backends  # the backends register on first use
+
+        load_backends()
+        return self.table.impls.get(self)
 
 
 def describe(impl: object) -> str | None:
