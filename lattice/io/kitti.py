@@ -74,7 +74,9 @@ def layout_problems(rows: np.ndarray, names: tuple[str, ...], *, strict_colours:
     rows = rows[np.any(rows != 0, axis=1)]  # zero padding rows say nothing
     if not len(rows):
         return []
-    xyz = rows[:, :3].astype(np.float64)
+    with np.errstate(invalid="ignore"):  # signalling NaNs in hostile bytes: judged below, not warned
+        rows = rows.astype(np.float64)
+    xyz = rows[:, :3]
     finite = np.isfinite(xyz)
     problems = []
     partial = int((finite.any(axis=1) & ~finite.all(axis=1)).sum())
@@ -93,7 +95,7 @@ def layout_problems(rows: np.ndarray, names: tuple[str, ...], *, strict_colours:
                 f"x, y, z mix whole and fractional numbers ({shares} whole), as misaligned rows do"
             )
     for j, name in enumerate(names[3:], 3):
-        problems += _column_problems(name, rows[:, j].astype(np.float64), strict_colours)
+        problems += _column_problems(name, rows[:, j], strict_colours)
     return problems
 
 
