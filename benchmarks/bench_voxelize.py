@@ -156,7 +156,7 @@ def stages(name, points, colors, v, repeats: int) -> list[dict]:
 
     calls = {
         "sparse_quantize (native)": quantize,
-        "feature mean, NumPy bincount (voxelize)": mean_host,
+        "feature mean, native segment sum (voxelize)": mean_host,
         "feature mean, MLX .at[].add (voxelize_features)": mean_mlx,
         "voxelize (all)": whole,
     }
