@@ -339,7 +339,7 @@ def main() -> None:
     }
     domain = training_domain(args.data, pre)
     save = dict(preprocessing=pre, outputs=outputs(), name=args.output.name, domain=domain)
-    save_model(args.output, model, **save, metadata=meta)
+    save_model(model, args.output, **save, metadata=meta)
     bundle = load_model(args.output)  # score the bundle as users get it: every point of the held-out scan
     cloud, truth = load_held_out(args.data)
     pred = predict_cloud(bundle, cloud)
@@ -350,7 +350,7 @@ def main() -> None:
         "miou_present": round(scores.miou, 4),
         "iou": {bundle.outputs.names[k]: round(float(scores.iou[k]), 4) for k in scores.present()},
     }
-    save_model(args.output, model, **save, metadata=meta)
+    save_model(model, args.output, **save, metadata=meta)
     (args.output / "train.log").write_text("\n".join(lines) + "\n")
     (args.output / "README.md").write_text(readme(args, scores, bundle.outputs.names, seconds))
 

@@ -145,11 +145,11 @@ def test_a_saved_bundle_keeps_its_domain(tmp_path):
     mx.random.seed(0)
     d = domain_stats(scans(), PRE)
     out = Outputs((ClassInfo(1, "a", asprs=2), ClassInfo(2, "b")))
-    save_model(tmp_path / "m", minkunet(14, 3, 2, width=4), preprocessing=PRE, outputs=out, domain=d)
+    save_model(minkunet(14, 3, 2, width=4), tmp_path / "m", preprocessing=PRE, outputs=out, domain=d)
     bundle = load_model(tmp_path / "m")
     assert bundle.domain is not None and bundle.domain.to_json() == d.to_json()
     assert bundle.outputs.asprs_map == {1: 2, 2: 1, -1: 1}
-    save_model(tmp_path / "n", minkunet(14, 3, 2, width=4), preprocessing=PRE, outputs=out)
+    save_model(minkunet(14, 3, 2, width=4), tmp_path / "n", preprocessing=PRE, outputs=out)
     assert load_model(tmp_path / "n").domain is None
     assert "domain" not in json.loads((tmp_path / "n" / "model.json").read_text())
 

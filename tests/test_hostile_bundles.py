@@ -303,7 +303,7 @@ def test_shipped_and_saved_bundles_carry_a_verified_sha256(tmp_path):
     path = tmp_path / "m"
     from lattice.models import save_model
 
-    save_model(path, shipped.model, preprocessing=shipped.preprocessing, outputs=shipped.outputs)
+    save_model(shipped.model, path, preprocessing=shipped.preprocessing, outputs=shipped.outputs)
     assert read_model_json(path)["weights"]["sha256"] == sha256_of(path / FILE)
     assert load_model(path).sha256 == sha256_of(path / FILE)
 
@@ -376,7 +376,7 @@ def test_a_packed_bundle_is_loaded_without_quantizing(tmp_path, monkeypatch):
 
     shipped = load_model(SHIPPED, quantize_bits=4)
     path = save_model(
-        tmp_path / "q4", shipped.model, preprocessing=shipped.preprocessing, outputs=shipped.outputs
+        shipped.model, tmp_path / "q4", preprocessing=shipped.preprocessing, outputs=shipped.outputs
     )
 
     def refuse(*args, **kwargs):

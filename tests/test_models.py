@@ -149,7 +149,7 @@ def test_sparse_resnet_classifies_each_batch_member():
 def test_bundle_round_trip_gives_identical_outputs(tmp_path, unet):
     x = scene()
     _train_a_step(unet, x)
-    path = save_model(tmp_path / "m", unet, preprocessing=PRE, outputs=OUT, metadata={"note": "test"})
+    path = save_model(unet, tmp_path / "m", preprocessing=PRE, outputs=OUT, metadata={"note": "test"})
     doc = read_model_json(path)
     assert doc["format"] == "lattice.model/1" and doc["architecture"]["name"] == "minkunet"
     assert doc["weights"]["tensors"] == len(tree_flatten(unet.parameters()))
@@ -165,14 +165,14 @@ def test_resnet_bundle_round_trip(tmp_path):
     model = sparse_resnet(14, 2, 3, width=4)
     model.eval()
     x = scene()
-    bundle = load_model(save_model(tmp_path / "r", model, preprocessing=PRE, outputs=OUT))
+    bundle = load_model(save_model(model, tmp_path / "r", preprocessing=PRE, outputs=OUT))
     assert bundle.task == "classification"
     assert mx.array_equal(bundle.model(x), model(x)).item()
 
 
 def test_half_precision_storage(tmp_path, unet):
     x = scene()
-    path = save_model(tmp_path / "h", unet, preprocessing=PRE, outputs=OUT, dtype="float16")
+    path = save_model(unet, tmp_path / "h", preprocessing=PRE, outputs=OUT, dtype="float16")
     bundle = load_model(path)
     assert all(v.dtype == mx.float32 for _, v in tree_flatten(bundle.model.parameters()))
     np.testing.assert_allclose(np.asarray(bundle.model(x).feats), np.asarray(unet(x).feats), atol=2e-2)
@@ -182,10 +182,10 @@ def test_half_precision_storage(tmp_path, unet):
 def test_quantized_bundles(tmp_path, unet, bits):
     x = scene()
     float_out = np.asarray(unet(x).feats)
-    at_load = load_model(save_model(tmp_path / "f", unet, preprocessing=PRE, outputs=OUT), quantize_bits=bits)
+    at_load = load_model(save_model(unet, tmp_path / "f", preprocessing=PRE, outputs=OUT), quantize_bits=bits)
     assert at_load.quantization.bits == bits
     quantize(unet, bits=bits)
-    stored = load_model(save_model(tmp_path / "q", unet, preprocessing=PRE, outputs=OUT))
+    stored = load_model(save_model(unet, tmp_path / "q", preprocessing=PRE, outputs=OUT))
     assert read_model_json(tmp_path / "q")["quantization"] == {"bits": bits, "group_size": None}
     packed = np.asarray(unet(x).feats)
     assert np.array_equal(np.asarray(stored.model(x).feats), packed)
@@ -204,7 +204,7 @@ def _rewrite_weights(path, edit):
 
 @pytest.fixture
 def bundle_dir(tmp_path, unet):
-    return save_model(tmp_path / "b", unet, preprocessing=PRE, outputs=OUT)
+    return save_model(unet, tmp_path / "b", preprocessing=PRE, outputs=OUT)
 
 
 def test_missing_tensor_is_named(bundle_dir):
@@ -300,12 +300,24 @@ def test_pickled_weights_are_refused_never_unpickled(bundle_dir, monkeypatch):
 def test_save_checks_the_description_fits(tmp_path, unet):
     with pytest.raises(BundleError, match="lists 1 features, the model takes 2"):
         save_model(
-            tmp_path / "x", unet, preprocessing=Preprocessing(0.1, (FeatureSpec("ones"),)), outputs=OUT
+            unet, tmp_path / "x", preprocessing=Preprocessing(0.1, (FeatureSpec("ones"),)), outputs=OUT
         )
     with pytest.raises(BundleError, match="save_model supports"):
-        save_model(tmp_path / "x", nn.Linear(2, 2), preprocessing=PRE, outputs=OUT)
+        save_model(nn.Linear(2, 2), tmp_path / "x", preprocessing=PRE, outputs=OUT)
     with pytest.raises(BundleError, match="unique"):
         Outputs((ClassInfo(1, "a"), ClassInfo(1, "b")))
+
+
+def test_save_model_takes_the_model_then_the_path(tmp_path, unet):
+    """API.md: ``save_model(model, path)``; the other order is a TypeError saying so, and
+    writes nothing."""
+    import inspect
+
+    assert list(inspect.signature(save_model).parameters)[:2] == ["model", "path"]
+    with pytest.raises(TypeError, match=r"save_model takes \(model, path\)"):
+        save_model(tmp_path / "old", unet, preprocessing=PRE, outputs=OUT)
+    assert not (tmp_path / "old").exists()
+    assert load_model(save_model(unet, str(tmp_path / "new"), preprocessing=PRE, outputs=OUT)).name == "new"
 
 
 # ---- metrics -------------------------------------------------------------------------------

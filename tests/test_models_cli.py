@@ -37,7 +37,7 @@ def model_dir(tmp_path_factory) -> Path:
     model.eval()
     pre = Preprocessing(0.2, (FeatureSpec("ones"), FeatureSpec("z"), FeatureSpec("intensity", 0.5, 0.3)))
     outputs = Outputs(CLASSES, ClassInfo(0, "unlabeled", (0, 0, 0)))
-    return save_model(tmp_path_factory.mktemp("models") / "tiny", model, preprocessing=pre, outputs=outputs)
+    return save_model(model, tmp_path_factory.mktemp("models") / "tiny", preprocessing=pre, outputs=outputs)
 
 
 def scan(n=3000, seed=0) -> PointCloud:

@@ -43,7 +43,7 @@ def bundle(tmp_path_factory):
     mx.random.seed(4)
     model = minkunet(14, 4, 4, width=4)
     model.eval()
-    return load_model(save_model(tmp_path_factory.mktemp("b") / "m", model, preprocessing=PRE, outputs=OUT))
+    return load_model(save_model(model, tmp_path_factory.mktemp("b") / "m", preprocessing=PRE, outputs=OUT))
 
 
 def cloud(n=4000, seed=0, attr="intensity") -> PointCloud:
@@ -145,7 +145,7 @@ def test_a_classifier_labels_every_point_with_the_cloud_label(tmp_path):
     mx.random.seed(0)
     model = sparse_resnet(14, 4, 4, width=4)
     model.eval()
-    b = load_model(save_model(tmp_path / "r", model, preprocessing=PRE, outputs=OUT))
+    b = load_model(save_model(model, tmp_path / "r", preprocessing=PRE, outputs=OUT))
     pred = predict_cloud(b, cloud(2000))
     assert len(set(pred.labels.tolist())) == 1
 

@@ -1,6 +1,6 @@
 """Model bundles: a directory with ``model.json`` and ``weights.safetensors`` (DESIGN.md section 6).
 
->>> save_model("models/unet", model, preprocessing=pre, outputs=out, name="unet")
+>>> save_model(model, "models/unet", preprocessing=pre, outputs=out, name="unet")
 >>> bundle = load_model("models/unet")            # ModelBundle: .model (eval mode), .preprocessing, ...
 >>> bundle = load_model("models/unet", quantize_bits=8)   # float weights packed to int8 after loading
 
@@ -148,8 +148,8 @@ def _quantization_of(model: nn.Module) -> Quantization | None:
 
 
 def save_model(
-    path: str | os.PathLike,
     model: nn.Module,
+    path: str | os.PathLike,
     *,
     preprocessing: Preprocessing,
     outputs: Outputs,
@@ -166,6 +166,8 @@ def save_model(
     (training data, metrics, licence). ``domain``: the statistics of the training inputs
     (``lattice.models.domain.domain_stats``), which ``model-run`` compares every input with.
     """
+    if isinstance(model, str | os.PathLike) and isinstance(path, nn.Module):
+        raise TypeError("save_model takes (model, path): the model first, then the bundle directory")
     arch, config = _architecture_of(model)
     if dtype not in _SAVE_DTYPES:
         raise BundleError(f"dtype must be one of {sorted(_SAVE_DTYPES)}, got {dtype!r}")

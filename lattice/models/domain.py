@@ -1,7 +1,7 @@
 """The training domain of a model: what its training inputs looked like, and how far an input is.
 
 >>> domain = domain_stats([read_points(p) for p in training_scans], bundle.preprocessing)
->>> save_model(path, model, preprocessing=pre, outputs=out, domain=domain)
+>>> save_model(model, path, preprocessing=pre, outputs=out, domain=domain)
 >>> check_domain(read_points("autzen_trim.las"), bundle.domain, bundle.preprocessing)
 ("z mean 463 m is 444 standard deviations from the training data's -1.22 m (std 1.05 m, ...)", ...)
 

@@ -150,7 +150,7 @@ def make_bundle(folder: Path) -> Path:
     pre = Preprocessing(0.2, (FeatureSpec("ones"), FeatureSpec("z")))
     classes = (ClassInfo(1, "a", (255, 0, 0)), ClassInfo(2, "b", (0, 255, 0)), ClassInfo(3, "c", (0, 0, 255)))
     outputs = Outputs(classes, ClassInfo(0, "unlabeled", (0, 0, 0)))
-    return save_model(folder / "bundle", model, preprocessing=pre, outputs=outputs)
+    return save_model(model, folder / "bundle", preprocessing=pre, outputs=outputs)
 
 
 # ---- mutators ------------------------------------------------------------------------------
