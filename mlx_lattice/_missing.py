@@ -219,10 +219,7 @@ PARTIAL: dict[str, dict[str, str]] = {
         "query_count": "",
     },
     "QuantizedWeight": {
-        "weight": "lattice: data",
-        "kernel_size": "lattice: shape (the logical weight shape)",
-        "storage_in_channels": "lattice: padded_in_channels",
-        "is_pointwise": "",
+        "kernel_size": "lattice: shape (the logical weight shape; a 'mapped' weight keeps only K)",
     },
     "Conv3d": {"to_quantized": "lattice: lattice.nn.quantize(model) / QuantizedConv3d.from_conv"},
     "ConvTranspose3d": {"to_quantized": "lattice: QuantizedConvTranspose3d.from_conv"},

@@ -231,3 +231,22 @@ def test_packed_linear_route():
     assert route.name == "cpu.dequant_blas_gemm" and "no packed GPU route" in route.rejected[0].predicate
     with pytest.raises(ValueError, match="weight_layout must be"):
         route_linear(LinearRequest("linear", "float32", 9, 8, 8, weight_layout="int8"))
+
+
+@pytest.mark.parametrize(
+    "shape, pointwise",
+    [
+        ((8, 12), True),
+        ((27, 12, 8), False),
+        ((1, 12, 8), True),
+        ((8, 3, 3, 3, 12), False),
+        ((8, 1, 1, 1, 12), True),
+    ],
+)
+def test_documented_member_names_read_the_same_facts(shape, pointwise):
+    """mlx-lattice 0.6.3's names for QuantizedWeight members (issue 17's drop-in)."""
+    q = quantize_weight(mx.ones(shape), group_size=32, bits=4)
+    assert q.weight is q.data and q.weight.dtype == mx.uint32
+    assert q.storage_in_channels == q.padded_in_channels == 32  # 12 channels padded to the group
+    assert q.is_pointwise is pointwise
+    np.testing.assert_allclose(np.asarray(dequantize_weight(q)), np.ones(shape), atol=1e-3)

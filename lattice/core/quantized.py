@@ -138,6 +138,23 @@ class QuantizedWeight:
             return 1
         return self.shape[0] if self.layout == "mapped" else math.prod(self.shape[1:4])
 
+    # ---- the names mlx-lattice 0.6.3 documents for the same facts (its drop-in, issue 17) ----
+
+    @property
+    def weight(self) -> mx.array:
+        """The packed uint32 words: ``data`` under mlx-lattice's documented name."""
+        return self.data
+
+    @property
+    def storage_in_channels(self) -> int:
+        """``padded_in_channels`` under mlx-lattice's documented name: the stored ``C_in``."""
+        return self.padded_in_channels
+
+    @property
+    def is_pointwise(self) -> bool:
+        """One kernel offset: a linear weight, or a convolution of kernel volume 1."""
+        return self.kernel_volume == 1
+
     @property
     def rows_shape(self) -> tuple[int, ...]:
         """Leading axes of the packed arrays (everything but the packed ``C_in`` axis)."""
