@@ -222,6 +222,38 @@ std::vector<mx::array> SparsePool::vjp(const std::vector<mx::array>& primals, co
   return grads;
 }
 
+// Linear in X for sum and avg; max selects by the argmax of X (piecewise linear: the
+// tangent at the argmax); select is linear in V and constant in X. Row-index tangents do
+// not move the output.
+std::vector<mx::array> SparsePool::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                                       const std::vector<int>& argnums) {
+  const auto& x = primals[0];
+  const auto& in_rows = primals[1];
+  const auto& out_rows = primals[2];
+  std::optional<mx::array> out;
+  for (size_t i = 0; i < argnums.size(); ++i) {
+    const int arg = argnums[i];
+    std::optional<mx::array> term;
+    if (mode_ == PoolMode::Select && arg == 3) {
+      term = sparse_pool(x, in_rows, out_rows, bounds_, weights_, n_out_, PoolMode::Select, backward_, tangents[i],
+                         facts_, stream());
+    } else if (arg == 0 && mode_ == PoolMode::Max) {
+      term = sparse_pool(x, in_rows, out_rows, bounds_, weights_, n_out_, PoolMode::Select, backward_,
+                         mx::astype(tangents[i], x.dtype(), stream()), facts_, stream());
+    } else if (arg == 0 && mode_ != PoolMode::Select) {
+      term = sparse_pool(mx::astype(tangents[i], x.dtype(), stream()), in_rows, out_rows, bounds_, weights_, n_out_,
+                         mode_, backward_, std::nullopt, facts_, stream());
+    }
+    if (term) out = out ? mx::add(*out, *term, stream()) : *term;
+  }
+  if (!out) {
+    const int channels = x.shape(1);
+    const mx::Dtype dtype = mode_ == PoolMode::Select ? primals[3].dtype() : x.dtype();
+    return {mx::zeros({n_out_, channels}, dtype, stream())};
+  }
+  return {*out};
+}
+
 // ---- SparsePoolGrad ------------------------------------------------------------------
 
 std::vector<mx::Shape> SparsePoolGrad::output_shapes(const std::vector<mx::array>& inputs) {
@@ -257,6 +289,20 @@ std::vector<mx::array> SparsePoolGrad::vjp(const std::vector<mx::array>& primals
   return grads;
 }
 
+// Linear in dY (for max at a fixed argmax of X, which the tangent of X does not move).
+std::vector<mx::array> SparsePoolGrad::jvp(const std::vector<mx::array>& primals,
+                                           const std::vector<mx::array>& tangents, const std::vector<int>& argnums) {
+  const auto& dy = primals[0];
+  std::optional<mx::array> fx;
+  if (mode_ == PoolMode::Max) fx = primals[3];
+  for (size_t i = 0; i < argnums.size(); ++i) {
+    if (argnums[i] != 0) continue;
+    return {sparse_pool_grad(mx::astype(tangents[i], dy.dtype(), stream()), primals[1], primals[2], bounds_, weights_,
+                             n_in_, mode_, backward_, fx, facts_, stream())};
+  }
+  return {mx::zeros({n_in_, dy.shape(1)}, dy.dtype(), stream())};
+}
+
 // ---- GlobalPool ------------------------------------------------------------------------
 
 std::vector<mx::Shape> GlobalPool::output_shapes(const std::vector<mx::array>& inputs) {
@@ -289,6 +335,32 @@ std::vector<mx::array> GlobalPool::vjp(const std::vector<mx::array>& primals, co
   return grads;
 }
 
+std::vector<mx::array> GlobalPool::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                                       const std::vector<int>& argnums) {
+  const auto& x = primals[0];
+  const auto& batch = primals[1];
+  std::optional<mx::array> out;
+  for (size_t i = 0; i < argnums.size(); ++i) {
+    const int arg = argnums[i];
+    std::optional<mx::array> term;
+    if (mode_ == PoolMode::Select && arg == 2) {
+      term = global_pool(x, batch, batch_size_, PoolMode::Select, tangents[i], stream());
+    } else if (arg == 0 && mode_ == PoolMode::Max) {
+      term = global_pool(x, batch, batch_size_, PoolMode::Select, mx::astype(tangents[i], x.dtype(), stream()),
+                         stream());
+    } else if (arg == 0 && mode_ != PoolMode::Select) {
+      term = global_pool(mx::astype(tangents[i], x.dtype(), stream()), batch, batch_size_, mode_, std::nullopt,
+                         stream());
+    }
+    if (term) out = out ? mx::add(*out, *term, stream()) : *term;
+  }
+  if (!out) {
+    const mx::Dtype dtype = mode_ == PoolMode::Select ? primals[2].dtype() : x.dtype();
+    return {mx::zeros({batch_size_, x.shape(1)}, dtype, stream())};
+  }
+  return {*out};
+}
+
 // ---- GlobalPoolGrad --------------------------------------------------------------------
 
 std::vector<mx::Shape> GlobalPoolGrad::output_shapes(const std::vector<mx::array>& inputs) {
@@ -318,6 +390,19 @@ std::vector<mx::array> GlobalPoolGrad::vjp(const std::vector<mx::array>& primals
     }
   }
   return grads;
+}
+
+std::vector<mx::array> GlobalPoolGrad::jvp(const std::vector<mx::array>& primals,
+                                           const std::vector<mx::array>& tangents, const std::vector<int>& argnums) {
+  const auto& dy = primals[0];
+  std::optional<mx::array> fx;
+  if (mode_ == PoolMode::Max) fx = primals[2];
+  for (size_t i = 0; i < argnums.size(); ++i) {
+    if (argnums[i] != 0) continue;
+    return {global_pool_grad(mx::astype(tangents[i], dy.dtype(), stream()), primals[1], batch_size_, mode_, fx,
+                             stream())};
+  }
+  return {mx::zeros({primals[1].shape(0), dy.shape(1)}, dy.dtype(), stream())};
 }
 
 }  // namespace lattice

@@ -1,6 +1,8 @@
 // Autodiff and metadata of the lattice primitives (device independent).
 #include "primitives.h"
 
+#include <optional>
+
 namespace lattice {
 
 namespace {
@@ -12,6 +14,25 @@ std::vector<mx::array> no_grad_for_rows(const std::vector<mx::array>& primals, i
 }
 
 }  // namespace
+
+// The JVP of an op bilinear in its first two inputs (the rest are row indices, whose
+// tangents do not matter): the op with each input's tangent in its place, summed.
+template <class Fn>
+mx::array bilinear_jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                       const std::vector<int>& argnums, const mx::Stream& s, Fn&& op) {
+  std::optional<mx::array> out;
+  for (size_t i = 0; i < argnums.size(); ++i) {
+    const int arg = argnums[i];
+    if (arg > 1) continue;
+    mx::array term = arg == 0 ? op(tangents[i], primals[1]) : op(primals[0], tangents[i]);
+    out = out ? mx::add(*out, term, s) : term;
+  }
+  if (!out) {  // only row-index tangents: the output does not move
+    mx::array y = op(primals[0], primals[1]);
+    return mx::zeros_like(y, s);
+  }
+  return *out;
+}
 
 // ---- SparseConv ------------------------------------------------------------------
 
@@ -51,6 +72,17 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
   return grads;
 }
 
+std::vector<mx::array> SparseConv::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                                       const std::vector<int>& argnums) {
+  const auto& in_rows = primals[2];
+  const auto& out_rows = primals[3];
+  const mx::Dtype dtype = primals[0].dtype();
+  return {bilinear_jvp(primals, tangents, argnums, stream(), [&](const mx::array& x, const mx::array& w) {
+    return mx::astype(sparse_conv(x, w, in_rows, out_rows, bounds_, n_out_, transpose_w_, identity_k_, facts_, stream()),
+                      dtype, stream());
+  })};
+}
+
 // ---- SparseConvWeightGrad ----------------------------------------------------------
 
 std::vector<mx::Shape> SparseConvWeightGrad::output_shapes(const std::vector<mx::array>& inputs) {
@@ -83,6 +115,16 @@ std::vector<mx::array> SparseConvWeightGrad::vjp(const std::vector<mx::array>& p
   return grads;
 }
 
+std::vector<mx::array> SparseConvWeightGrad::jvp(const std::vector<mx::array>& primals,
+                                                 const std::vector<mx::array>& tangents,
+                                                 const std::vector<int>& argnums) {
+  const auto& ra = primals[2];
+  const auto& rb = primals[3];
+  return {bilinear_jvp(primals, tangents, argnums, stream(), [&](const mx::array& a, const mx::array& b) {
+    return sparse_conv_weight_grad(a, b, ra, rb, bounds_, facts_, stream());
+  })};
+}
+
 // ---- BlasGemm ------------------------------------------------------------------------
 
 std::vector<mx::Shape> BlasGemm::output_shapes(const std::vector<mx::array>& inputs) {
@@ -112,6 +154,13 @@ std::vector<mx::array> BlasGemm::vjp(const std::vector<mx::array>& primals, cons
     }
   }
   return grads;
+}
+
+std::vector<mx::array> BlasGemm::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                                     const std::vector<int>& argnums) {
+  return {bilinear_jvp(primals, tangents, argnums, stream(), [&](const mx::array& a, const mx::array& b) {
+    return blas_gemm(a, b, trans_a_, trans_b_, stream());
+  })};
 }
 
 }  // namespace lattice

@@ -283,8 +283,6 @@ BEHAVIOUR: dict[str, str] = {
     "active_rows": (
         "SparseTensor.active_rows is an int32 array of shape (1,) also when every row is live (lattice: None)"
     ),
-    "jvp_conv": "mx.jvp through subm_conv3d (lattice: [Primitive::jvp] Not implemented)",
-    "jvp_pool": "mx.jvp through avg_pool3d in float32",
     "nn_quantize": "mlx.nn.quantize(model) turns lattice Linear modules into lattice's QuantizedLinear",
     "dtype_errors": (
         "unsupported dtypes (int32 features to pooling) raise an error that is both a ValueError "

@@ -330,6 +330,12 @@ def _jvp_pool():
     np.testing.assert_allclose(np.asarray(tangent), np.asarray(f(mx.ones_like(x.feats))), rtol=1e-6)
 
 
+def test_documented_jvp_through_conv_and_pool():
+    """The pages' forward-mode behaviour, once a gap (tests/test_jvp.py has the oracles)."""
+    _jvp_conv()
+    _jvp_pool()
+
+
 def _nn_quantize():
     class Model(mlx.nn.Module):
         def __init__(self):
@@ -350,8 +356,6 @@ def _dtype_errors():
 
 BEHAVIOUR_CHECKS = {
     "active_rows": _active_rows,
-    "jvp_conv": _jvp_conv,
-    "jvp_pool": _jvp_pool,
     "nn_quantize": _nn_quantize,
     "dtype_errors": _dtype_errors,
 }
