@@ -182,6 +182,30 @@ mx::array global_pool_grad(const mx::array& dy, const mx::array& batch, int batc
                    std::make_shared<GlobalPoolGrad>(stream, batch_size, mode, checked), std::move(inputs));
 }
 
+// The tangent term of a pooling primitive for input `arg`: sum and avg are linear in X,
+// max selects the tangent at the argmax of X, select is linear in its values (input
+// `value_arg`) and constant in X; other inputs (row indices) do not move the output.
+template <class Pool>
+std::optional<mx::array> pool_tangent(PoolMode mode, int arg, int value_arg, const mx::array& t, const mx::array& x,
+                                      Pool&& pool, const mx::Stream& s) {
+  if (mode == PoolMode::Select && arg == value_arg) return pool(x, PoolMode::Select, t);
+  if (arg != 0 || mode == PoolMode::Select) return std::nullopt;
+  const mx::array tx = mx::astype(t, x.dtype(), s);
+  return mode == PoolMode::Max ? pool(x, PoolMode::Select, tx) : pool(tx, mode, std::nullopt);
+}
+
+// The JVP of a gradient primitive, linear in its first input (dY; for max at the argmax
+// of X, which X's tangent does not move): grad of the tangent, or zeros of `shape`.
+template <class Grad>
+mx::array linear_in_first(const std::vector<int>& argnums, const std::vector<mx::array>& tangents, mx::Dtype dtype,
+                          Grad&& grad, const mx::Shape& shape, const mx::Stream& s) {
+  auto term = [&](int arg, const mx::array& t) -> std::optional<mx::array> {
+    if (arg != 0) return std::nullopt;
+    return grad(mx::astype(t, dtype, s));
+  };
+  return tangent_sum(argnums, tangents, term, [&] { return mx::zeros(shape, dtype, s); }, s);
+}
+
 // ---- SparsePool --------------------------------------------------------------------
 
 std::vector<mx::Shape> SparsePool::output_shapes(const std::vector<mx::array>& inputs) {
@@ -222,36 +246,16 @@ std::vector<mx::array> SparsePool::vjp(const std::vector<mx::array>& primals, co
   return grads;
 }
 
-// Linear in X for sum and avg; max selects by the argmax of X (piecewise linear: the
-// tangent at the argmax); select is linear in V and constant in X. Row-index tangents do
-// not move the output.
 std::vector<mx::array> SparsePool::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                                        const std::vector<int>& argnums) {
   const auto& x = primals[0];
-  const auto& in_rows = primals[1];
-  const auto& out_rows = primals[2];
-  std::optional<mx::array> out;
-  for (size_t i = 0; i < argnums.size(); ++i) {
-    const int arg = argnums[i];
-    std::optional<mx::array> term;
-    if (mode_ == PoolMode::Select && arg == 3) {
-      term = sparse_pool(x, in_rows, out_rows, bounds_, weights_, n_out_, PoolMode::Select, backward_, tangents[i],
-                         facts_, stream());
-    } else if (arg == 0 && mode_ == PoolMode::Max) {
-      term = sparse_pool(x, in_rows, out_rows, bounds_, weights_, n_out_, PoolMode::Select, backward_,
-                         mx::astype(tangents[i], x.dtype(), stream()), facts_, stream());
-    } else if (arg == 0 && mode_ != PoolMode::Select) {
-      term = sparse_pool(mx::astype(tangents[i], x.dtype(), stream()), in_rows, out_rows, bounds_, weights_, n_out_,
-                         mode_, backward_, std::nullopt, facts_, stream());
-    }
-    if (term) out = out ? mx::add(*out, *term, stream()) : *term;
-  }
-  if (!out) {
-    const int channels = x.shape(1);
-    const mx::Dtype dtype = mode_ == PoolMode::Select ? primals[3].dtype() : x.dtype();
-    return {mx::zeros({n_out_, channels}, dtype, stream())};
-  }
-  return {*out};
+  auto pool = [&](const mx::array& f, PoolMode mode, const std::optional<mx::array>& v) {
+    return sparse_pool(f, primals[1], primals[2], bounds_, weights_, n_out_, mode, backward_, v, facts_, stream());
+  };
+  auto term = [&](int arg, const mx::array& t) { return pool_tangent(mode_, arg, 3, t, x, pool, stream()); };
+  const mx::Dtype dtype = mode_ == PoolMode::Select ? primals[3].dtype() : x.dtype();
+  return {tangent_sum(argnums, tangents, term, [&] { return mx::zeros({n_out_, x.shape(1)}, dtype, stream()); },
+                      stream())};
 }
 
 // ---- SparsePoolGrad ------------------------------------------------------------------
@@ -289,18 +293,16 @@ std::vector<mx::array> SparsePoolGrad::vjp(const std::vector<mx::array>& primals
   return grads;
 }
 
-// Linear in dY (for max at a fixed argmax of X, which the tangent of X does not move).
 std::vector<mx::array> SparsePoolGrad::jvp(const std::vector<mx::array>& primals,
                                            const std::vector<mx::array>& tangents, const std::vector<int>& argnums) {
   const auto& dy = primals[0];
   std::optional<mx::array> fx;
   if (mode_ == PoolMode::Max) fx = primals[3];
-  for (size_t i = 0; i < argnums.size(); ++i) {
-    if (argnums[i] != 0) continue;
-    return {sparse_pool_grad(mx::astype(tangents[i], dy.dtype(), stream()), primals[1], primals[2], bounds_, weights_,
-                             n_in_, mode_, backward_, fx, facts_, stream())};
-  }
-  return {mx::zeros({n_in_, dy.shape(1)}, dy.dtype(), stream())};
+  auto grad = [&](const mx::array& t) {
+    return sparse_pool_grad(t, primals[1], primals[2], bounds_, weights_, n_in_, mode_, backward_, fx, facts_,
+                            stream());
+  };
+  return {linear_in_first(argnums, tangents, dy.dtype(), grad, {n_in_, dy.shape(1)}, stream())};
 }
 
 // ---- GlobalPool ------------------------------------------------------------------------
@@ -338,27 +340,13 @@ std::vector<mx::array> GlobalPool::vjp(const std::vector<mx::array>& primals, co
 std::vector<mx::array> GlobalPool::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                                        const std::vector<int>& argnums) {
   const auto& x = primals[0];
-  const auto& batch = primals[1];
-  std::optional<mx::array> out;
-  for (size_t i = 0; i < argnums.size(); ++i) {
-    const int arg = argnums[i];
-    std::optional<mx::array> term;
-    if (mode_ == PoolMode::Select && arg == 2) {
-      term = global_pool(x, batch, batch_size_, PoolMode::Select, tangents[i], stream());
-    } else if (arg == 0 && mode_ == PoolMode::Max) {
-      term = global_pool(x, batch, batch_size_, PoolMode::Select, mx::astype(tangents[i], x.dtype(), stream()),
-                         stream());
-    } else if (arg == 0 && mode_ != PoolMode::Select) {
-      term = global_pool(mx::astype(tangents[i], x.dtype(), stream()), batch, batch_size_, mode_, std::nullopt,
-                         stream());
-    }
-    if (term) out = out ? mx::add(*out, *term, stream()) : *term;
-  }
-  if (!out) {
-    const mx::Dtype dtype = mode_ == PoolMode::Select ? primals[2].dtype() : x.dtype();
-    return {mx::zeros({batch_size_, x.shape(1)}, dtype, stream())};
-  }
-  return {*out};
+  auto pool = [&](const mx::array& f, PoolMode mode, const std::optional<mx::array>& v) {
+    return global_pool(f, primals[1], batch_size_, mode, v, stream());
+  };
+  auto term = [&](int arg, const mx::array& t) { return pool_tangent(mode_, arg, 2, t, x, pool, stream()); };
+  const mx::Dtype dtype = mode_ == PoolMode::Select ? primals[2].dtype() : x.dtype();
+  return {tangent_sum(argnums, tangents, term,
+                      [&] { return mx::zeros({batch_size_, x.shape(1)}, dtype, stream()); }, stream())};
 }
 
 // ---- GlobalPoolGrad --------------------------------------------------------------------
@@ -397,12 +385,8 @@ std::vector<mx::array> GlobalPoolGrad::jvp(const std::vector<mx::array>& primals
   const auto& dy = primals[0];
   std::optional<mx::array> fx;
   if (mode_ == PoolMode::Max) fx = primals[2];
-  for (size_t i = 0; i < argnums.size(); ++i) {
-    if (argnums[i] != 0) continue;
-    return {global_pool_grad(mx::astype(tangents[i], dy.dtype(), stream()), primals[1], batch_size_, mode_, fx,
-                             stream())};
-  }
-  return {mx::zeros({primals[1].shape(0), dy.shape(1)}, dy.dtype(), stream())};
+  auto grad = [&](const mx::array& t) { return global_pool_grad(t, primals[1], batch_size_, mode_, fx, stream()); };
+  return {linear_in_first(argnums, tangents, dy.dtype(), grad, {primals[1].shape(0), dy.shape(1)}, stream())};
 }
 
 }  // namespace lattice

@@ -16,22 +16,17 @@ std::vector<mx::array> no_grad_for_rows(const std::vector<mx::array>& primals, i
 }  // namespace
 
 // The JVP of an op bilinear in its first two inputs (the rest are row indices, whose
-// tangents do not matter): the op with each input's tangent in its place, summed.
+// tangents do not move the output): the op with each input's tangent in its place, summed.
 template <class Fn>
 mx::array bilinear_jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                        const std::vector<int>& argnums, const mx::Stream& s, Fn&& op) {
-  std::optional<mx::array> out;
-  for (size_t i = 0; i < argnums.size(); ++i) {
-    const int arg = argnums[i];
-    if (arg > 1) continue;
-    mx::array term = arg == 0 ? op(tangents[i], primals[1]) : op(primals[0], tangents[i]);
-    out = out ? mx::add(*out, term, s) : term;
-  }
-  if (!out) {  // only row-index tangents: the output does not move
-    mx::array y = op(primals[0], primals[1]);
-    return mx::zeros_like(y, s);
-  }
-  return *out;
+  return tangent_sum(
+      argnums, tangents,
+      [&](int arg, const mx::array& t) -> std::optional<mx::array> {
+        if (arg > 1) return std::nullopt;
+        return arg == 0 ? op(t, primals[1]) : op(primals[0], t);
+      },
+      [&] { return mx::zeros_like(op(primals[0], primals[1]), s); }, s);
 }
 
 // ---- SparseConv ------------------------------------------------------------------

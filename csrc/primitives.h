@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "mlx/array.h"
@@ -103,6 +104,20 @@ class BlasGemm : public mx::Primitive {
  private:
   bool trans_a_, trans_b_;
 };
+
+// The JVP of a primitive: the sum over the differentiated inputs of term(arg, tangent)
+// (nullopt where an input does not move the output: row indices, a piecewise-constant
+// argument), or zeros() where none does.
+template <class Term, class Zeros>
+mx::array tangent_sum(const std::vector<int>& argnums, const std::vector<mx::array>& tangents, Term&& term,
+                      Zeros&& zeros, const mx::Stream& s) {
+  std::optional<mx::array> out;
+  for (size_t i = 0; i < argnums.size(); ++i) {
+    std::optional<mx::array> t = term(argnums[i], tangents[i]);
+    if (t) out = out ? mx::add(*out, *t, s) : *t;
+  }
+  return out ? *out : zeros();
+}
 
 // ---- ops building the graph (csrc/ops.cpp) ------------------------------------
 
