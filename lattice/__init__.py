@@ -10,12 +10,11 @@ an op dispatches (``lattice.routing.registry``).
 
 from __future__ import annotations
 
-import importlib
-
+from lattice._lazy import lazy_attributes
 from lattice._version import __version__
 
-# public name -> the module that defines it
-_LAZY = {
+# public name -> the module that defines it; subpackages by their own name
+_NAMES = {
     "CoordinateManager": "lattice.core",
     "CoordinateMapKey": "lattice.core",
     "KernelSpec": "lattice.core",
@@ -25,23 +24,9 @@ _LAZY = {
     "backend_info": "lattice.backends.info",
     "explain": "lattice.routing.explain",
 }
-
-_SUBMODULES = frozenset(
-    {
-        "_ext",
-        "backends",
-        "core",
-        "data",
-        "io",
-        "models",
-        "nn",
-        "ops",
-        "pipeline",
-        "render",
-        "routing",
-        "settings",
-    }
-)
+_SUBPACKAGES = (
+    "_ext", "backends", "core", "data", "io", "models", "nn", "ops", "pipeline", "render", "routing", "settings",
+)  # fmt: skip
 
 __all__ = [
     "CoordinateManager",
@@ -57,19 +42,6 @@ __all__ = [
     "sparse_quantize",
 ]
 
-
-def __getattr__(name: str):
-    """The lazily imported names and subpackages (PEP 562); each is imported once, then
-    kept as a module attribute."""
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module 'lattice' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES - {"_ext"})
+__getattr__, __dir__ = lazy_attributes(
+    __name__, globals(), {**_NAMES, **{name: f"{__name__}.{name}" for name in _SUBPACKAGES}}
+)

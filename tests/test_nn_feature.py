@@ -117,6 +117,9 @@ def test_batch_norm_on_plain_arrays_is_mlx_batch_norm(shape, track):
         ours(mx.zeros((1, 3)))
     with pytest.raises(ValueError, match="2, 3 or 4 dimensions"):
         ours(mx.zeros((3,)))
+    one_row = SparseTensor(np.zeros((1, 4), np.int32), np.ones((1, 3), np.float32))
+    with pytest.raises(ValueError, match="more than one value per channel"):
+        ours(one_row)
 
 
 class _Net(nn.Module):

@@ -139,7 +139,7 @@ inline int64_t expected_distinct(int64_t m, const uint64_t* keys) {
     probe.place(keys[i], probe.home(keys[i]), fresh);
     d += fresh;
   }
-  return std::min<int64_t>(m, m / kSample * d * 5 / 4 + 1024);
+  return std::min<int64_t>(m, m * d / kSample * 5 / 4 + 1024);
 }
 
 // Three passes. (1) In parallel: every candidate's packed key and the low 32 bits of its
@@ -147,8 +147,8 @@ inline int64_t expected_distinct(int64_t m, const uint64_t* keys) {
 // candidate to find its key's slot empty is the key's first occurrence and takes the next
 // number, so the numbering, the inverse, the per-row bits (OR-ed by number) and the counts
 // all come out of this pass; home slots are prefetched ahead, the keys having been packed
-// in (1). The table starts at the size expected_distinct() gives and doubles when it would
-// pass 2/3 full, so a dense cloud of few voxels works in a table that stays in cache.
+// in (1). The table starts at the size expected_distinct() gives and doubles when a new
+// key brings it past 2/3 full, so a dense cloud of few voxels works in a table that stays in cache.
 // (3) In parallel: the unique rows' coordinates, from their first candidates, and (with
 // bits) the candidates scattered to their group, ranked by bit inside it.
 template <class CoordFn, class BitFn = NoBits>
@@ -188,12 +188,12 @@ UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const c
   int32_t n_unique = 0;
   for (int64_t i = 0; i < m; ++i) {
     if (i + kAhead < m) ht.prefetch(hash[i + kAhead] & ht.mask());
-    if (ht.full_at(n_unique + 1)) ht.grow();
     bool fresh;
     Slot& slot = ht.place(keys[i], hash[i] & ht.mask(), fresh);
     int32_t u = slot.value;
     if (fresh) {
       u = slot.value = n_unique++;
+      if (ht.full_at(n_unique)) ht.grow();  // `slot` is not used past here
       first_row[u] = static_cast<int32_t>(i);
       if constexpr (kGroups) tags[u] = 0;
       if (want_counts) count[u] = 0;

@@ -2,8 +2,8 @@
 // Linear probing over 16-byte slots (one cache line holds four), capacity a
 // power of two at least 1.5x the number of keys: memory is proportional to N. unique_first
 // sizes its table from an estimate of the distinct keys and grows it (grow()) on demand.
-// Builders (build_coord_table, unique_first) pack the keys and their home slots in
-// parallel, then insert them in row order on one thread without atomics, the home
+// Builders (build_coord_table, unique_first) pack the keys and their home slots (or
+// hashes) in parallel, then insert them in row order on one thread without atomics, the home
 // slots prefetched ahead: the first row to find a key absent is its first occurrence.
 // Tables are read-only once built, so lookups run on all threads.
 #pragma once
@@ -45,12 +45,7 @@ class HashTable {
   void reset(int64_t expected) {
     uint64_t cap = 16;
     while (cap < static_cast<uint64_t>(expected) + static_cast<uint64_t>(expected) / 2 + 1) cap <<= 1;
-    mask_ = cap - 1;
-    slots_.reset(new Slot[cap]);
-    Slot* s = slots_.get();
-    parallel_for(static_cast<int64_t>(cap), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) s[i] = Slot{kEmpty, kMissing, 0};
-    }, 1 << 16);
+    allocate(cap);
   }
 
   uint64_t capacity() const { return mask_ + 1; }
@@ -63,11 +58,8 @@ class HashTable {
   void grow() {
     const uint64_t old_cap = capacity();
     std::unique_ptr<Slot[]> old(std::move(slots_));
-    const uint64_t cap = old_cap * 2;
-    mask_ = cap - 1;
-    slots_.reset(new Slot[cap]);
+    allocate(old_cap * 2);
     Slot* s = slots_.get();
-    for (uint64_t i = 0; i < cap; ++i) s[i] = Slot{kEmpty, kMissing, 0};
     for (uint64_t i = 0; i < old_cap; ++i) {
       if (old[i].key == kEmpty) continue;
       uint64_t pos = hash_key(old[i].key) & mask_;
@@ -107,6 +99,16 @@ class HashTable {
   inline const Slot& slot(uint64_t pos) const { return slots_.get()[pos]; }
 
  private:
+  // cap empty slots (a power of two), filled in parallel.
+  void allocate(uint64_t cap) {
+    mask_ = cap - 1;
+    slots_.reset(new Slot[cap]);
+    Slot* s = slots_.get();
+    parallel_for(static_cast<int64_t>(cap), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) s[i] = Slot{kEmpty, kMissing, 0};
+    }, 1 << 16);
+  }
+
   std::unique_ptr<Slot[]> slots_;
   uint64_t mask_ = 0;
 };

@@ -104,15 +104,20 @@ class BatchNorm(nn.BatchNorm):
     """
 
     def __call__(self, x: FeatureInput) -> FeatureInput:
-        batch_stats = self.training or not self.track_running_stats
-        if isinstance(x, SparseTensor):
-            if not batch_stats:
-                return F.with_feats(x, super().__call__(F.active_feats(x)))
-            count = x.active_rows if x.lazy else None
-            return F.with_feats(x, self._batch_normed(F.active_feats(x), count))
-        if not batch_stats or not isinstance(x, mx.array) or not 2 <= x.ndim <= 4 or x.size == x.shape[-1]:
-            return super().__call__(x)  # running stats, or the parent's own errors
-        return self._batch_normed(x, None)
+        sparse = isinstance(x, SparseTensor)
+        feats = F.active_feats(x) if sparse else x
+        if sparse and x.lazy and (self.training or not self.track_running_stats):
+            y = self._batch_normed(feats, x.active_rows)  # the count is never read
+        elif (
+            self.training
+            and isinstance(feats, mx.array)
+            and 2 <= feats.ndim <= 4
+            and feats.size > feats.shape[-1]
+        ):
+            y = self._batch_normed(feats, None)
+        else:  # running statistics; batch statistics without tracking; the parent's own errors
+            y = super().__call__(feats)
+        return F.with_feats(x, y) if sparse else y
 
     def _batch_normed(self, feats: mx.array, count: mx.array | None) -> mx.array:
         """Batch statistics over every axis but the last. ``count`` (a lazily counted set's

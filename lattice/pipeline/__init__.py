@@ -18,7 +18,7 @@ Each name is imported from its module the first time it is used (PEP 562), so
 
 from __future__ import annotations
 
-import importlib
+from lattice._lazy import lazy_attributes
 
 _MODULES = {
     "demo": ("run_demo",),
@@ -45,7 +45,6 @@ _MODULES = {
         "write_sparse_file",
     ),
 }
-_HOME = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "DEFAULT_CHUNK_POINTS",
@@ -75,14 +74,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """A name of ``__all__`` from its module, imported on first use."""
-    if name not in _HOME:
-        raise AttributeError(f"module 'lattice.pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    globals(),
+    {name: f"{__name__}.{module}" for module, names in _MODULES.items() for name in names},
+)

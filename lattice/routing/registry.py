@@ -11,6 +11,7 @@ implementation; registering an undeclared id fails at once.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -123,8 +124,6 @@ def load_backends() -> None:
     """Imports ``lattice.backends`` (each backend registers its implementations, then every
     table is checked) unless it is imported already. ``import lattice`` does not load them:
     the first dispatch or route listing does."""
-    import importlib
-
     importlib.import_module("lattice.backends")
 
 

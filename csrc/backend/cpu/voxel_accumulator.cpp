@@ -34,17 +34,9 @@ mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, in
   OutArray<float> out({static_cast<int>(m), static_cast<int>(c)}, mx::float32);
   float* o = out.data();
   const int64_t mc = m * c;
-  const int64_t threads = std::min<int64_t>(num_threads(), chunk_count(n, 1 << 15));
-  if (threads <= 1 || mc * threads > 2 * n * c) {  // one pass in point order
-    std::vector<double> acc(static_cast<size_t>(mc), 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      double* a = acc.data() + int64_t{inv[i]} * c;
-      const float* x = f + i * c;
-      for (int64_t k = 0; k < c; ++k) a[k] += x[k];
-    }
-    for (int64_t j = 0; j < mc; ++j) o[j] = static_cast<float>(acc[j]);
-    return std::move(out).finish();
-  }
+  // Per-thread buffers only when they are small next to the points; else one, in point order.
+  int64_t threads = std::min<int64_t>(num_threads(), chunk_count(n, 1 << 15));
+  if (threads <= 1 || mc * threads > 2 * n * c) threads = 1;
   std::vector<std::vector<double>> part(static_cast<size_t>(threads));
   parallel_chunks(n, threads, [&](int64_t t, int64_t b, int64_t e) {
     std::vector<double>& acc = part[t];
