@@ -1,7 +1,7 @@
 """Every public op answers ``lattice explain OP --json``.
 
-The public ops are the functions of ``lattice.ops`` and the coordinate-set functions of
-``lattice.core``; each must be an explainable op (declared once, its plan's route the
+The public ops are the functions of ``lattice.ops`` and the coordinate-set and occupancy
+functions of ``lattice.core``; each must be an explainable op (declared once, its plan's route the
 route it runs), and the command must describe it from a synthetic input: a route that is
 declared in a route table and has an implementation there. A new public op that cannot
 be explained fails here.
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import lattice
 from lattice import ops
-from lattice.core import coordsets
+from lattice.core import coordsets, occupancy
 from lattice.core.relation import EdgeCounter
 from lattice.routing.explain import explainable_ops, plan_of
 from lattice.routing.registry import route_tables
@@ -39,17 +39,19 @@ CORE_SET_FUNCTIONS = [
     "morton_sort_coords",
     "union_coords",
 ]
+CORE_OCCUPANCY_FUNCTIONS = ["occupancy_downsample"]  # expand / child coords: MLX arithmetic, no route
 
 
 def public_ops() -> list[str]:
     names = [n for n in ops.__all__ if inspect.isfunction(getattr(ops, n)) and n not in NOT_OPS]
-    return sorted(names + CORE_SET_FUNCTIONS)
+    return sorted(names + CORE_SET_FUNCTIONS + CORE_OCCUPANCY_FUNCTIONS)
 
 
 def test_the_public_ops_are_the_ones_enumerated():
     assert len(public_ops()) >= 60
     assert set(CORE_SET_FUNCTIONS) <= set(coordsets.__dict__)
     assert all(getattr(lattice.core, n) is getattr(coordsets, n) for n in CORE_SET_FUNCTIONS)
+    assert all(getattr(lattice.core, n) is getattr(occupancy, n) for n in CORE_OCCUPANCY_FUNCTIONS)
     for name in NOT_OPS:
         assert name in ops.__all__  # an exclusion names a real public function
 

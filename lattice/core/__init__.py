@@ -1,4 +1,5 @@
-"""Core data model: SparseTensor, coordinate manager, kernels, relations, coordinate sets."""
+"""Core data model: SparseTensor, coordinate manager, kernels, relations, coordinate sets and
+occupancy (parents with child masks)."""
 
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey, RelationCacheKey
 from lattice.core.coordsets import (
@@ -14,6 +15,13 @@ from lattice.core.coordsets import (
     union_coords,
 )
 from lattice.core.kernel import KernelSpec, kernel_offsets
+from lattice.core.occupancy import (
+    OccupancyExpansion,
+    SparseOccupancy,
+    child_coords_from_indices,
+    occupancy_downsample,
+    occupancy_expand,
+)
 from lattice.core.points import SparseQuantization, sparse_quantize
 from lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
 from lattice.core.relation import (
@@ -35,13 +43,16 @@ __all__ = [
     "KernelRelation",
     "KernelSpec",
     "NeighborRelation",
+    "OccupancyExpansion",
     "QuantizedWeight",
     "RelationCacheKey",
     "RelationEdges",
     "RelationKind",
+    "SparseOccupancy",
     "SparseQuantization",
     "SparseTensor",
     "WindowMap",
+    "child_coords_from_indices",
     "contains_coords",
     "dequantize_weight",
     "downsample_coords",
@@ -53,6 +64,8 @@ __all__ = [
     "morton_codes",
     "morton_order",
     "morton_sort_coords",
+    "occupancy_downsample",
+    "occupancy_expand",
     "quantize_weight",
     "sparse_quantize",
     "union_coords",

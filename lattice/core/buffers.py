@@ -1,0 +1,121 @@
+"""Fixed-capacity results: a buffer of ``capacity`` rows whose first rows are live.
+
+The occupancy and alignment records (``lattice.core.occupancy``,
+``lattice.ops.alignment``) return, as the documented mlx-lattice API does, buffers whose
+length is an upper bound known before the work runs (``8 N`` children, ``N_lhs + N_rhs``
+rows of an outer join) and the live count as an int32 ``mx.array`` of shape ``(1,)``,
+``active_rows``. Rows past the count are padding: 0 in coordinates, masks, parent rows
+and child indices, -1 in gather rows. Counts and buffers stay lazy MLX arrays until
+something reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mlx.core as mx
+import numpy as np
+
+
+def live_count(active_rows, capacity: int, op: str, name: str = "active_rows") -> int:
+    """The live rows ``active_rows`` names in a buffer of ``capacity`` rows.
+
+    None means every row; otherwise an int or a one-element integer array (shape ``(1,)``
+    or ``()``, read once here). A count outside ``[0, capacity]`` is clamped to it, as the
+    documented API reads ``min(active_rows, capacity)`` rows.
+    """
+    if active_rows is None:
+        return capacity
+    if isinstance(active_rows, bool):
+        raise TypeError(f"[{op}] {name} must be an int or a (1,) int32 array, got {active_rows!r}")
+    if isinstance(active_rows, (mx.array, np.ndarray)):
+        arr = np.asarray(active_rows)
+        if arr.size != 1 or arr.ndim > 1:
+            raise ValueError(f"[{op}] {name} must have shape (1,) or (), got {tuple(arr.shape)}")
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"[{op}] {name} must be an integer array, got {active_rows.dtype}")
+        value = int(arr.reshape(()))
+    elif isinstance(active_rows, (int, np.integer)):
+        value = int(active_rows)
+    else:
+        raise TypeError(
+            f"[{op}] {name} must be an int or a (1,) int32 array, got {type(active_rows).__name__}"
+        )
+    return min(max(value, 0), capacity)
+
+
+def count_array(n) -> mx.array:
+    """A live count as the documented ``active_rows``: int32, shape ``(1,)`` (``n`` an int or a
+    lazy scalar array)."""
+    if isinstance(n, mx.array):
+        return n.astype(mx.int32).reshape(1)
+    return mx.array([n], dtype=mx.int32)
+
+
+def padded(a: mx.array, capacity: int, fill: int = 0) -> mx.array:
+    """``a`` (rows first) extended with ``fill`` rows to ``capacity`` rows."""
+    short = capacity - int(a.shape[0])
+    if short <= 0:
+        return a
+    return mx.concatenate([a, mx.full((short, *a.shape[1:]), fill, dtype=a.dtype)], axis=0)
+
+
+def row_array(value, op: str, name: str, rows: int | None = None) -> mx.array:
+    """A one-dimensional integer array (of ``rows`` entries where given) as int32."""
+    if not isinstance(value, mx.array):
+        arr = np.asarray(value)
+        value = mx.array(arr.astype(np.int32) if arr.size == 0 else arr)
+    if value.ndim != 1 or not mx.issubdtype(value.dtype, mx.integer):
+        raise ValueError(
+            f"[{op}] {name} must be a 1-D integer array, got shape {tuple(value.shape)} {value.dtype}"
+        )
+    if rows is not None and value.shape[0] != rows:
+        raise ValueError(f"[{op}] {name} must have {rows} entries (one per row), got {value.shape[0]}")
+    return value.astype(mx.int32)
+
+
+class FixedCapacity:
+    """Members of a fixed-capacity record (a dataclass with ``coords`` and ``active_rows``):
+    ``capacity``, the buffer rows, and ``active_count``, the live count."""
+
+    coords: mx.array
+    active_rows: mx.array
+
+    @property
+    def capacity(self) -> int:
+        """Rows of the buffers (live rows and padding)."""
+        return int(self.coords.shape[0])
+
+    @property
+    def active_count(self) -> mx.array:
+        """The live count: ``active_rows`` itself, the lazy ``(1,)`` int32 array (the documented
+        API's member; ``int(record.active_count)`` reads it)."""
+        return self.active_rows
+
+    def _check(self, rows: dict[str, mx.Dtype]) -> None:
+        """Validates the record: ``coords`` (N, 4) int32 / int64, ``active_rows`` (1,) int32,
+        and each field of ``rows`` of shape (N,) and its dtype."""
+        op = type(self).__name__
+        c = self.coords
+        if (
+            not isinstance(c, mx.array)
+            or c.ndim != 2
+            or c.shape[1] != 4
+            or c.dtype not in (mx.int32, mx.int64)
+        ):
+            got = f"{tuple(c.shape)} {c.dtype}" if isinstance(c, mx.array) else type(c).__name__
+            raise ValueError(f"[{op}] coords must be an (N, 4) int32 or int64 mx.array, got {got}")
+        a = self.active_rows
+        if not isinstance(a, mx.array) or a.shape != (1,) or a.dtype != mx.int32:
+            got = f"{tuple(a.shape)} {a.dtype}" if isinstance(a, mx.array) else type(a).__name__
+            raise ValueError(f"[{op}] active_rows must be a (1,) int32 mx.array, got {got}")
+        n = c.shape[0]
+        for field in dataclasses.fields(self):
+            if field.name not in rows:
+                continue
+            v = getattr(self, field.name)
+            if not isinstance(v, mx.array) or v.shape != (n,) or v.dtype != rows[field.name]:
+                got = f"{tuple(v.shape)} {v.dtype}" if isinstance(v, mx.array) else type(v).__name__
+                raise ValueError(
+                    f"[{op}] {field.name} must be a ({n},) {rows[field.name]} mx.array, got {got}"
+                )
