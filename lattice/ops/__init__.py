@@ -12,6 +12,13 @@ from lattice.ops.algebra import (  # also attaches + - * to SparseTensor
     sparse_mul,
     sparse_sub,
 )
+from lattice.ops.alignment import (
+    SparseAlignment,
+    build_sparse_alignment,
+    gather_aligned_features,
+    sparse_alignment,
+    sparse_cat_aligned,
+)
 from lattice.ops.conv import (
     conv3d,
     conv_transpose3d,
@@ -105,6 +112,11 @@ __all__ = [
     "sparse_minimum",
     "sparse_mul",
     "sparse_sub",
+    "SparseAlignment",
+    "build_sparse_alignment",
+    "gather_aligned_features",
+    "sparse_alignment",
+    "sparse_cat_aligned",
     "batch_norm",
     "dropout",
     "gelu",

@@ -48,7 +48,7 @@ BinaryOp = str | Callable[[mx.array, mx.array], mx.array]
 # ---- the join: its route, the rows of each operand ------------------------------------------
 
 
-def _join_plan(
+def join_plan(
     tensors: Sequence[SparseTensor], join: str, op: str, finish: Callable[[Join], object]
 ) -> CallPlan:
     """The plan of a join of ``tensors``: its route (same support, or the native hash join),
@@ -84,7 +84,7 @@ def _cat_example(x, req):
     return ([a, b],), {}
 
 
-def _take(feats: mx.array, rows: None | int | mx.array, m: int, fill) -> mx.array:
+def take_rows(feats: mx.array, rows: None | int | mx.array, m: int, fill) -> mx.array:
     """Features of each output row: a source row, or ``fill`` where the row is missing."""
     if rows is None:
         return feats
@@ -123,15 +123,15 @@ def _binary(op: str, lhs, rhs, fn: BinaryOp, join: str, lhs_fill, rhs_fill) -> C
 
     def finish(plan: Join) -> SparseTensor:
         m = int(plan.coords.shape[0])
-        a = _take(active_feats(lhs), plan.rows[0], m, lhs_fill)
-        b = _take(active_feats(rhs), plan.rows[1], m, rhs_fill)
+        a = take_rows(active_feats(lhs), plan.rows[0], m, lhs_fill)
+        b = take_rows(active_feats(rhs), plan.rows[1], m, rhs_fill)
         y = fn(a, b)
         if not isinstance(y, mx.array) or y.ndim != 2 or y.shape[0] != m:
             shape = tuple(y.shape) if isinstance(y, mx.array) else type(y).__name__
             raise ValueError(f"[{op}] op must return ({m}, C) features, got {shape}")
         return _output(plan, y, (lhs, rhs), op)
 
-    return _join_plan((lhs, rhs), join, op, finish)
+    return join_plan((lhs, rhs), join, op, finish)
 
 
 @explainable(example=_binary_example, returns=SparseTensor)
@@ -205,10 +205,10 @@ def cat(tensors: Sequence[SparseTensor], *, join: str = "inner") -> CallPlan:
 
     def finish(plan: Join) -> SparseTensor:
         m = int(plan.coords.shape[0])
-        parts = [_take(active_feats(t), r, m, 0) for t, r in zip(tensors, plan.rows, strict=True)]
+        parts = [take_rows(active_feats(t), r, m, 0) for t, r in zip(tensors, plan.rows, strict=True)]
         return _output(plan, mx.concatenate(parts, axis=1), tensors, op)
 
-    return _join_plan(tensors, join, op, finish)
+    return join_plan(tensors, join, op, finish)
 
 
 @explainable(example=_pair_example, returns=tuple[SparseTensor, SparseTensor])
@@ -221,10 +221,10 @@ def align_sparse(lhs: SparseTensor, rhs: SparseTensor, *, join: str = "outer", f
 
     def finish(plan: Join) -> tuple[SparseTensor, SparseTensor]:
         m = int(plan.coords.shape[0])
-        out_l = _output(plan, _take(active_feats(lhs), plan.rows[0], m, fill), (lhs, rhs), op)
-        return out_l, with_feats(out_l, _take(active_feats(rhs), plan.rows[1], m, fill))
+        out_l = _output(plan, take_rows(active_feats(lhs), plan.rows[0], m, fill), (lhs, rhs), op)
+        return out_l, with_feats(out_l, take_rows(active_feats(rhs), plan.rows[1], m, fill))
 
-    return _join_plan((lhs, rhs), join, op, finish)
+    return join_plan((lhs, rhs), join, op, finish)
 
 
 @explainable(example=_pair_example, returns=SparseTensor)
@@ -251,9 +251,9 @@ def reindex_sparse(input: SparseTensor, target, *, fill: float = 0.0) -> CallPla
         )
 
     def finish(plan: Join) -> SparseTensor:
-        return with_feats(target, _take(active_feats(input), plan.rows[0], target.run_rows, fill))
+        return with_feats(target, take_rows(active_feats(input), plan.rows[0], target.run_rows, fill))
 
-    return _join_plan((input, target), "right", op, finish)
+    return join_plan((input, target), "right", op, finish)
 
 
 # ---- operators on SparseTensor ----------------------------------------------------------------

@@ -4,9 +4,11 @@
   lookup, inverse map, Morton codes and order, sparse_quantize, knn / radius by
   brute force);
 - :mod:`reference.relations` — the five kernel-relation kinds and the check that
-  compares a native ``KernelRelation`` with a reference one.
+  compares a native ``KernelRelation`` with a reference one;
+- :mod:`reference.occupancy` — occupancy downsample / expand, child coordinates;
+- :mod:`reference.rows` — joins of two sets as row maps (alignment), per-batch top-k rows.
 """
 
-from . import coords, relations
+from . import coords, occupancy, relations, rows
 
-__all__ = ["coords", "relations"]
+__all__ = ["coords", "occupancy", "relations", "rows"]
