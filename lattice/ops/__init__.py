@@ -79,6 +79,7 @@ from lattice.ops.tensors import (
     replace_feature,
     sparse_collate,
     sparse_from_coordinates,
+    topk_rows,
 )
 
 __all__ = [
@@ -112,6 +113,7 @@ __all__ = [
     "sparse_minimum",
     "sparse_mul",
     "sparse_sub",
+    "topk_rows",
     "SparseAlignment",
     "build_sparse_alignment",
     "gather_aligned_features",

@@ -1,9 +1,10 @@
-"""Tensors from rows: row selection (prune, mask, crop), feature replacement, and tensors
-built from per-sample coordinates (collate, from coordinates).
+"""Tensors from rows: row selection (prune, mask, crop, top-k rows), feature replacement, and
+tensors built from per-sample coordinates (collate, from coordinates).
 
 Each makes its output on a new coordinate set (hashed on the route of a new set,
-``lattice.routing.coords``) or keeps the input's (``replace_feature``: the row-wise route).
-Every op is explainable: ``lattice.explain`` reports that route without building the set.
+``lattice.routing.coords``) or keeps the input's (``replace_feature``: the row-wise route);
+``topk_rows`` chooses rows (their indices, for ``prune``) with MLX's ops on the row-wise
+route. Every op is explainable: ``lattice.explain`` reports that route without building the set.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
-from lattice.core._checks import coords_array, int_triple
+from lattice.core._checks import coords_array, dtype_name, int_triple
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import SparseQuantization
 from lattice.core.tensor import SparseTensor
@@ -23,6 +24,8 @@ from lattice.ops.points import voxelize_features
 from lattice.routing import requested_device
 from lattice.routing.coords import CoordinateRequest, route_coordinates
 from lattice.routing.explain import CallPlan, explainable
+from lattice.routing.features import RowwiseRequest, route_rowwise
+from lattice.routing.registry import dispatch
 
 REDUCTIONS = ("none", "mean")
 
@@ -83,6 +86,10 @@ def _mask_example(x, req):
 
 def _crop_example(x, req):
     return (x,), {"min_coord": 0, "max_coord": 8}
+
+
+def _topk_example(x, req):
+    return (x, [x.active_count // 2] * x.batch_size), {}
 
 
 def _replace_example(x, req):
@@ -155,6 +162,46 @@ def crop(x: SparseTensor, *, min_coord, max_coord) -> CallPlan:
     xyz = x.coords[: x.active_count, 1:]
     inside = mx.all((xyz >= mx.array(lo, dtype=mx.int32)) & (xyz <= mx.array(hi, dtype=mx.int32)), axis=1)
     return _rows_plan(x, np.flatnonzero(np.asarray(inside)).astype(np.int32), op)
+
+
+@explainable(example=_topk_example, returns=mx.array)
+def topk_rows(x: SparseTensor, counts, *, rho: float = 1.0) -> CallPlan:
+    """Rows of the highest scores per batch member: the score is the first feature channel.
+
+    Member ``b`` keeps ``k = min(int(int(counts[b]) * rho), rows of b)`` rows (none where
+    ``k <= 0``), in ascending score order (ties: the later rows rank higher); members follow
+    in batch order. Returns int32 row indices (for ``prune``). ``counts`` has one entry per
+    batch member (``x.batch_size``); ``rho > 0`` scales it.
+    """
+    op = "topk_rows"
+    check_tensors((x,), ("x",), op)
+    if isinstance(rho, bool) or not isinstance(rho, (int, float, np.integer, np.floating)):
+        raise TypeError(f"[{op}] rho must be a number, got {rho!r}")
+    if not rho > 0:
+        raise ValueError(f"[{op}] rho must be positive, got {rho}")
+    keep = np.asarray(counts).reshape(-1)
+    if keep.size and keep.dtype.kind not in "iuf":
+        raise TypeError(f"[{op}] counts must be numbers, got dtype {keep.dtype}")
+    if keep.size != x.batch_size:
+        raise ValueError(
+            f"[{op}] counts must have one entry per batch member ({x.batch_size}), got {keep.size}"
+        )
+    members = x.batch_rows
+    ks = [min(int(int(c) * rho), int(rows.shape[0])) for c, rows in zip(keep.tolist(), members, strict=True)]
+    if any(k > 0 for k in ks) and x.channels == 0:
+        raise ValueError(f"[{op}] x has no feature channel to score")
+
+    def select(feats: mx.array) -> mx.array:
+        parts = []
+        for rows, k in zip(members, ks, strict=True):
+            if k > 0:  # a stable ascending sort: the last k are the top k
+                order = mx.argsort(mx.take(feats[:, 0], rows))
+                parts.append(mx.take(rows, order[-k:]))
+        return mx.concatenate(parts) if parts else mx.zeros((0,), mx.int32)
+
+    feats = active_feats(x)
+    route = route_rowwise(RowwiseRequest(op, dtype_name(feats.dtype), x.channels, requested_device(None)))
+    return CallPlan(route, lambda: dispatch(route, select, feats))
 
 
 @explainable(example=_replace_example, returns=SparseTensor)
