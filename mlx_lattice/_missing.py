@@ -27,12 +27,6 @@ ISSUE = "issue 17"
 
 #: What lattice has to build, by group (the values of :data:`MISSING`).
 GROUPS: dict[str, str] = {
-    "occupancy": "occupancy downsample / expand (per-parent child masks) and their result classes",
-    "alignment": (
-        "coordinate alignment metadata (SparseAlignment: output coords plus lhs/rhs gather rows) "
-        "and the ops built on it"
-    ),
-    "topk": "per-batch top-k row selection (topk_rows)",
     "components": (
         "SparseTensorComponents, the portable component record SparseTensor.export_components() "
         "returns (lattice returns a dict without active_rows)"
@@ -57,34 +51,6 @@ GROUPS: dict[str, str] = {
 #: Documented name -> (group in :data:`GROUPS`, the documented modules exporting it).
 #: Modules are relative to ``mlx_lattice`` ('' is the package itself).
 MISSING: dict[str, tuple[str, tuple[str, ...]]] = {
-    # occupancy
-    "SparseOccupancy": ("occupancy", ("core", "core.coords", "core.coords.occupancy", "ops", "ops.coords")),
-    "OccupancyExpansion": (
-        "occupancy",
-        ("core", "core.coords", "core.coords.occupancy", "ops", "ops.coords"),
-    ),
-    "occupancy_downsample": (
-        "occupancy",
-        ("core", "core.coords", "core.coords.occupancy", "ops", "ops.coords"),
-    ),
-    "occupancy_expand": ("occupancy", ("core", "core.coords", "core.coords.occupancy", "ops", "ops.coords")),
-    "child_coords_from_indices": (
-        "occupancy",
-        ("core", "core.coords", "core.coords.occupancy", "ops", "ops.coords"),
-    ),
-    # alignment
-    "SparseAlignment": ("alignment", ("core", "core.coords", "core.coords.alignment", "ops", "ops.coords")),
-    "build_sparse_alignment": (
-        "alignment",
-        ("core", "core.coords", "core.coords.alignment", "ops", "ops.coords"),
-    ),
-    # lattice.ops.align_sparse exists but returns two aligned SparseTensors (join='outer'),
-    # where the documented one returns a SparseAlignment (join='inner')
-    "align_sparse": ("alignment", ("ops", "ops.tensor")),
-    "gather_aligned_features": ("alignment", ("ops", "ops.tensor")),
-    "sparse_cat_aligned": ("alignment", ("ops", "ops.tensor")),
-    # top-k
-    "topk_rows": ("topk", ("ops", "ops.tensor")),
     # components
     "SparseTensorComponents": ("components", ("", "core", "core.tensor")),
     # validation
@@ -295,8 +261,8 @@ class NotProvidedError(ImportError):
     """A documented ``mlx_lattice`` name that this drop-in does not provide (see docs/compat.md).
 
     An ``ImportError`` (not an ``AttributeError``), so that
-    ``from mlx_lattice.ops import topk_rows`` shows this message rather than Python's
-    generic "cannot import name"; note that ``hasattr`` therefore raises it too.
+    ``from mlx_lattice.ops import gather_neighbor_features`` shows this message rather than
+    Python's generic "cannot import name"; note that ``hasattr`` therefore raises it too.
     """
 
 

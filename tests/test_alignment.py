@@ -11,6 +11,7 @@ from reference import rows as rr
 from reference.coords import to_array
 
 import lattice
+import mlx_lattice
 from lattice import ops
 from lattice.ops import SparseAlignment, build_sparse_alignment, gather_aligned_features, sparse_alignment
 
@@ -239,6 +240,23 @@ def test_sparse_cat_aligned_keeps_declared_batches():
     )
     out = ops.sparse_cat_aligned(a, b, join="outer")
     assert out.batch_counts.tolist() == [3, 0] and out.capacity == 4 and out.active_count == 3
+
+
+# ---- the documented names ------------------------------------------------------------------
+
+
+def test_mlx_lattice_serves_the_documented_alignment():
+    from mlx_lattice.core.coords.alignment import SparseAlignment as documented
+    from mlx_lattice.ops.tensor import align_sparse
+
+    assert documented is SparseAlignment and align_sparse is sparse_alignment
+    assert mlx_lattice.ops.build_sparse_alignment is build_sparse_alignment
+    lhs, rhs = PAIRS["batched"]
+    x, y = _tensors(lhs, rhs)
+    a = align_sparse(x, y)  # documented default: inner
+    _check(a, lhs, rhs, "inner", len(lhs), len(rhs))
+    aligned = lattice.ops.align_sparse(x, y)  # lattice's own: two tensors, outer
+    assert isinstance(aligned, tuple) and aligned[0].active_count == len(rr.align(lhs, rhs, "outer")[0])
 
 
 @pytest.mark.parametrize("join", JOINS)

@@ -272,8 +272,10 @@ def test_the_issue_imports_say_what_is_missing():
     from mlx_lattice.ops import contains_coords, lookup_coords, sparse_quantize  # noqa: F401
 
     for stmt, name in (
-        ("from mlx_lattice.ops import contains_coords, topk_rows", "mlx_lattice.ops.topk_rows"),
-        ("from mlx_lattice.ops import sparse_cat_aligned", "mlx_lattice.ops.sparse_cat_aligned"),
+        (
+            "from mlx_lattice.ops import contains_coords, gather_neighbor_features",
+            "mlx_lattice.ops.gather_neighbor_features",
+        ),
         (
             "from mlx_lattice.ops import voxelize_with_quantization",
             "mlx_lattice.ops.voxelize_with_quantization",

@@ -380,10 +380,6 @@ def _lattice_public() -> set[str]:
     )
 
 
-# lattice has a function of this name, but not the documented contract (see _missing.MISSING).
-SAME_NAME_OTHER_CONTRACT = {"align_sparse"}
-
-
 def test_missing_list_holds_only_missing_names():
     public = _lattice_public()
     for name, (group, modules) in _missing.MISSING.items():
@@ -391,8 +387,7 @@ def test_missing_list_holds_only_missing_names():
         assert modules, name
         for m in modules:
             assert _documented(m, name), f"_missing.MISSING[{name!r}]: not documented in mlx_lattice.{m}"
-        if name not in SAME_NAME_OTHER_CONTRACT:
-            assert name not in public, f"lattice now provides {name}: re-export it and drop it from the list"
+        assert name not in public, f"lattice now provides {name}: re-export it and drop it from the list"
     for name, (scope, modules) in _missing.OUT_OF_SCOPE.items():
         assert scope in _missing.SCOPES, name
         for m in modules:

@@ -9,6 +9,7 @@ from conftest import CLOUDS, make_cloud
 from reference import rows as rr
 
 import lattice
+import mlx_lattice
 from lattice.ops import prune, sparse_collate, topk_rows
 
 
@@ -91,7 +92,8 @@ def test_topk_rows_checks_its_arguments():
         topk_rows(no_channels, [2])
 
 
-def test_topk_rows_explains_and_takes_array_counts():
+def test_topk_rows_is_the_documented_one_and_explains():
+    assert mlx_lattice.ops.topk_rows is topk_rows and mlx_lattice.ops.tensor.topk_rows is topk_rows
     x, _ = _tensor(make_cloud("plane"), "normal")
     assert lattice.explain(topk_rows, x, [4]).name == "cpu.mlx_ops"
     assert mx.array_equal(topk_rows(x, mx.array([4])), topk_rows(x, (4,)))

@@ -3,10 +3,12 @@
 Joins follow database semantics (``inner`` / ``left`` / ``right`` / ``outer``); a side
 missing a coordinate reads its fill value. Most functions are lattice's own;
 ``sparse_collate`` is an adapter (documented argument names ``coords`` / ``feats``) and
-``sparse_binary_op`` is ``lattice.ops.sparse_binary`` under its documented second name.
-``align_sparse`` (documented: alignment metadata), ``gather_aligned_features``,
-``sparse_cat_aligned`` and ``topk_rows`` are not provided yet; the ``*_from_artifact``
-functions are out of scope. Both raise ``mlx_lattice._missing.NotProvidedError``.
+``sparse_binary_op`` is ``lattice.ops.sparse_binary`` under its documented second name, and
+``align_sparse`` is ``lattice.ops.sparse_alignment`` under its documented name (a
+``SparseAlignment`` record, ``join='inner'``; lattice's own ``lattice.ops.align_sparse``
+returns the two aligned tensors instead). ``gather_aligned_features``,
+``sparse_cat_aligned`` and ``topk_rows`` are lattice's own. The ``*_from_artifact``
+functions are out of scope: they raise ``mlx_lattice._missing.NotProvidedError``.
 """
 
 from __future__ import annotations
@@ -18,17 +20,21 @@ from lattice import ops as _ops
 from lattice.ops import (
     cat,
     crop,
+    gather_aligned_features,
     prune,
     prune_mask,
     reindex_sparse,
     replace_feature,
     sparse_add,
+    sparse_alignment,
     sparse_binary,
+    sparse_cat_aligned,
     sparse_from_coordinates,
     sparse_maximum,
     sparse_minimum,
     sparse_mul,
     sparse_sub,
+    topk_rows,
 )
 from mlx_lattice._missing import module_getattr
 from mlx_lattice.core.coords.alignment import SparseJoin
@@ -38,6 +44,8 @@ DuplicateReduction: TypeAlias = Literal["none", "mean"]
 
 #: The documented second name of ``sparse_binary`` (the same function).
 sparse_binary_op = sparse_binary
+#: The documented name of ``lattice.ops.sparse_alignment`` (the same function).
+align_sparse = sparse_alignment
 
 
 def sparse_collate(coords: Sequence, feats: Sequence, *, stride=1, duplicate_reduction: str = "none"):
@@ -54,8 +62,10 @@ __all__ = [
     "DuplicateReduction",
     "SparseBinaryMode",
     "SparseJoin",
+    "align_sparse",
     "cat",
     "crop",
+    "gather_aligned_features",
     "prune",
     "prune_mask",
     "reindex_sparse",
@@ -63,12 +73,14 @@ __all__ = [
     "sparse_add",
     "sparse_binary",
     "sparse_binary_op",
+    "sparse_cat_aligned",
     "sparse_collate",
     "sparse_from_coordinates",
     "sparse_maximum",
     "sparse_minimum",
     "sparse_mul",
     "sparse_sub",
+    "topk_rows",
 ]
 
 __getattr__ = module_getattr(__name__)

@@ -19,8 +19,16 @@ from mlx_lattice.core.coords import (
     set_ops,
     validation,
 )
+from mlx_lattice.core.coords.alignment import SparseAlignment, build_sparse_alignment
 from mlx_lattice.core.coords.builders import kernel_offsets
 from mlx_lattice.core.coords.manager import CoordinateManager, CoordinateMapKey
+from mlx_lattice.core.coords.occupancy import (
+    OccupancyExpansion,
+    SparseOccupancy,
+    child_coords_from_indices,
+    occupancy_downsample,
+    occupancy_expand,
+)
 from mlx_lattice.core.coords.ordering import (
     CoordinateOrdering,
     morton_codes,
@@ -57,9 +65,14 @@ __all__ = [
     "CoordinateMapKey",
     "CoordinateOrdering",
     "CoordinateSet",
+    "OccupancyExpansion",
     "PointVoxelMap",
+    "SparseAlignment",
+    "SparseOccupancy",
     "SparseQuantization",
     "build_point_voxel_map",
+    "build_sparse_alignment",
+    "child_coords_from_indices",
     "contains_coords",
     "downsample_coords",
     "interpolate_point_features",
@@ -70,6 +83,8 @@ __all__ = [
     "morton_codes",
     "morton_order",
     "morton_sort_coords",
+    "occupancy_downsample",
+    "occupancy_expand",
     "sparse_quantize",
     "union_coords",
 ]
