@@ -24,6 +24,14 @@ from lattice.core.relation import (
     RelationKind,
     WindowMap,
 )
+from lattice.core.relation_views import (
+    NeighborEdges,
+    RelationCSRView,
+    RelationImplicitGemmView,
+    RelationSortedImplicitGemmView,
+    RelationView,
+    SparseRelationContract,
+)
 from lattice.core.rows import host_reads
 from lattice.core.tensor import SparseTensor
 
@@ -34,12 +42,18 @@ __all__ = [
     "CoordinateSet",
     "KernelRelation",
     "KernelSpec",
+    "NeighborEdges",
     "NeighborRelation",
     "QuantizedWeight",
     "RelationCacheKey",
+    "RelationCSRView",
     "RelationEdges",
+    "RelationImplicitGemmView",
     "RelationKind",
+    "RelationSortedImplicitGemmView",
+    "RelationView",
     "SparseQuantization",
+    "SparseRelationContract",
     "SparseTensor",
     "WindowMap",
     "contains_coords",
