@@ -4,9 +4,11 @@
   lookup, inverse map, Morton codes and order, sparse_quantize, knn / radius by
   brute force);
 - :mod:`reference.relations` — the five kernel-relation kinds and the check that
-  compares a native ``KernelRelation`` with a reference one.
+  compares a native ``KernelRelation`` with a reference one;
+- :mod:`reference.views` — the documented relation views (CSR, implicit-GEMM map, masks,
+  sorted view) from a relation's edges, and integer knn / radius with squared distances.
 """
 
-from . import coords, relations
+from . import coords, relations, views
 
-__all__ = ["coords", "relations"]
+__all__ = ["coords", "relations", "views"]
