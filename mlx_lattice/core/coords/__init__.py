@@ -19,7 +19,17 @@ from mlx_lattice.core.coords import (
     set_ops,
     validation,
 )
-from mlx_lattice.core.coords.builders import kernel_offsets
+from mlx_lattice.core.coords.builders import (
+    build_generative_relation,
+    build_kernel_relation,
+    build_knn_relation,
+    build_radius_relation,
+    build_submanifold_kernel_relation,
+    build_target_kernel_relation,
+    build_target_transposed_implicit_gemm_view,
+    build_transposed_kernel_relation,
+    kernel_offsets,
+)
 from mlx_lattice.core.coords.manager import CoordinateManager, CoordinateMapKey
 from mlx_lattice.core.coords.ordering import (
     CoordinateOrdering,
@@ -59,7 +69,15 @@ __all__ = [
     "CoordinateSet",
     "PointVoxelMap",
     "SparseQuantization",
+    "build_generative_relation",
+    "build_kernel_relation",
+    "build_knn_relation",
     "build_point_voxel_map",
+    "build_radius_relation",
+    "build_submanifold_kernel_relation",
+    "build_target_kernel_relation",
+    "build_target_transposed_implicit_gemm_view",
+    "build_transposed_kernel_relation",
     "contains_coords",
     "downsample_coords",
     "interpolate_point_features",
