@@ -32,15 +32,6 @@ GROUPS: dict[str, str] = {
         "returns (lattice returns a dict without active_rows)"
     ),
     "validation": "public coordinate validators",
-    "raw-builders": (
-        "raw-array relation builders (coords + active_rows in, relation out) that lattice "
-        "serves only from SparseTensors (kernel_relation, knn_relation, ...)"
-    ),
-    "relation-views": (
-        "the documented relation data model: SparseRelationContract, CSR views, "
-        "implicit-GEMM views, NeighborEdges"
-    ),
-    "neighbor-gather": "gathering source features along a NeighborRelation",
     "voxelize-quantization": "voxelizing features with a precomputed SparseQuantization",
     "quantized-layout": (
         "the QuantizedWeightLayout type; lattice's layout names ('linear', 'dense', 'mapped') "
@@ -56,44 +47,6 @@ MISSING: dict[str, tuple[str, tuple[str, ...]]] = {
     # validation
     "validate_coords": ("validation", ("core.coords", "core.coords.validation")),
     "validate_coord_pair": ("validation", ("core.coords.validation",)),
-    # raw-array builders
-    "build_kernel_relation": (
-        "raw-builders",
-        ("core.coords", "core.coords.builders", "ops", "ops.relations"),
-    ),
-    "build_submanifold_kernel_relation": (
-        "raw-builders",
-        ("core.coords", "core.coords.builders", "ops", "ops.relations"),
-    ),
-    "build_generative_relation": (
-        "raw-builders",
-        ("core.coords", "core.coords.builders", "ops", "ops.relations"),
-    ),
-    "build_transposed_kernel_relation": (
-        "raw-builders",
-        ("core.coords", "core.coords.builders", "ops", "ops.relations"),
-    ),
-    "build_target_kernel_relation": (
-        "raw-builders",
-        ("core.coords", "core.coords.builders", "ops", "ops.relations"),
-    ),
-    "build_knn_relation": ("raw-builders", ("core.coords", "core.coords.builders", "ops", "ops.relations")),
-    "build_radius_relation": (
-        "raw-builders",
-        ("core.coords", "core.coords.builders", "ops", "ops.relations"),
-    ),
-    # relation views
-    "SparseRelationContract": ("relation-views", ("core.relations", "core.relations.views")),
-    "RelationCSRView": ("relation-views", ("core.relations", "core.relations.views")),
-    "RelationImplicitGemmView": ("relation-views", ("core.relations", "core.relations.views")),
-    "RelationSortedImplicitGemmView": ("relation-views", ("core.relations", "core.relations.views")),
-    "RelationView": ("relation-views", ("core.relations",)),
-    "NeighborEdges": ("relation-views", ("core.relations", "core.relations.views")),
-    "build_relation_implicit_gemm_view": ("relation-views", ("core.coords.builders",)),
-    "build_relation_implicit_gemm_view_from_edges": ("relation-views", ("core.coords.builders",)),
-    "build_target_transposed_implicit_gemm_view": ("relation-views", ("core.coords", "core.coords.builders")),
-    # neighbour gather
-    "gather_neighbor_features": ("neighbor-gather", ("ops", "ops.relations")),
     # voxelize with a quantization
     "voxelize_with_quantization": ("voxelize-quantization", ("ops", "ops.quantization")),
     # quantized layout
@@ -149,41 +102,6 @@ PARTIAL: dict[str, dict[str, str]] = {
     "CoordinateSet": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
     "SparseQuantization": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
     "PointVoxelMap": {"point_count": "rows.shape[0]"},
-    "KernelSpec": {"is_centered_submanifold": ""},
-    "RelationEdges": {"capacity": ""},
-    "KernelRelation": {
-        name: ""  # all of the relation-views group
-        for name in (
-            "contract",
-            "output_csr",
-            "input_csr",
-            "kernel_csr",
-            "implicit_gemm",
-            "sorted_implicit_gemm",
-            "edge_capacity",
-            "n_in_capacity",
-            "n_out_capacity",
-            "row_offsets",
-            "in_row_offsets",
-            "in_edge_ids",
-            "kernel_row_offsets",
-            "kernel_edge_ids",
-            "out_view",
-            "in_view",
-            "kernel_view",
-            "require_implicit_gemm",
-            "require_sorted_implicit_gemm",
-        )
-    },
-    "NeighborRelation": {
-        "edges": "NeighborEdges (relation-views); lattice has query_rows / source_rows",
-        "row_offsets": "lattice: offsets",
-        "n_query_capacity": "",
-        "n_source_capacity": "",
-        "max_neighbors": "",
-        "edge_capacity": "",
-        "query_count": "",
-    },
     "QuantizedWeight": {
         "kernel_size": "lattice: shape (the logical weight shape; a 'mapped' weight keeps only K)",
     },
@@ -203,11 +121,13 @@ DIFFERS: dict[str, str] = {
     "KernelSpec": "size has no default (documented size=3); lattice adds keyword-only op=",
     "KernelRelation": (
         "built by lattice's CoordinateManager: KernelRelation(kind, spec, in_key, out_key, out_coords, "
-        "kernel_offsets, in_count, ...), not from edge arrays (in_rows, out_rows, kernel_ids, *, ...)"
+        "kernel_offsets, in_count, ...), not from edge arrays (in_rows, out_rows, kernel_ids, *, ...); "
+        "the documented views are properties made from its edges on first use"
     ),
     "NeighborRelation": (
-        "CSR form NeighborRelation(offsets, source_rows, distances), not "
-        "(query_rows, source_rows, neighbor_ids, distances, *, ...)"
+        "CSR form NeighborRelation(offsets, source_rows, distances, *, n_source_capacity=None, "
+        "max_neighbors=None, active_queries=None), not (query_rows, source_rows, neighbor_ids, "
+        "distances, *, ...); edges (NeighborEdges) is derived"
     ),
     "RelationEdges": (
         "fields (in_rows, out_rows, counts): the third is the per-offset edge count; "

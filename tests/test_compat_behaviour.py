@@ -280,15 +280,6 @@ def test_the_issue_imports_say_what_is_missing():
             "from mlx_lattice.ops import voxelize_with_quantization",
             "mlx_lattice.ops.voxelize_with_quantization",
         ),
-        (
-            "from mlx_lattice.core.coords.builders import build_kernel_relation",
-            "mlx_lattice.core.coords.builders.build_kernel_relation",
-        ),
-        (
-            "from mlx_lattice.core.relations import SparseRelationContract",
-            "mlx_lattice.core.relations.SparseRelationContract",
-        ),
-        ("from mlx_lattice.core.relations import NeighborEdges", "mlx_lattice.core.relations.NeighborEdges"),
     ):
         with pytest.raises(NotProvidedError, match=f"{name} is not provided yet by lattice \\(issue 17\\)"):
             exec(stmt, {})

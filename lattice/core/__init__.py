@@ -32,24 +32,38 @@ from lattice.core.relation import (
     RelationKind,
     WindowMap,
 )
+from lattice.core.relation_views import (
+    NeighborEdges,
+    RelationCSRView,
+    RelationImplicitGemmView,
+    RelationSortedImplicitGemmView,
+    RelationView,
+    SparseRelationContract,
+)
 from lattice.core.rows import host_reads
 from lattice.core.tensor import SparseTensor
 
 __all__ = [
-    "EdgeCounter",
     "CoordinateManager",
     "CoordinateMapKey",
     "CoordinateSet",
+    "EdgeCounter",
     "KernelRelation",
     "KernelSpec",
+    "NeighborEdges",
     "NeighborRelation",
     "OccupancyExpansion",
     "QuantizedWeight",
+    "RelationCSRView",
     "RelationCacheKey",
     "RelationEdges",
+    "RelationImplicitGemmView",
     "RelationKind",
+    "RelationSortedImplicitGemmView",
+    "RelationView",
     "SparseOccupancy",
     "SparseQuantization",
+    "SparseRelationContract",
     "SparseTensor",
     "WindowMap",
     "child_coords_from_indices",

@@ -23,6 +23,7 @@ from lattice import _ext
 from lattice.core._checks import Triple, coords_array, int_triple
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, RelationKind, WindowMap
+from lattice.core.relation_views import SUPPORT, RelationSupport
 from lattice.core.rows import RowCount
 from lattice.routing.coords import build_set
 from lattice.routing.relations import build_relation
@@ -339,7 +340,26 @@ class CoordinateManager:
             built_edges=edges,
             built_map=nmap,
             route=route,
+            _derived={SUPPORT: self._support(kind, in_key, out_key, target_key)},
         )
+
+    def _support(self, kind, in_key, out_key, target_key) -> RelationSupport:
+        """The coordinates a relation's contract reports: its input set, and the target set
+        where the output support was given (target, submanifold, or an explicit target)."""
+        given = target_key is not None or kind is RelationKind.SUBMANIFOLD
+        return RelationSupport(
+            source_coords=self.coords(in_key),
+            source_active_rows=self._live_rows(in_key),
+            target_coords=self.coords(out_key) if given else None,
+            target_active_rows=self._live_rows(out_key) if given else None,
+        )
+
+    def _live_rows(self, key: CoordinateMapKey) -> mx.array:
+        """int32 (1,): the set's live rows (a lazily counted set's count, not read)."""
+        count = self.row_count(key)
+        if count is None:
+            return mx.array([self.capacity(key)], dtype=mx.int32)
+        return count.array.reshape(1).astype(mx.int32)
 
     def _check_relation(self, kind, in_key, spec, target_key, op) -> None:
         """Argument rules shared by every builder."""

@@ -58,6 +58,17 @@ class KernelSpec:
         return all(s % 2 == 1 for s in self.size)
 
     @property
+    def is_centered_submanifold(self) -> bool:
+        """True for an odd kernel with stride 1, padding 0 and dilation 1 (the centred
+        footprint of a plain submanifold convolution)."""
+        return (
+            self.is_odd
+            and self.stride == (1, 1, 1)
+            and self.padding == (0, 0, 0)
+            and self.dilation == (1, 1, 1)
+        )
+
+    @property
     def cell_windows(self) -> bool:
         """True when every window is one cell of the downsample by ``stride``: kernel == stride
         with even sizes or 1 (offsets ``0 .. s - 1``; odd sizes are centred), no padding,

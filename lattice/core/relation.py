@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 import mlx.core as mx
 import numpy as np
 
+from lattice.core import relation_views as views
 from lattice.core.kernel import KernelSpec
+from lattice.core.relation_views import (
+    NeighborEdges,
+    RelationCSRView,
+    RelationImplicitGemmView,
+    RelationSortedImplicitGemmView,
+    SparseRelationContract,
+)
 from lattice.core.rows import host_read
 
 
@@ -62,6 +71,11 @@ class RelationEdges:
 
     def __len__(self) -> int:
         return int(self.in_rows.shape[0])
+
+    @property
+    def capacity(self) -> int:
+        """Edges held: lattice's relations hold exactly their live edges."""
+        return len(self)
 
 
 @dataclass(frozen=True)
@@ -191,6 +205,96 @@ class KernelRelation:
         """Edges per output row."""
         return self.edge_count / self.out_count if self.out_count else 0.0
 
+    # ---- the documented views (lattice.core.relation_views), made on first use -------
+
+    @property
+    def contract(self) -> SparseRelationContract:
+        """Counts (int32 ``[edge_count, out_count]``), capacities, kernel offsets and the
+        coordinates the relation was built from."""
+        return self.cached("view.contract", lambda: views.make_contract(self))
+
+    @property
+    def n_in_capacity(self) -> int:
+        """Input rows the input CSR view spans (``in_count``, or a builder's buffer rows)."""
+        s = views.support_of(self)
+        return self.in_count if s.n_in_capacity is None else s.n_in_capacity
+
+    @property
+    def n_out_capacity(self) -> int:
+        """Output rows the output views span (``out_count``, or a builder's buffer rows)."""
+        s = views.support_of(self)
+        return self.out_count if s.out_coords is None else int(s.out_coords.shape[0])
+
+    @property
+    def edge_capacity(self) -> int:
+        """Edges held: the live edges (lattice's relations are exact)."""
+        return self.edge_count
+
+    @property
+    def output_csr(self) -> RelationCSRView:
+        """Edges by output row (``n_out_capacity + 1`` offsets); ``edge_ids`` index ``edges``,
+        ascending (so by kernel offset) within a row."""
+        return self.cached(
+            "view.output_csr", lambda: views.grouped_view(self.edges.out_rows, self.n_out_capacity)
+        )
+
+    @property
+    def input_csr(self) -> RelationCSRView:
+        """Edges by input row (``n_in_capacity + 1`` offsets), ascending edge id within a row."""
+        return self.cached(
+            "view.input_csr", lambda: views.grouped_view(self.edges.in_rows, self.n_in_capacity)
+        )
+
+    @property
+    def kernel_csr(self) -> RelationCSRView:
+        """Edges by kernel offset: ``edge_offsets`` and the identity (edges are offset-major)."""
+        return self.cached("view.kernel_csr", lambda: views.kernel_view(self))
+
+    out_view = output_csr
+    in_view = input_csr
+    kernel_view = kernel_csr
+
+    @property
+    def row_offsets(self) -> mx.array:
+        return self.output_csr.row_offsets
+
+    @property
+    def in_row_offsets(self) -> mx.array:
+        return self.input_csr.row_offsets
+
+    @property
+    def in_edge_ids(self) -> mx.array:
+        return self.input_csr.edge_ids
+
+    @property
+    def kernel_row_offsets(self) -> mx.array:
+        return self.kernel_csr.row_offsets
+
+    @property
+    def kernel_edge_ids(self) -> mx.array:
+        return self.kernel_csr.edge_ids
+
+    @property
+    def implicit_gemm(self) -> RelationImplicitGemmView | None:
+        """The implicit-GEMM view once made (``require_implicit_gemm``), else None."""
+        return self._derived.get("view.implicit_gemm")
+
+    @property
+    def sorted_implicit_gemm(self) -> RelationSortedImplicitGemmView | None:
+        """The sorted implicit-GEMM view once made (``require_sorted_implicit_gemm``), else None."""
+        return self._derived.get("view.sorted_implicit_gemm")
+
+    def require_implicit_gemm(self) -> RelationImplicitGemmView:
+        """The implicit-GEMM view (made once from ``neighbor_map``, kept): ``n_out_capacity``
+        rows of K input rows (-1: none) and their occupancy masks."""
+        return self.cached("view.implicit_gemm", lambda: views.implicit_gemm_view(self, self.n_out_capacity))
+
+    def require_sorted_implicit_gemm(self) -> RelationSortedImplicitGemmView:
+        """The implicit-GEMM view sorted by row mask, with its tile masks (K <= 32; made once)."""
+        return self.cached(
+            "view.sorted_implicit_gemm", lambda: views.sorted_implicit_gemm_view(self.require_implicit_gemm())
+        )
+
 
 @dataclass(frozen=True)
 class WindowMap:
@@ -224,12 +328,18 @@ class NeighborRelation:
 
     The neighbours of query ``q`` are ``source_rows[offsets[q]:offsets[q + 1]]``,
     sorted by distance (ties by source row); ``query_rows`` repeats ``q`` for
-    each of its edges.
+    each of its edges. What the builder knew of its inputs: ``n_source_capacity``
+    (source rows), ``max_neighbors`` (the per-query cap: ``k``, or the radius query's;
+    None where unbounded) and ``active_queries`` (the live queries where the offsets span
+    a query buffer with rows past them, which have no neighbours; None: every query).
     """
 
     offsets: mx.array  # (Q + 1,) int32: the CSR row starts
     source_rows: mx.array
     distances: mx.array
+    n_source_capacity: int | None = field(default=None, kw_only=True)
+    max_neighbors: int | None = field(default=None, kw_only=True)
+    active_queries: int | None = field(default=None, kw_only=True)
 
     @property
     def counts(self) -> mx.array:
@@ -239,8 +349,35 @@ class NeighborRelation:
     @property
     def query_rows(self) -> mx.array:
         """The query row of each edge (int32)."""
-        return _repeat_index(self.counts)
+        return self.edges.query_rows
+
+    @cached_property
+    def edges(self) -> NeighborEdges:
+        """(query row, source row, rank within the query's neighbours) of each edge."""
+        query_rows = _repeat_index(self.counts)
+        ranks = mx.arange(self.edge_count, dtype=mx.int32) - self.offsets[query_rows]
+        return NeighborEdges(query_rows, self.source_rows, ranks.astype(mx.int32))
+
+    @property
+    def row_offsets(self) -> mx.array:
+        """The CSR row starts (``offsets``)."""
+        return self.offsets
+
+    @property
+    def n_query_capacity(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    @property
+    def query_count(self) -> mx.array:
+        """int32 (1,): the live queries."""
+        n = self.n_query_capacity if self.active_queries is None else self.active_queries
+        return mx.array([n], dtype=mx.int32)
 
     @property
     def edge_count(self) -> int:
         return int(self.source_rows.shape[0])
+
+    @property
+    def edge_capacity(self) -> int:
+        """Edges held: the live edges (lattice's relations are exact)."""
+        return self.edge_count

@@ -28,6 +28,15 @@ from lattice.ops.conv import (
     normalized_subm_conv3d,
     subm_conv3d,
 )
+from lattice.ops.coord_relations import (
+    build_generative_relation,
+    build_kernel_relation,
+    build_knn_relation,
+    build_radius_relation,
+    build_submanifold_kernel_relation,
+    build_target_kernel_relation,
+    build_transposed_kernel_relation,
+)
 from lattice.ops.features import (
     batch_norm,
     dropout,
@@ -64,6 +73,7 @@ from lattice.ops.pool import (
     trilinear_upsample3d,
 )
 from lattice.ops.relations import (
+    gather_neighbor_features,
     generative_kernel_relation,
     kernel_relation,
     knn_relation,
@@ -90,6 +100,14 @@ __all__ = [
     "normalized_generative_conv_transpose3d",
     "normalized_subm_conv3d",
     "subm_conv3d",
+    "build_generative_relation",
+    "build_kernel_relation",
+    "build_knn_relation",
+    "build_radius_relation",
+    "build_submanifold_kernel_relation",
+    "build_target_kernel_relation",
+    "build_transposed_kernel_relation",
+    "gather_neighbor_features",
     "generative_kernel_relation",
     "kernel_offsets",
     "kernel_relation",

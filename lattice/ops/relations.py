@@ -1,4 +1,6 @@
-"""Relation functions: kernel maps of the five kinds and point neighbourhoods.
+"""Relation functions: kernel maps of the five kinds, point neighbourhoods, and gathering
+features along a neighbourhood (``gather_neighbor_features``). The builders over raw
+coordinate buffers with live-row counts are in ``lattice.ops.coord_relations``.
 
 ``x`` is a SparseTensor (its manager caches the relation) or an (N, 4) int32
 coordinate array (wrapped in a fresh manager at stride 1 — or, for transposed
@@ -14,13 +16,14 @@ from dataclasses import replace
 import mlx.core as mx
 import numpy as np
 
-from lattice.core._checks import coords_array, float_triple
+from lattice.core._checks import coords_array, dtype_name, float_triple
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, NeighborRelation, RelationKind
 from lattice.core.tensor import SparseTensor
 from lattice.routing import requested_device
 from lattice.routing.explain import CallPlan, explainable
+from lattice.routing.features import RowwiseRequest, route_rowwise
 from lattice.routing.registry import dispatch
 from lattice.routing.relations import NeighborRequest, route_neighbors
 
@@ -160,7 +163,7 @@ def knn_relation(source, query=None, *, k, source_batch=None, query_batch=None) 
     s, sb = _cloud(source, source_batch, op, "source")
     q, qb = (s, sb) if query is None else _cloud(query, query_batch, op, "query")
     route = route_neighbors(NeighborRequest(op, int(s.shape[0]), int(q.shape[0]), requested_device(None)))
-    return CallPlan(route, lambda: NeighborRelation(*dispatch(route, s, sb, q, qb, int(k))))
+    return CallPlan(route, lambda: _neighbors(dispatch(route, s, sb, q, qb, int(k)), s, int(k)))
 
 
 @explainable(example=_neighbor_example("radius"), returns=NeighborRelation)
@@ -182,4 +185,47 @@ def radius_relation(
     q, qb = (s, sb) if query is None else _cloud(query, query_batch, op, "query")
     cap = -1 if max_neighbors is None else int(max_neighbors)
     route = route_neighbors(NeighborRequest(op, int(s.shape[0]), int(q.shape[0]), requested_device(None)))
-    return CallPlan(route, lambda: NeighborRelation(*dispatch(route, s, sb, q, qb, (r, cap))))
+    return CallPlan(route, lambda: _neighbors(dispatch(route, s, sb, q, qb, (r, cap)), s, max_neighbors))
+
+
+def _neighbors(arrays, source: mx.array, cap) -> NeighborRelation:
+    """The relation of a route's (offsets, source rows, distances), with its source count and cap."""
+    return NeighborRelation(
+        *arrays, n_source_capacity=int(source.shape[0]), max_neighbors=None if cap is None else int(cap)
+    )
+
+
+def _gather_example(x, req):
+    return (x, knn_relation(x, k=4)), {}
+
+
+@explainable(example=_gather_example, returns=mx.array)
+def gather_neighbor_features(source, relation) -> CallPlan:
+    """The features of ``source`` (a SparseTensor, or (N, C) features) along the edges of a
+    ``NeighborRelation``: (edge_count, C), row ``e`` the features of source row
+    ``relation.source_rows[e]`` (edges by query, nearest first). A row-wise gather (MLX's
+    ``take``) on the call's device; differentiable in the features."""
+    op = "gather_neighbor_features"
+    if not isinstance(relation, NeighborRelation):
+        raise TypeError(f"[{op}] relation must be a NeighborRelation, got {type(relation).__name__}")
+    if isinstance(source, SparseTensor):
+        feats = source.feats
+    elif isinstance(source, mx.array) and source.ndim == 2:
+        feats = source
+    else:
+        raise TypeError(
+            f"[{op}] source must be a SparseTensor or (N, C) features, got {type(source).__name__}"
+        )
+    n = relation.n_source_capacity
+    if n is not None and n > feats.shape[0]:
+        raise ValueError(f"[{op}] the relation was built over {n} source rows, source has {feats.shape[0]}")
+    route = route_rowwise(
+        RowwiseRequest(op, dtype_name(feats.dtype), int(feats.shape[1]), requested_device(None))
+    )
+    rows = relation.source_rows
+
+    def gather(f: mx.array) -> mx.array:
+        # no edges: an empty slice (MLX's take has no gradient over an empty source)
+        return mx.take(f, rows, axis=0) if rows.shape[0] else f[:0]
+
+    return CallPlan(route, lambda: dispatch(route, gather, feats))

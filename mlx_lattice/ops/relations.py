@@ -1,19 +1,27 @@
 """Relation builders on sparse tensors (documented ``mlx_lattice.ops.relations``).
 
-lattice's own functions, except ``kernel_relation``, an adapter with the documented
-defaults (``kernel_size=3, stride=1``; lattice's are ``2, 2``). The raw-array ``build_*``
-builders and ``gather_neighbor_features`` are not provided yet and raise
-``mlx_lattice._missing.NotProvidedError``; see docs/compat.md.
+lattice's own functions — the raw-array ``build_*`` builders, ``gather_neighbor_features``,
+the kernel relations — except three adapters: ``kernel_relation`` with the documented
+defaults (``kernel_size=3, stride=1``; lattice's are ``2, 2``), and ``knn_relation`` /
+``radius_relation``, which take the documented arguments only and build over the
+tensors' coordinate buffers (``lattice.ops.build_knn_relation`` /
+``build_radius_relation``: squared distances, the documented capacities).
 """
 
 from __future__ import annotations
 
 from lattice import ops as _ops
 from lattice.ops import (
+    build_generative_relation,
+    build_kernel_relation,
+    build_knn_relation,
+    build_radius_relation,
+    build_submanifold_kernel_relation,
+    build_target_kernel_relation,
+    build_transposed_kernel_relation,
+    gather_neighbor_features,
     generative_kernel_relation,
     kernel_offsets,
-    knn_relation,
-    radius_relation,
     submanifold_kernel_relation,
     target_kernel_relation,
     transposed_kernel_relation,
@@ -31,7 +39,59 @@ def kernel_relation(x, *, kernel_size=3, stride=1, padding=0, dilation=1):
     return _ops.kernel_relation(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation)
 
 
+def _pair(source, query, op: str):
+    query = source if query is None else query
+    if source.stride != query.stride:
+        raise ValueError(
+            f"[{op}] source and query must have the same stride, got {source.stride} and {query.stride}"
+        )
+    return query
+
+
+def knn_relation(source, query=None, *, k):
+    """The ``k`` nearest source rows of every query row (SparseTensors of one stride; same
+    batch, by the xyz lattice indices), nearest first; squared distances.
+
+    Maps to ``lattice.ops.build_knn_relation(source.coords, query.coords, ...)`` with the
+    tensors' live rows (lattice's ``knn_relation`` reports Euclidean distances).
+    """
+    query = _pair(source, query, "knn_relation")
+    return build_knn_relation(
+        source.coords,
+        query.coords,
+        source_active_rows=source.active_count,
+        query_active_rows=query.active_count,
+        k=k,
+    )
+
+
+def radius_relation(source, query=None, *, radius, max_neighbors=None):
+    """The source rows within ``radius`` of every query row (SparseTensors of one stride;
+    same batch), nearest first, at most ``max_neighbors``; squared distances.
+
+    Maps to ``lattice.ops.build_radius_relation(source.coords, query.coords, ...)`` with the
+    tensors' live rows (lattice's ``radius_relation`` reports Euclidean distances).
+    """
+    query = _pair(source, query, "radius_relation")
+    return build_radius_relation(
+        source.coords,
+        query.coords,
+        source_active_rows=source.active_count,
+        query_active_rows=query.active_count,
+        radius=radius,
+        max_neighbors=max_neighbors,
+    )
+
+
 __all__ = [
+    "build_generative_relation",
+    "build_kernel_relation",
+    "build_knn_relation",
+    "build_radius_relation",
+    "build_submanifold_kernel_relation",
+    "build_target_kernel_relation",
+    "build_transposed_kernel_relation",
+    "gather_neighbor_features",
     "generative_kernel_relation",
     "kernel_offsets",
     "kernel_relation",

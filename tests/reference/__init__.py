@@ -7,8 +7,10 @@
   compares a native ``KernelRelation`` with a reference one;
 - :mod:`reference.occupancy` — occupancy downsample / expand, child coordinates;
 - :mod:`reference.rows` — joins of two sets as row maps (alignment), per-batch top-k rows.
+- :mod:`reference.views` — the documented relation views (CSR, implicit-GEMM map, masks,
+  sorted view) from a relation's edges, and integer knn / radius with squared distances.
 """
 
-from . import coords, occupancy, relations, rows
+from . import coords, occupancy, relations, rows, views
 
-__all__ = ["coords", "occupancy", "relations", "rows"]
+__all__ = ["coords", "occupancy", "relations", "rows", "views"]

@@ -20,7 +20,17 @@ from mlx_lattice.core.coords import (
     validation,
 )
 from mlx_lattice.core.coords.alignment import SparseAlignment, build_sparse_alignment
-from mlx_lattice.core.coords.builders import kernel_offsets
+from mlx_lattice.core.coords.builders import (
+    build_generative_relation,
+    build_kernel_relation,
+    build_knn_relation,
+    build_radius_relation,
+    build_submanifold_kernel_relation,
+    build_target_kernel_relation,
+    build_target_transposed_implicit_gemm_view,
+    build_transposed_kernel_relation,
+    kernel_offsets,
+)
 from mlx_lattice.core.coords.manager import CoordinateManager, CoordinateMapKey
 from mlx_lattice.core.coords.occupancy import (
     OccupancyExpansion,
@@ -53,14 +63,6 @@ from mlx_lattice.core.coords.set_ops import (
 )
 
 __all__ = [
-    "alignment",
-    "builders",
-    "manager",
-    "occupancy",
-    "ordering",
-    "quantization",
-    "set_ops",
-    "validation",
     "CoordinateManager",
     "CoordinateMapKey",
     "CoordinateOrdering",
@@ -70,8 +72,18 @@ __all__ = [
     "SparseAlignment",
     "SparseOccupancy",
     "SparseQuantization",
+    "alignment",
+    "build_generative_relation",
+    "build_kernel_relation",
+    "build_knn_relation",
     "build_point_voxel_map",
+    "build_radius_relation",
     "build_sparse_alignment",
+    "build_submanifold_kernel_relation",
+    "build_target_kernel_relation",
+    "build_target_transposed_implicit_gemm_view",
+    "build_transposed_kernel_relation",
+    "builders",
     "child_coords_from_indices",
     "contains_coords",
     "downsample_coords",
@@ -80,13 +92,19 @@ __all__ = [
     "inverse_map",
     "kernel_offsets",
     "lookup_coords",
+    "manager",
     "morton_codes",
     "morton_order",
     "morton_sort_coords",
+    "occupancy",
     "occupancy_downsample",
     "occupancy_expand",
+    "ordering",
+    "quantization",
+    "set_ops",
     "sparse_quantize",
     "union_coords",
+    "validation",
 ]
 
 __getattr__ = module_getattr(__name__)

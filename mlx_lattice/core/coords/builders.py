@@ -1,9 +1,11 @@
 """Relation builders over raw coordinate arrays (documented ``mlx_lattice.core.coords.builders``).
 
-``kernel_offsets`` is lattice's own (odd sizes centred, even sizes from 0, z fastest).
-The raw-array ``build_*`` builders and implicit-GEMM views are not provided yet: lattice
-builds relations from SparseTensors (``mlx_lattice.ops.kernel_relation`` and friends).
-They raise ``mlx_lattice._missing.NotProvidedError``; see docs/compat.md.
+The ``build_*`` relation builders and ``kernel_offsets`` are lattice's own
+(``lattice.ops.build_kernel_relation`` and friends: the live rows of coordinate buffers
+in, a ``KernelRelation`` / ``NeighborRelation`` whose contract records the buffers, out;
+neighbour relations report squared distances). The three implicit-GEMM builders are
+adapters over ``KernelRelation.require_implicit_gemm``. Kernel offsets are lattice's
+(odd sizes centred, even from 0, z fastest) for every relation kind.
 
 The ``Native*`` aliases name the tuple shapes of the documented native builders.
 """
@@ -14,8 +16,16 @@ from typing import TypeAlias
 
 import mlx.core as mx
 
-from lattice.core import kernel_offsets
-from mlx_lattice._missing import module_getattr
+from lattice.core import KernelRelation, RelationImplicitGemmView, RelationKind, kernel_offsets
+from lattice.ops import (
+    build_generative_relation,
+    build_kernel_relation,
+    build_knn_relation,
+    build_radius_relation,
+    build_submanifold_kernel_relation,
+    build_target_kernel_relation,
+    build_transposed_kernel_relation,
+)
 
 NativeKernelRelation: TypeAlias = tuple[
     mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array
@@ -23,6 +33,85 @@ NativeKernelRelation: TypeAlias = tuple[
 NativeNeighborRelation: TypeAlias = tuple[mx.array, mx.array, mx.array, mx.array, mx.array, mx.array]
 NativeImplicitGemmView: TypeAlias = tuple[mx.array, mx.array]
 
-__all__ = ["NativeImplicitGemmView", "NativeKernelRelation", "NativeNeighborRelation", "kernel_offsets"]
+_FORWARD_KINDS = (RelationKind.FORWARD, RelationKind.TARGET, RelationKind.SUBMANIFOLD)
 
-__getattr__ = module_getattr(__name__)
+
+def _relation(relation, op: str) -> KernelRelation:
+    if not isinstance(relation, KernelRelation):
+        raise TypeError(f"[{op}] relation must be a KernelRelation, got {type(relation).__name__}")
+    return relation
+
+
+def build_relation_implicit_gemm_view(relation) -> RelationImplicitGemmView:
+    """The implicit-GEMM view of a forward, target or submanifold relation (other kinds raise
+    ``ValueError``: use ``build_relation_implicit_gemm_view_from_edges``).
+
+    Maps to ``relation.require_implicit_gemm()`` (lattice makes the view from the relation's
+    dense neighbour map, the same rows the documented coordinate lookup finds).
+    """
+    op = "build_relation_implicit_gemm_view"
+    relation = _relation(relation, op)
+    if relation.kind not in _FORWARD_KINDS:
+        raise ValueError(
+            f"[{op}] the implicit-GEMM view supports forward, target and submanifold relations, "
+            f"got {relation.kind.value}; build_relation_implicit_gemm_view_from_edges takes every kind"
+        )
+    return relation.require_implicit_gemm()
+
+
+def build_relation_implicit_gemm_view_from_edges(relation) -> RelationImplicitGemmView:
+    """The implicit-GEMM view of a relation of any kind, from its edges.
+
+    Maps to ``relation.require_implicit_gemm()``.
+    """
+    return _relation(relation, "build_relation_implicit_gemm_view_from_edges").require_implicit_gemm()
+
+
+def build_target_transposed_implicit_gemm_view(
+    source_coords,
+    target_coords,
+    *,
+    source_active_rows,
+    target_active_rows,
+    kernel_size=2,
+    stride=2,
+    padding=0,
+    dilation=1,
+) -> RelationImplicitGemmView:
+    """The implicit-GEMM view of the transposed relation from ``source_coords`` onto
+    ``target_coords``: one row per target buffer row, ``out_in_map[t, k]`` the source row
+    with ``t = s * stride + k * dilation - padding`` (-1: none, and for rows past
+    ``target_active_rows``).
+
+    Maps to ``lattice.ops.build_transposed_kernel_relation(..., target_coords=,
+    target_active_rows=).require_implicit_gemm()``.
+    """
+    relation = build_transposed_kernel_relation(
+        source_coords,
+        source_active_rows,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        target_coords=target_coords,
+        target_active_rows=target_active_rows,
+    )
+    return relation.require_implicit_gemm()
+
+
+__all__ = [
+    "NativeImplicitGemmView",
+    "NativeKernelRelation",
+    "NativeNeighborRelation",
+    "build_generative_relation",
+    "build_kernel_relation",
+    "build_knn_relation",
+    "build_radius_relation",
+    "build_relation_implicit_gemm_view",
+    "build_relation_implicit_gemm_view_from_edges",
+    "build_submanifold_kernel_relation",
+    "build_target_kernel_relation",
+    "build_target_transposed_implicit_gemm_view",
+    "build_transposed_kernel_relation",
+    "kernel_offsets",
+]
