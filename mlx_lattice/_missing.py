@@ -33,11 +33,6 @@ GROUPS: dict[str, str] = {
         "and the ops built on it"
     ),
     "topk": "per-batch top-k row selection (topk_rows)",
-    "components": (
-        "SparseTensorComponents, the portable component record SparseTensor.export_components() "
-        "returns (lattice returns a dict without active_rows)"
-    ),
-    "validation": "public coordinate validators",
     "raw-builders": (
         "raw-array relation builders (coords + active_rows in, relation out) that lattice "
         "serves only from SparseTensors (kernel_relation, knn_relation, ...)"
@@ -85,11 +80,6 @@ MISSING: dict[str, tuple[str, tuple[str, ...]]] = {
     "sparse_cat_aligned": ("alignment", ("ops", "ops.tensor")),
     # top-k
     "topk_rows": ("topk", ("ops", "ops.tensor")),
-    # components
-    "SparseTensorComponents": ("components", ("", "core", "core.tensor")),
-    # validation
-    "validate_coords": ("validation", ("core.coords", "core.coords.validation")),
-    "validate_coord_pair": ("validation", ("core.coords.validation",)),
     # raw-array builders
     "build_kernel_relation": (
         "raw-builders",
@@ -167,7 +157,6 @@ OUT_OF_SCOPE_MODULES: dict[str, str] = {
 
 #: Class (re-exported from lattice) -> {documented field or member lattice's class lacks: note}.
 PARTIAL: dict[str, dict[str, str]] = {
-    "SparseTensor": {"decomposed_coordinates_and_features": "lattice has the two lists separately"},
     "CoordinateManager": {
         "insert_coords": "lattice: insert(coords, stride)",
         "owns": "lattice: check_key(key) raises instead",

@@ -1,5 +1,6 @@
 """Core data model: SparseTensor, coordinate manager, kernels, relations, coordinate sets."""
 
+from lattice.core._checks import validate_coord_pair, validate_coords
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey, RelationCacheKey
 from lattice.core.coordsets import (
     CoordinateSet,
@@ -25,7 +26,7 @@ from lattice.core.relation import (
     WindowMap,
 )
 from lattice.core.rows import host_reads
-from lattice.core.tensor import SparseTensor
+from lattice.core.tensor import SparseTensor, SparseTensorComponents
 
 __all__ = [
     "EdgeCounter",
@@ -41,6 +42,7 @@ __all__ = [
     "RelationKind",
     "SparseQuantization",
     "SparseTensor",
+    "SparseTensorComponents",
     "WindowMap",
     "contains_coords",
     "dequantize_weight",
@@ -56,6 +58,8 @@ __all__ = [
     "quantize_weight",
     "sparse_quantize",
     "union_coords",
+    "validate_coord_pair",
+    "validate_coords",
 ]
 
 # The ops come with the core: they attach the + - * operators to SparseTensor and register

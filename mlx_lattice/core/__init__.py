@@ -23,7 +23,7 @@ from mlx_lattice.core.coords import (
 )
 from mlx_lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
 from mlx_lattice.core.relations import KernelRelation, KernelSpec, NeighborRelation
-from mlx_lattice.core.tensor import SparseTensor
+from mlx_lattice.core.tensor import SparseTensor, SparseTensorComponents
 from mlx_lattice.core.types import Triple, triple
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "QuantizedWeight",
     "SparseQuantization",
     "SparseTensor",
+    "SparseTensorComponents",
     "Triple",
     "build_point_voxel_map",
     "dequantize_weight",

@@ -43,6 +43,7 @@ from mlx_lattice.core.coords.set_ops import (
     lookup_coords,
     union_coords,
 )
+from mlx_lattice.core.coords.validation import validate_coords
 
 __all__ = [
     "alignment",
@@ -72,6 +73,7 @@ __all__ = [
     "morton_sort_coords",
     "sparse_quantize",
     "union_coords",
+    "validate_coords",
 ]
 
 __getattr__ = module_getattr(__name__)
