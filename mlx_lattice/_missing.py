@@ -158,16 +158,7 @@ OUT_OF_SCOPE_MODULES: dict[str, str] = {
 #: Class (re-exported from lattice) -> {documented field or member lattice's class lacks: note}.
 PARTIAL: dict[str, dict[str, str]] = {
     "CoordinateManager": {
-        "insert_coords": "lattice: insert(coords, stride)",
-        "owns": "lattice: check_key(key) raises instead",
-        "active_rows": "lattice: size(key) / row_count(key)",
-        "inverse_map": "lattice: the function inverse_map(source, target)",
-        "kernel_relation": "lattice: relation(kind, key, spec)",
-        "generative_relation": "lattice: relation(kind, key, spec)",
-        "submanifold_kernel_relation": "lattice: relation(kind, key, spec)",
-        "transposed_kernel_relation": "lattice: relation(kind, key, spec)",
-        "target_kernel_relation": "lattice: relation(kind, key, spec)",
-        "target_transposed_view": "no lattice counterpart",
+        "target_transposed_view": "needs RelationImplicitGemmView (relation-views)",
     },
     "CoordinateSet": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
     "SparseQuantization": {"capacity": "", "active_count": "lattice's active_rows is the int count"},

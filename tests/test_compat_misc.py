@@ -129,3 +129,85 @@ def test_decomposed_coordinates_and_features_of_the_live_rows():
         _same(coords[b], live_c[rows, 1:])
         _same(feats[b], live_f[rows])
     assert coords[1].shape == (0, 3) and feats[1].shape == (0, 2)
+
+
+# ---- the coordinate manager's documented methods ---------------------------------------------------
+
+
+def _cloud(n: int, seed: int, batches: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    c = np.concatenate([rng.integers(0, batches, (n, 1)), rng.integers(-5, 5, (n, 3))], axis=1)
+    _, first = np.unique(c, axis=0, return_index=True)
+    return c[np.sort(first)].astype(np.int32)  # unique rows, in a random order
+
+
+def _lookup_oracle(source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    rows = {tuple(r): i for i, r in enumerate(source.tolist())}
+    return np.array([rows.get(tuple(r), -1) for r in target.tolist()], np.int32)
+
+
+def test_insert_coords_owns_coords_and_active_rows():
+    from mlx_lattice.core.coords.manager import CoordinateManager
+
+    m = CoordinateManager()
+    c = mx.array(_cloud(30, 1))
+    key = m.insert_coords(c)
+    assert m.insert_coords(c) == key  # the same object again: the same key
+    assert m.insert_coords(c, 2) != key and m.insert_coords(c, 2).stride == (2, 2, 2)
+    assert m.insert_coords(mx.array(np.asarray(c))) != key  # another object: another set
+    assert m.owns(key) and not CoordinateManager().owns(key) and not m.owns("key")
+    _same(m.coords(key), c)
+    live = m.active_rows(key)
+    assert live.dtype == mx.int32 and live.shape == (1,) and live.tolist() == [c.shape[0]]
+    part = m.insert_coords(c, 1, mx.array([7], mx.int32))
+    assert part != key and m.active_rows(part).tolist() == [7]
+    _same(m.coords(part), np.asarray(c)[:7])
+    assert m.insert_coords(c.astype(mx.int64), 1, 0) is not None
+    with pytest.raises(ValueError, match=r"coords must have shape \(N, 4\)\."):
+        m.insert_coords(c[:, :3])
+    with pytest.raises(ValueError, match=r"active_rows must be in \[0, "):
+        m.insert_coords(c, 1, c.shape[0] + 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_manager_inverse_map_against_a_lookup_oracle(seed):
+    m = lattice.CoordinateManager()
+    a, b = _cloud(40, seed), _cloud(25, seed + 10)
+    ka, kb = m.insert_coords(mx.array(a)), m.insert_coords(mx.array(b))
+    _same(m.inverse_map(ka, kb), _lookup_oracle(a, b))
+    _same(m.inverse_map(kb, ka), _lookup_oracle(b, a))
+    _same(m.inverse_map(ka, ka), np.arange(len(a)))
+    empty = m.insert_coords(mx.zeros((0, 4), mx.int32))
+    assert m.inverse_map(ka, empty).shape == (0,)
+    _same(m.inverse_map(empty, ka), np.full(len(a), -1))
+    with pytest.raises(ValueError, match="does not belong to manager"):
+        m.inverse_map(ka, lattice.CoordinateManager().insert_coords(mx.array(a)))
+
+
+def _relation_facts(r):
+    return (r.kind, r.spec, r.in_key, r.out_key, r.edge_count, r.out_count)
+
+
+def test_manager_relations_are_the_manager_s_cached_relations():
+    from lattice.core import KernelSpec
+
+    m = lattice.CoordinateManager()
+    key = m.insert_coords(mx.array(_cloud(60, 3)))
+    coarse = m.downsample(key, 2)
+    got = m.kernel_relation(key)  # documented defaults: kernel 3, stride 1
+    assert got is m.relation("forward", key, KernelSpec(3)) and got.n_kernels == 27
+    assert m.kernel_relation(key, kernel_size=2, stride=2) is m.relation("forward", key, KernelSpec(2, 2))
+    assert m.submanifold_kernel_relation(key, dilation=2) is m.relation(
+        "submanifold", key, KernelSpec(3, 1, 0, 2)
+    )
+    assert m.generative_relation(coarse) is m.relation("generative", coarse, KernelSpec(2, 2))
+    assert m.transposed_kernel_relation(coarse) is m.relation("transposed", coarse, KernelSpec(2, 2))
+    target = m.target_kernel_relation(key, coarse, kernel_size=2, stride=2)
+    assert target is m.relation("target", key, KernelSpec(2, 2), coarse)
+    # the same relations lattice's functions build from a tensor on that set
+    x = lattice.SparseTensor(m.coords(key), mx.zeros((m.size(key), 1)), coord_key=key, coord_manager=m)
+    assert _relation_facts(got) == _relation_facts(lattice.ops.kernel_relation(x, kernel_size=3, stride=1))
+    with pytest.raises(
+        ValueError, match=r"\[submanifold_kernel_relation\] submanifold kernels must have odd"
+    ):
+        m.submanifold_kernel_relation(key, kernel_size=2)
