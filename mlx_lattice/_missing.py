@@ -43,10 +43,6 @@ GROUPS: dict[str, str] = {
     ),
     "neighbor-gather": "gathering source features along a NeighborRelation",
     "voxelize-quantization": "voxelizing features with a precomputed SparseQuantization",
-    "quantized-layout": (
-        "the QuantizedWeightLayout type; lattice's layout names ('linear', 'dense', 'mapped') "
-        "differ from the documented ones ('linear', 'dense_5d', 'kernel_major')"
-    ),
 }
 
 #: Documented name -> (group in :data:`GROUPS`, the documented modules exporting it).
@@ -120,8 +116,6 @@ MISSING: dict[str, tuple[str, tuple[str, ...]]] = {
     "gather_neighbor_features": ("neighbor-gather", ("ops", "ops.relations")),
     # voxelize with a quantization
     "voxelize_with_quantization": ("voxelize-quantization", ("ops", "ops.quantization")),
-    # quantized layout
-    "QuantizedWeightLayout": ("quantized-layout", ("core", "core.quantized")),
 }
 
 #: Why a name or module is outside the drop-in.
@@ -198,9 +192,6 @@ PARTIAL: dict[str, dict[str, str]] = {
         "edge_capacity": "",
         "query_count": "",
     },
-    "QuantizedWeight": {
-        "kernel_size": "lattice: shape (the logical weight shape; a 'mapped' weight keeps only K)",
-    },
     "Conv3d": {"to_quantized": "lattice: lattice.nn.quantize(model) / QuantizedConv3d.from_conv"},
     "ConvTranspose3d": {"to_quantized": "lattice: QuantizedConvTranspose3d.from_conv"},
     "GenerativeConvTranspose3d": {"to_quantized": "lattice: QuantizedGenerativeConvTranspose3d.from_conv"},
@@ -230,7 +221,8 @@ DIFFERS: dict[str, str] = {
     "QuantizedWeight": (
         "fields (data, scales, biases, bits, group_size, shape, layout), not "
         "(weight, scales, biases, group_size, bits, in_channels, out_channels, kernel_size, layout); "
-        "layouts 'linear' / 'dense' / 'mapped', not 'linear' / 'dense_5d' / 'kernel_major'"
+        "layout holds lattice's names 'linear' / 'dense' / 'mapped' for the documented "
+        "'linear' / 'dense_5d' / 'kernel_major'"
     ),
     "QuantizedLinear": "no mode= parameter (lattice packs affine only; documented mode='affine')",
 }

@@ -211,3 +211,41 @@ def test_manager_relations_are_the_manager_s_cached_relations():
         ValueError, match=r"\[submanifold_kernel_relation\] submanifold kernels must have odd"
     ):
         m.submanifold_kernel_relation(key, kernel_size=2)
+
+
+# ---- quantized weight layouts and kernel_size --------------------------------------------------------
+
+
+def test_quantized_weight_layout_is_the_documented_literal():
+    import typing
+
+    from mlx_lattice.core import QuantizedWeightLayout as from_core
+    from mlx_lattice.core.quantized import LATTICE_LAYOUTS, QuantizedWeightLayout
+
+    assert from_core is QuantizedWeightLayout
+    assert set(typing.get_args(QuantizedWeightLayout)) == {"linear", "kernel_major", "dense_5d"}
+    assert set(LATTICE_LAYOUTS) == set(typing.get_args(QuantizedWeightLayout))
+    assert set(LATTICE_LAYOUTS.values()) == set(lattice.core.quantized.LAYOUTS.values())
+
+
+@pytest.mark.parametrize(
+    ("shape", "documented", "kernel_size"),
+    [
+        ((8, 12), "linear", (1, 1, 1)),
+        ((27, 12, 8), "kernel_major", (27, 1, 1)),
+        ((1, 12, 8), "kernel_major", (1, 1, 1)),
+        ((8, 3, 2, 1, 12), "dense_5d", (3, 2, 1)),
+        ((8, 1, 1, 1, 40), "dense_5d", (1, 1, 1)),
+    ],
+)
+def test_quantized_weight_kernel_size_and_layout(shape, documented, kernel_size):
+    from mlx_lattice.core.quantized import LATTICE_LAYOUTS
+
+    w = mx.array(np.random.default_rng(9).normal(size=shape).astype(np.float32))
+    q = mlx_lattice.quantize_weight(w)
+    assert q.layout == LATTICE_LAYOUTS[documented]
+    assert q.kernel_size == kernel_size and all(type(k) is int for k in q.kernel_size)
+    assert q.is_pointwise is (kernel_size == (1, 1, 1))
+    # the documented storage facts: K kernel rows (kernel volume), C_in padded to the group
+    assert int(np.prod(q.kernel_size)) == (1 if len(shape) == 2 else q.kernel_volume)
+    assert q.storage_in_channels % q.group_size == 0 and q.storage_in_channels >= q.in_channels

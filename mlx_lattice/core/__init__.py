@@ -21,7 +21,12 @@ from mlx_lattice.core.coords import (
     build_point_voxel_map,
     interpolate_point_features,
 )
-from mlx_lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
+from mlx_lattice.core.quantized import (
+    QuantizedWeight,
+    QuantizedWeightLayout,
+    dequantize_weight,
+    quantize_weight,
+)
 from mlx_lattice.core.relations import KernelRelation, KernelSpec, NeighborRelation
 from mlx_lattice.core.tensor import SparseTensor, SparseTensorComponents
 from mlx_lattice.core.types import Triple, triple
@@ -41,6 +46,7 @@ __all__ = [
     "NeighborRelation",
     "PointVoxelMap",
     "QuantizedWeight",
+    "QuantizedWeightLayout",
     "SparseQuantization",
     "SparseTensor",
     "SparseTensorComponents",
