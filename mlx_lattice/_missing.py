@@ -229,17 +229,6 @@ DIFFERS: dict[str, str] = {
 
 #: (module, adapter) -> the documented argument values it does not serve yet.
 LIMITED: dict[tuple[str, str], str] = {
-    ("ops.feature", "softplus"): (
-        "beta / threshold other than 1.0 / 20.0 raise NotImplementedError (lattice.ops.softplus has neither)"
-    ),
-    (
-        "ops.feature",
-        "activation",
-    ): "kind='softplus' with beta / threshold other than the defaults, as softplus",
-    ("ops.feature", "batch_norm"): (
-        "mean=None / var=None (statistics of the active rows) raise NotImplementedError: "
-        "lattice.ops.batch_norm needs given statistics"
-    ),
     ("core.coords.quantization", "voxelize_features"): (
         "active_rows other than None raises NotImplementedError (lattice reads every point row)"
     ),

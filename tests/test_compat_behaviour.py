@@ -201,28 +201,13 @@ def test_activation_unknown_kind():
         activation(mx.zeros((2, 2)), kind="swish")
 
 
-def test_softplus_defaults_and_limit():
-    from mlx_lattice.ops import activation, softplus
+def test_softplus_and_batch_norm_are_lattice_s():
+    from mlx_lattice.ops import activation, batch_norm, softplus
 
+    assert softplus is lattice.ops.softplus and batch_norm is lattice.ops.batch_norm
     x = _tensor()
-    _same(softplus(x).feats, lattice.ops.softplus(x).feats)
-    _same(softplus(x, beta=1, threshold=20).feats, lattice.ops.softplus(x).feats)
-    for kwargs in ({"beta": 2.0}, {"threshold": 10.0}):
-        with pytest.raises(NotImplementedError, match="issue 17"):
-            softplus(x, **kwargs)
-        with pytest.raises(NotImplementedError, match="issue 17"):
-            activation(x, kind="softplus", **kwargs)
-
-
-def test_batch_norm_affine_is_optional_and_statistics_are_required():
-    from mlx_lattice.ops import batch_norm
-
-    x = _tensor()
-    mean, var = mx.array([0.1, 0.2, 0.3, 0.4]), mx.array([1.0, 2.0, 0.5, 1.5])
-    got = batch_norm(x, mean=mean, var=var)  # lattice needs weight= and bias= spelled out
-    _same(got.feats, lattice.ops.batch_norm(x, weight=None, bias=None, mean=mean, var=var).feats)
-    with pytest.raises(NotImplementedError, match="issue 17"):
-        batch_norm(x)
+    for kwargs in ({}, {"beta": 2.0}, {"threshold": 0.5}):
+        _same(activation(x, kind="softplus", **kwargs).feats, softplus(x, **kwargs).feats)
 
 
 def test_dense_feature_forms():

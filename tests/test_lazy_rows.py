@@ -146,6 +146,17 @@ def test_batch_norm_statistics_cover_only_the_live_rows(track):
     assert_same(mods[1](xl), mods[0](x))
 
 
+def test_batch_norm_op_statistics_cover_only_the_live_rows():
+    x = exact_tensor(c=3)
+    xl = lazy_copy(x)
+    reads = host_reads()
+    out_l = ops.batch_norm(xl)  # mean=None, var=None: the statistics of the live rows
+    mx.eval(out_l.feats)
+    assert reads.count == 0 and out_l.lazy
+    assert_same(out_l, ops.batch_norm(x), 1e-4)
+    assert np.all(np.asarray(out_l.feats[x.active_count :]) == 0)  # spare rows zeroed
+
+
 def test_gradients_through_a_lazily_counted_set_match():
     x = exact_tensor()
     xl = lazy_copy(x)
