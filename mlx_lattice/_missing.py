@@ -42,7 +42,6 @@ GROUPS: dict[str, str] = {
         "implicit-GEMM views, NeighborEdges"
     ),
     "neighbor-gather": "gathering source features along a NeighborRelation",
-    "voxelize-quantization": "voxelizing features with a precomputed SparseQuantization",
 }
 
 #: Documented name -> (group in :data:`GROUPS`, the documented modules exporting it).
@@ -114,8 +113,6 @@ MISSING: dict[str, tuple[str, tuple[str, ...]]] = {
     "build_target_transposed_implicit_gemm_view": ("relation-views", ("core.coords", "core.coords.builders")),
     # neighbour gather
     "gather_neighbor_features": ("neighbor-gather", ("ops", "ops.relations")),
-    # voxelize with a quantization
-    "voxelize_with_quantization": ("voxelize-quantization", ("ops", "ops.quantization")),
 }
 
 #: Why a name or module is outside the drop-in.
@@ -156,7 +153,6 @@ PARTIAL: dict[str, dict[str, str]] = {
     },
     "CoordinateSet": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
     "SparseQuantization": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
-    "PointVoxelMap": {"point_count": "rows.shape[0]"},
     "KernelSpec": {"is_centered_submanifold": ""},
     "RelationEdges": {"capacity": ""},
     "KernelRelation": {
@@ -228,15 +224,7 @@ DIFFERS: dict[str, str] = {
 }
 
 #: (module, adapter) -> the documented argument values it does not serve yet.
-LIMITED: dict[tuple[str, str], str] = {
-    ("core.coords.quantization", "voxelize_features"): (
-        "active_rows other than None raises NotImplementedError (lattice reads every point row)"
-    ),
-    ("core.coords.quantization", "build_point_voxel_map"): (
-        "point_active_rows other than None raises NotImplementedError"
-    ),
-    ("ops.quantization", "devoxelize"): "point_active_rows other than None raises NotImplementedError",
-}
+LIMITED: dict[tuple[str, str], str] = {}
 
 #: Behaviour the reference pages state that lattice lacks (each is a strict-xfail test in
 #: tests/test_compat_behaviour.py, which fails once lattice has it: then drop the entry).

@@ -126,7 +126,7 @@ def test_build_point_voxel_map_reads_only_the_live_voxel_rows():
     assert (rows[live:] == -1).all()
 
 
-def test_voxelize_features_and_its_limit():
+def test_voxelize_features_maps_to_lattice():
     from mlx_lattice.core.coords.quantization import voxelize_features
 
     pts = np.random.default_rng(4).uniform(-3, 3, size=(200, 3)).astype(np.float32)
@@ -135,8 +135,8 @@ def test_voxelize_features_and_its_limit():
     for reduction in ("sum", "mean"):  # float sums: GPU atomics add in any order
         a, b = voxelize_features(f, q, reduction=reduction), lattice.ops.voxelize_features(f, q, reduction)
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    with pytest.raises(NotImplementedError, match="issue 17"):
-        voxelize_features(f, q, active_rows=mx.array([100], mx.int32))
+    live = voxelize_features(f, q, active_rows=mx.array([100], mx.int32))
+    _same(live, lattice.ops.voxelize_features(f, q, "mean", active_rows=100))
 
 
 # ---- ops ------------------------------------------------------------------------------------------
@@ -222,16 +222,11 @@ def test_dense_feature_forms():
     _same(rms_norm_features(f, s), lattice.ops.rms_norm(f, weight=s))
 
 
-def test_devoxelize_and_its_limit():
-    from mlx_lattice.ops import devoxelize
+def test_devoxelize_and_voxelize_with_quantization_are_lattice_s():
+    from mlx_lattice.ops import devoxelize, voxelize_with_quantization
 
-    x = _tensor()
-    c = np.asarray(x.coords)
-    pts = mx.array(c[:, 1:].astype(np.float32) + 0.3)
-    b = mx.array(c[:, 0])
-    _same(devoxelize(pts, x, batch_indices=b), lattice.ops.devoxelize(pts, x, batch_indices=b))
-    with pytest.raises(NotImplementedError, match="issue 17"):
-        devoxelize(pts, x, batch_indices=b, point_active_rows=mx.array([3], mx.int32))
+    assert devoxelize is lattice.ops.devoxelize
+    assert voxelize_with_quantization is lattice.ops.voxelize_with_quantization
 
 
 def test_dequantize_weight_takes_weight_by_name():
@@ -259,10 +254,6 @@ def test_the_issue_imports_say_what_is_missing():
     for stmt, name in (
         ("from mlx_lattice.ops import contains_coords, topk_rows", "mlx_lattice.ops.topk_rows"),
         ("from mlx_lattice.ops import sparse_cat_aligned", "mlx_lattice.ops.sparse_cat_aligned"),
-        (
-            "from mlx_lattice.ops import voxelize_with_quantization",
-            "mlx_lattice.ops.voxelize_with_quantization",
-        ),
         (
             "from mlx_lattice.core.coords.builders import build_kernel_relation",
             "mlx_lattice.core.coords.builders.build_kernel_relation",

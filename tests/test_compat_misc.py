@@ -249,3 +249,163 @@ def test_quantized_weight_kernel_size_and_layout(shape, documented, kernel_size)
     # the documented storage facts: K kernel rows (kernel volume), C_in padded to the group
     assert int(np.prod(q.kernel_size)) == (1 if len(shape) == 2 else q.kernel_volume)
     assert q.storage_in_channels % q.group_size == 0 and q.storage_in_channels >= q.in_channels
+
+
+# ---- voxelizing with a precomputed quantization ------------------------------------------------------
+
+
+def _points(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(points (n, 3) float32, batch indices (n,) int32) of one distribution; batch 1 is empty."""
+    rng = np.random.default_rng(seed)
+    if kind == "uniform":
+        p = rng.uniform(-4, 4, (n, 3))
+    elif kind == "clustered":  # many points in few voxels
+        p = rng.normal(0, 0.4, (n, 3)) + rng.integers(-2, 2, (n, 1)) * 3
+    elif kind == "line":
+        p = np.stack([np.linspace(-5, 5, n), np.zeros(n), np.full(n, 0.3)], axis=1)
+    else:  # one point, repeated
+        p = np.full((n, 3), 0.75)
+    return p.astype(np.float32), (rng.integers(0, 2, n) * 2).astype(np.int32)
+
+
+def _voxelize_oracle(points, batch, feats, voxel_size, live, reduction, counted=None):
+    """Voxels of the first ``counted`` points (first-occurrence order), the reduction of the
+    first ``live`` of them; a voxel with no live point reads 0; the mean divides by the counts."""
+    counted = len(points) if counted is None else counted
+    cells = np.floor(points[:counted].astype(np.float64) / voxel_size).astype(np.int64)
+    rows: dict[tuple, int] = {}
+    inverse = np.array(
+        [
+            rows.setdefault((int(b), *map(int, c)), len(rows))
+            for b, c in zip(batch[:counted], cells, strict=True)
+        ],
+        int,
+    )
+    coords = np.array(list(rows), np.int32).reshape(-1, 4)
+    counts = np.bincount(inverse, minlength=len(rows))
+    out = np.zeros((len(rows), feats.shape[1]), np.float64)
+    for v in range(len(rows)):
+        members = [i for i in range(min(live, counted)) if inverse[i] == v]
+        if not members:
+            continue
+        f = feats[members].astype(np.float64)
+        out[v] = {
+            "sum": f.sum(0),
+            "mean": f.sum(0) / counts[v],
+            "max": f.max(0),
+            "first": f[0],
+        }[reduction]
+    return coords, out
+
+
+@pytest.mark.parametrize("kind", ["uniform", "clustered", "line", "single"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "max", "first"])
+def test_voxelize_with_quantization_against_an_oracle(kind, reduction):
+    from mlx_lattice.ops import voxelize_with_quantization
+
+    pts, batch = _points(kind, 80, seed=len(kind))
+    feats = np.random.default_rng(1).normal(size=(80, 3)).astype(np.float32)
+    q = lattice.sparse_quantize(pts, 0.5, batch_indices=mx.array(batch))
+    x = voxelize_with_quantization(q, mx.array(feats), reduction=reduction, stride=2)
+    coords, want = _voxelize_oracle(pts, batch, feats, 0.5, 80, reduction)
+    assert isinstance(x, lattice.SparseTensor) and x.stride == (2, 2, 2)
+    _same(x.coords, coords)
+    np.testing.assert_allclose(np.asarray(x.feats), want, rtol=1e-5, atol=1e-5)
+    assert 1 not in np.asarray(x.coords)[:, 0]  # the empty batch member has no voxel
+    # the same as voxelize in one step
+    y = lattice.ops.voxelize(pts, mx.array(feats), 0.5, batch_indices=batch, reduction=reduction, stride=2)
+    _same(y.coords, x.coords)
+    np.testing.assert_allclose(np.asarray(y.feats), np.asarray(x.feats), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "clustered"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "max", "first"])
+def test_voxelize_features_active_rows_against_an_oracle(kind, reduction):
+    from mlx_lattice.core.coords.quantization import voxelize_features
+
+    pts, batch = _points(kind, 60, seed=3)
+    feats = np.random.default_rng(2).normal(size=(60, 2)).astype(np.float32)
+    f = mx.array(feats)
+    # the quantization of the first 45 points: point rows past it are ignored
+    q = lattice.sparse_quantize(pts, 1.0, batch_indices=batch, active_rows=mx.array([45], mx.int32))
+    for live in (45, 60, 30, 0):  # past the quantized points, and fewer than them
+        got = voxelize_features(f, q, active_rows=mx.array([live], mx.int32), reduction=reduction)
+        _, want = _voxelize_oracle(pts, batch, feats, 1.0, live, reduction, counted=45)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    # the documented split form of voxelize(..., active_rows=): one quantization, same count
+    x = mlx_lattice.ops.voxelize_with_quantization(
+        q, f, active_rows=mx.array([45], mx.int32), reduction=reduction
+    )
+    y = lattice.ops.voxelize(pts, f, 1.0, batch_indices=batch, active_rows=45, reduction=reduction)
+    _same(x.coords, y.coords)
+    np.testing.assert_allclose(np.asarray(x.feats), np.asarray(y.feats), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"active_rows must be in \[0, 60\], got 61"):
+        voxelize_features(f, q, active_rows=61)
+
+
+def test_voxelize_with_quantization_of_no_points():
+    q = lattice.sparse_quantize(np.zeros((0, 3), np.float32))
+    x = mlx_lattice.ops.voxelize_with_quantization(q, mx.zeros((0, 4)))
+    assert (x.capacity, x.active_count, x.channels) == (0, 0, 4)
+    q = lattice.sparse_quantize(np.ones((5, 3), np.float32), active_rows=0)
+    assert mlx_lattice.ops.voxelize_with_quantization(q, mx.ones((5, 2)), active_rows=0).shape == (0, 2)
+    with pytest.raises(ValueError, match=r"feats must have shape \(0, C\), got \(5, 2\)"):
+        mlx_lattice.ops.voxelize_with_quantization(q, mx.ones((5, 2)))  # lattice: say the live rows
+
+
+def test_voxelize_with_quantization_onto_a_template():
+    from mlx_lattice.ops import voxelize_with_quantization
+
+    pts, batch = _points("uniform", 50, seed=4)
+    q = lattice.sparse_quantize(pts, 1.0, batch_indices=batch)
+    f = mx.array(np.random.default_rng(5).normal(size=(50, 3)).astype(np.float32))
+    x = voxelize_with_quantization(q, f)
+    y = voxelize_with_quantization(q, f * 2, reduction="sum", template=x)
+    assert y.coord_key == x.coord_key and y.coord_manager is x.coord_manager and y.coords is q.coords
+    np.testing.assert_allclose(
+        np.asarray(y.feats), np.asarray(lattice.ops.voxelize_features(f * 2, q, "sum")), rtol=1e-6
+    )
+    other = lattice.SparseTensor(mx.array(np.asarray(q.coords)), x.feats)  # equal rows, another array
+    with pytest.raises(ValueError, match="template must use the quantization coordinate array"):
+        voxelize_with_quantization(q, f, template=other)
+    with pytest.raises(TypeError, match="quantization must be a SparseQuantization"):
+        voxelize_with_quantization(x, f)
+
+
+# ---- point rows past point_active_rows -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "nearest"])
+@pytest.mark.parametrize("live", [0, 17, 40])
+def test_point_active_rows_of_the_map_and_of_devoxelize(interpolation, live):
+    from mlx_lattice.core.coords.quantization import build_point_voxel_map
+    from mlx_lattice.ops import devoxelize
+
+    pts, batch = _points("uniform", 40, seed=6)
+    voxels = lattice.ops.voxelize(pts, mx.ones((40, 2)), 1.0, batch_indices=batch)
+    count = mx.array([live], mx.int32)
+    kwargs = {"batch_indices": mx.array(batch), "interpolation": interpolation}
+    m = build_point_voxel_map(pts, voxels.coords, None, 1.0, point_active_rows=count, **kwargs)
+    ref = build_point_voxel_map(
+        pts[:live],
+        voxels.coords,
+        None,
+        1.0,
+        batch_indices=mx.array(batch[:live]),
+        interpolation=interpolation,
+    )
+    assert m.point_count == 40 and ref.point_count == live
+    _same(m.rows[:live], ref.rows)
+    _same(m.weights[:live], ref.weights)
+    assert (np.asarray(m.rows[live:]) == -1).all() and (np.asarray(m.weights[live:]) == 0).all()
+    got = devoxelize(mx.array(pts), voxels, point_active_rows=count, **kwargs)
+    want = lattice.ops.devoxelize(pts[:live], voxels, batch_indices=batch[:live], interpolation=interpolation)
+    assert got.shape == (40, 2)
+    _same(got[:live], want)
+    assert (np.asarray(got[live:]) == 0).all()
+    # a given map says which points it samples: point_active_rows does not cut it again
+    full = lattice.ops.build_point_voxel_map(pts, voxels, batch_indices=batch, interpolation=interpolation)
+    _same(
+        devoxelize(pts, voxels, point_voxel_map=full, point_active_rows=count),
+        lattice.ops.devoxelize(pts, voxels, point_voxel_map=full),
+    )

@@ -42,6 +42,7 @@ from lattice.ops.points import (
     interpolate_point_features,
     voxelize,
     voxelize_features,
+    voxelize_with_quantization,
 )
 from lattice.ops.pool import (
     PoolMode,
@@ -123,6 +124,7 @@ __all__ = [
     "interpolate_point_features",
     "voxelize",
     "voxelize_features",
+    "voxelize_with_quantization",
     "PoolMode",
     "avg_pool3d",
     "global_avg_pool",

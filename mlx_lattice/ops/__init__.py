@@ -72,6 +72,7 @@ from mlx_lattice.ops.quantization import (
     devoxelize,
     interpolate_point_features,
     voxelize,
+    voxelize_with_quantization,
 )
 from mlx_lattice.ops.relations import (
     generative_kernel_relation,
@@ -184,6 +185,7 @@ __all__ = [
     "trilinear_upsample3d",
     "union_coords",
     "voxelize",
+    "voxelize_with_quantization",
 ]
 
 __getattr__ = module_getattr(__name__)
