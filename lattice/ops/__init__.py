@@ -21,6 +21,12 @@ from lattice.ops.conv import (
     normalized_subm_conv3d,
     subm_conv3d,
 )
+from lattice.ops.devoxelize import (
+    PointVoxelMap,
+    build_point_voxel_map,
+    devoxelize,
+    interpolate_point_features,
+)
 from lattice.ops.features import (
     batch_norm,
     dropout,
@@ -36,10 +42,6 @@ from lattice.ops.features import (
     tanh,
 )
 from lattice.ops.points import (
-    PointVoxelMap,
-    build_point_voxel_map,
-    devoxelize,
-    interpolate_point_features,
     voxelize,
     voxelize_features,
     voxelize_with_quantization,
