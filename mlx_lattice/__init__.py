@@ -20,11 +20,18 @@ from lattice import __version__
 from mlx_lattice import core, nn, ops
 from mlx_lattice._backend import backend_info
 from mlx_lattice._missing import module_getattr
-from mlx_lattice.core import QuantizedWeight, SparseTensor, dequantize_weight, quantize_weight
+from mlx_lattice.core import (
+    QuantizedWeight,
+    SparseTensor,
+    SparseTensorComponents,
+    dequantize_weight,
+    quantize_weight,
+)
 
 __all__ = [
     "QuantizedWeight",
     "SparseTensor",
+    "SparseTensorComponents",
     "__version__",
     "backend_info",
     "core",

@@ -26,32 +26,11 @@ from __future__ import annotations
 ISSUE = "issue 17"
 
 #: What lattice has to build, by group (the values of :data:`MISSING`).
-GROUPS: dict[str, str] = {
-    "components": (
-        "SparseTensorComponents, the portable component record SparseTensor.export_components() "
-        "returns (lattice returns a dict without active_rows)"
-    ),
-    "validation": "public coordinate validators",
-    "voxelize-quantization": "voxelizing features with a precomputed SparseQuantization",
-    "quantized-layout": (
-        "the QuantizedWeightLayout type; lattice's layout names ('linear', 'dense', 'mapped') "
-        "differ from the documented ones ('linear', 'dense_5d', 'kernel_major')"
-    ),
-}
+GROUPS: dict[str, str] = {}
 
 #: Documented name -> (group in :data:`GROUPS`, the documented modules exporting it).
 #: Modules are relative to ``mlx_lattice`` ('' is the package itself).
-MISSING: dict[str, tuple[str, tuple[str, ...]]] = {
-    # components
-    "SparseTensorComponents": ("components", ("", "core", "core.tensor")),
-    # validation
-    "validate_coords": ("validation", ("core.coords", "core.coords.validation")),
-    "validate_coord_pair": ("validation", ("core.coords.validation",)),
-    # voxelize with a quantization
-    "voxelize_with_quantization": ("voxelize-quantization", ("ops", "ops.quantization")),
-    # quantized layout
-    "QuantizedWeightLayout": ("quantized-layout", ("core", "core.quantized")),
-}
+MISSING: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 #: Why a name or module is outside the drop-in.
 SCOPES: dict[str, str] = {
@@ -86,25 +65,11 @@ OUT_OF_SCOPE_MODULES: dict[str, str] = {
 
 #: Class (re-exported from lattice) -> {documented field or member lattice's class lacks: note}.
 PARTIAL: dict[str, dict[str, str]] = {
-    "SparseTensor": {"decomposed_coordinates_and_features": "lattice has the two lists separately"},
     "CoordinateManager": {
-        "insert_coords": "lattice: insert(coords, stride)",
-        "owns": "lattice: check_key(key) raises instead",
-        "active_rows": "lattice: size(key) / row_count(key)",
-        "inverse_map": "lattice: the function inverse_map(source, target)",
-        "kernel_relation": "lattice: relation(kind, key, spec)",
-        "generative_relation": "lattice: relation(kind, key, spec)",
-        "submanifold_kernel_relation": "lattice: relation(kind, key, spec)",
-        "transposed_kernel_relation": "lattice: relation(kind, key, spec)",
-        "target_kernel_relation": "lattice: relation(kind, key, spec)",
-        "target_transposed_view": "no lattice counterpart",
+        "target_transposed_view": "needs RelationImplicitGemmView (relation-views)",
     },
     "CoordinateSet": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
     "SparseQuantization": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
-    "PointVoxelMap": {"point_count": "rows.shape[0]"},
-    "QuantizedWeight": {
-        "kernel_size": "lattice: shape (the logical weight shape; a 'mapped' weight keeps only K)",
-    },
     "Conv3d": {"to_quantized": "lattice: lattice.nn.quantize(model) / QuantizedConv3d.from_conv"},
     "ConvTranspose3d": {"to_quantized": "lattice: QuantizedConvTranspose3d.from_conv"},
     "GenerativeConvTranspose3d": {"to_quantized": "lattice: QuantizedGenerativeConvTranspose3d.from_conv"},
@@ -136,32 +101,14 @@ DIFFERS: dict[str, str] = {
     "QuantizedWeight": (
         "fields (data, scales, biases, bits, group_size, shape, layout), not "
         "(weight, scales, biases, group_size, bits, in_channels, out_channels, kernel_size, layout); "
-        "layouts 'linear' / 'dense' / 'mapped', not 'linear' / 'dense_5d' / 'kernel_major'"
+        "layout holds lattice's names 'linear' / 'dense' / 'mapped' for the documented "
+        "'linear' / 'dense_5d' / 'kernel_major'"
     ),
     "QuantizedLinear": "no mode= parameter (lattice packs affine only; documented mode='affine')",
 }
 
 #: (module, adapter) -> the documented argument values it does not serve yet.
-LIMITED: dict[tuple[str, str], str] = {
-    ("ops.feature", "softplus"): (
-        "beta / threshold other than 1.0 / 20.0 raise NotImplementedError (lattice.ops.softplus has neither)"
-    ),
-    (
-        "ops.feature",
-        "activation",
-    ): "kind='softplus' with beta / threshold other than the defaults, as softplus",
-    ("ops.feature", "batch_norm"): (
-        "mean=None / var=None (statistics of the active rows) raise NotImplementedError: "
-        "lattice.ops.batch_norm needs given statistics"
-    ),
-    ("core.coords.quantization", "voxelize_features"): (
-        "active_rows other than None raises NotImplementedError (lattice reads every point row)"
-    ),
-    ("core.coords.quantization", "build_point_voxel_map"): (
-        "point_active_rows other than None raises NotImplementedError"
-    ),
-    ("ops.quantization", "devoxelize"): "point_active_rows other than None raises NotImplementedError",
-}
+LIMITED: dict[tuple[str, str], str] = {}
 
 #: Behaviour the reference pages state that lattice lacks (each is a strict-xfail test in
 #: tests/test_compat_behaviour.py, which fails once lattice has it: then drop the entry).

@@ -126,7 +126,7 @@ def test_build_point_voxel_map_reads_only_the_live_voxel_rows():
     assert (rows[live:] == -1).all()
 
 
-def test_voxelize_features_and_its_limit():
+def test_voxelize_features_maps_to_lattice():
     from mlx_lattice.core.coords.quantization import voxelize_features
 
     pts = np.random.default_rng(4).uniform(-3, 3, size=(200, 3)).astype(np.float32)
@@ -135,8 +135,8 @@ def test_voxelize_features_and_its_limit():
     for reduction in ("sum", "mean"):  # float sums: GPU atomics add in any order
         a, b = voxelize_features(f, q, reduction=reduction), lattice.ops.voxelize_features(f, q, reduction)
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    with pytest.raises(NotImplementedError, match="issue 17"):
-        voxelize_features(f, q, active_rows=mx.array([100], mx.int32))
+    live = voxelize_features(f, q, active_rows=mx.array([100], mx.int32))
+    _same(live, lattice.ops.voxelize_features(f, q, "mean", active_rows=100))
 
 
 # ---- ops ------------------------------------------------------------------------------------------
@@ -201,28 +201,13 @@ def test_activation_unknown_kind():
         activation(mx.zeros((2, 2)), kind="swish")
 
 
-def test_softplus_defaults_and_limit():
-    from mlx_lattice.ops import activation, softplus
+def test_softplus_and_batch_norm_are_lattice_s():
+    from mlx_lattice.ops import activation, batch_norm, softplus
 
+    assert softplus is lattice.ops.softplus and batch_norm is lattice.ops.batch_norm
     x = _tensor()
-    _same(softplus(x).feats, lattice.ops.softplus(x).feats)
-    _same(softplus(x, beta=1, threshold=20).feats, lattice.ops.softplus(x).feats)
-    for kwargs in ({"beta": 2.0}, {"threshold": 10.0}):
-        with pytest.raises(NotImplementedError, match="issue 17"):
-            softplus(x, **kwargs)
-        with pytest.raises(NotImplementedError, match="issue 17"):
-            activation(x, kind="softplus", **kwargs)
-
-
-def test_batch_norm_affine_is_optional_and_statistics_are_required():
-    from mlx_lattice.ops import batch_norm
-
-    x = _tensor()
-    mean, var = mx.array([0.1, 0.2, 0.3, 0.4]), mx.array([1.0, 2.0, 0.5, 1.5])
-    got = batch_norm(x, mean=mean, var=var)  # lattice needs weight= and bias= spelled out
-    _same(got.feats, lattice.ops.batch_norm(x, weight=None, bias=None, mean=mean, var=var).feats)
-    with pytest.raises(NotImplementedError, match="issue 17"):
-        batch_norm(x)
+    for kwargs in ({}, {"beta": 2.0}, {"threshold": 0.5}):
+        _same(activation(x, kind="softplus", **kwargs).feats, softplus(x, **kwargs).feats)
 
 
 def test_dense_feature_forms():
@@ -237,16 +222,11 @@ def test_dense_feature_forms():
     _same(rms_norm_features(f, s), lattice.ops.rms_norm(f, weight=s))
 
 
-def test_devoxelize_and_its_limit():
-    from mlx_lattice.ops import devoxelize
+def test_devoxelize_and_voxelize_with_quantization_are_lattice_s():
+    from mlx_lattice.ops import devoxelize, voxelize_with_quantization
 
-    x = _tensor()
-    c = np.asarray(x.coords)
-    pts = mx.array(c[:, 1:].astype(np.float32) + 0.3)
-    b = mx.array(c[:, 0])
-    _same(devoxelize(pts, x, batch_indices=b), lattice.ops.devoxelize(pts, x, batch_indices=b))
-    with pytest.raises(NotImplementedError, match="issue 17"):
-        devoxelize(pts, x, batch_indices=b, point_active_rows=mx.array([3], mx.int32))
+    assert devoxelize is lattice.ops.devoxelize
+    assert voxelize_with_quantization is lattice.ops.voxelize_with_quantization
 
 
 def test_dequantize_weight_takes_weight_by_name():
@@ -267,22 +247,22 @@ def test_quantize_weight_accepts_any_c_in():
 # ---- the documented imports of issue 17 ---------------------------------------------------------
 
 
-def test_the_issue_imports_say_what_is_missing():
-    from mlx_lattice import nn  # noqa: F401
-    from mlx_lattice.ops import contains_coords, lookup_coords, sparse_quantize  # noqa: F401
-
-    for stmt, name in (
-        (
-            "from mlx_lattice.ops import contains_coords, gather_neighbor_features",
-            "mlx_lattice.ops.gather_neighbor_features",
-        ),
-        (
-            "from mlx_lattice.ops import voxelize_with_quantization",
-            "mlx_lattice.ops.voxelize_with_quantization",
-        ),
-    ):
-        with pytest.raises(NotProvidedError, match=f"{name} is not provided yet by lattice \\(issue 17\\)"):
-            exec(stmt, {})
+def test_the_issue_imports_resolve():
+    """The imports issue 17 reports failing, as a new user writes them, all resolve."""
+    ns: dict = {}
+    exec(
+        "from mlx_lattice.ops import contains_coords, lookup_coords, topk_rows, sparse_cat_aligned, "
+        "sparse_quantize, voxelize_with_quantization\n"
+        "from mlx_lattice.core.coords.builders import build_kernel_relation\n"
+        "from mlx_lattice.core.relations import SparseRelationContract, RelationCSRView, NeighborEdges\n"
+        "from mlx_lattice import nn\n",
+        ns,
+    )
+    assert ns["topk_rows"] is lattice.ops.topk_rows
+    assert ns["nn"].SubmConv3d is lattice.nn.SubmConv3d
+    rel = ns["build_kernel_relation"](mx.array(_coords()))
+    assert isinstance(rel.contract, ns["SparseRelationContract"])
+    assert isinstance(rel.output_csr, ns["RelationCSRView"])
 
 
 def test_not_provided_is_an_import_error():

@@ -256,6 +256,57 @@ def test_batch_norm_matches_numpy():
     )
 
 
+def _batch_norm_oracle(f, mean=None, var=None, eps=1e-5):
+    """Statistics of the rows given (each alone: the mean, the biased variance about that mean)."""
+    m = f.mean(0) if mean is None else mean
+    v = f.var(0) if var is None else var
+    return (f - m) / np.sqrt(v + eps)
+
+
+@pytest.mark.parametrize("cloud", ["random_sparse", "batched", "single", "dense_block"])
+def test_batch_norm_with_statistics_of_the_active_rows(cloud):
+    x = _tensor(cloud, c=3, seed=3)
+    f = _np(x.feats)
+    y = F.batch_norm(x)  # mean=None, var=None: the statistics of the active rows
+    assert y.coord_key == x.coord_key
+    np.testing.assert_allclose(_np(y.feats), _batch_norm_oracle(f), rtol=1e-4, atol=1e-4)
+    m, v = mx.array([0.5, -1.0, 2.0]), mx.array([2.0, 0.5, 1.0])
+    np.testing.assert_allclose(
+        _np(F.batch_norm(x, mean=m).feats), _batch_norm_oracle(f, mean=_np(m)), rtol=1e-4, atol=1e-4
+    )
+    np.testing.assert_allclose(
+        _np(F.batch_norm(x.feats, var=v, eps=1e-3)),
+        _batch_norm_oracle(f, var=_np(v), eps=1e-3),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_batch_norm_statistics_ignore_rows_past_active_rows():
+    coords = make_cloud("line")
+    feats = RNG.normal(size=(len(coords), 2)).astype(np.float32)
+    feats[10:] = 1e6  # rows past the count must not enter the statistics
+    x = SparseTensor(coords, feats, active_rows=10)
+    y = F.batch_norm(x)
+    assert y.active_count == 10
+    np.testing.assert_allclose(np.asarray(y.feats), _batch_norm_oracle(feats[:10]), rtol=1e-4, atol=1e-4)
+    e = F.batch_norm(_tensor("empty", c=2))
+    assert e.shape == (0, 2)
+
+
+@pytest.mark.parametrize(("beta", "threshold"), [(1.0, 20.0), (2.0, 20.0), (0.5, 1.0), (3.0, -1.0)])
+@pytest.mark.parametrize("cloud", ["random_sparse", "batched", "single", "empty"])
+def test_softplus_beta_and_threshold_match_numpy(beta, threshold, cloud):
+    x = _tensor(cloud, c=4, seed=5)
+    f = _np(x.feats) * 4  # values on both sides of the thresholds
+    x = x.replace(feats=mx.array(f.astype(np.float32)))
+    scaled = f * beta
+    ref = np.where(scaled > threshold, f, np.log1p(np.exp(scaled)) / beta)
+    y = F.softplus(x, beta=beta, threshold=threshold)
+    assert y.coord_key == x.coord_key
+    np.testing.assert_allclose(_np(y.feats), ref, rtol=1e-5, atol=1e-6)
+
+
 def test_layer_and_rms_norm_affine():
     x = _tensor(c=6)
     w = mx.array(RNG.normal(size=6).astype(np.float32))
@@ -280,11 +331,7 @@ def test_layer_and_rms_norm_affine():
             {"weight": mx.ones(2), "bias": None, "mean": mx.zeros(3), "var": mx.ones(3)},
             r"^\[batch_norm\] weight must have shape \(3,\), got \(2,\)",
         ),
-        (
-            F.batch_norm,
-            {"weight": None, "bias": None, "mean": None, "var": mx.ones(3)},
-            r"^\[batch_norm\] mean is required",
-        ),
+        (F.softplus, {"beta": 0.0}, r"^\[softplus\] beta must be a positive number, got 0.0"),
         (
             F.batch_norm,
             {"weight": None, "bias": None, "mean": mx.zeros(3), "var": mx.ones(3), "eps": 0},

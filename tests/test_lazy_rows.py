@@ -146,6 +146,17 @@ def test_batch_norm_statistics_cover_only_the_live_rows(track):
     assert_same(mods[1](xl), mods[0](x))
 
 
+def test_batch_norm_op_statistics_cover_only_the_live_rows():
+    x = exact_tensor(c=3)
+    xl = lazy_copy(x)
+    reads = host_reads()
+    out_l = ops.batch_norm(xl)  # mean=None, var=None: the statistics of the live rows
+    mx.eval(out_l.feats)
+    assert reads.count == 0 and out_l.lazy
+    assert_same(out_l, ops.batch_norm(x), 1e-4)
+    assert np.all(np.asarray(out_l.feats[x.active_count :]) == 0)  # spare rows zeroed
+
+
 def test_gradients_through_a_lazily_counted_set_match():
     x = exact_tensor()
     xl = lazy_copy(x)
@@ -176,8 +187,9 @@ def test_a_lazily_counted_set_is_checked_and_exported_by_its_live_rows():
             coord_manager=xl.coord_manager,
             active_rows=mx.array(3),
         )
-    comp = xl.export_components()
-    assert comp["coords"].shape[0] == x.active_count
+    comp = xl.export_components()  # the whole buffer and its count
+    assert comp.coords.shape[0] == xl.capacity and comp.active_rows.tolist() == [x.active_count]
+    assert lattice.SparseTensor.from_components(comp).same_coords(x)
     np.testing.assert_array_equal(np.asarray(xl.batch_counts), np.asarray(x.batch_counts))
     assert len(xl) == x.active_count and xl.shape == x.shape
     # the CPU table a CPU route asks for holds only the live rows

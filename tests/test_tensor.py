@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import mlx.core as mx
 import numpy as np
 import pytest
 from conftest import make_cloud
 
 import lattice
-from lattice.core import CoordinateManager, SparseTensor
+from lattice.core import CoordinateManager, SparseTensor, SparseTensorComponents
 
 C = np.array([[0, 1, 2, 3], [2, 0, 0, 0], [0, 1, 2, 4], [2, -5, 7, -1]], np.int32)
 
@@ -251,7 +253,7 @@ def test_explicit_batch_counts_may_add_trailing_empty_members():
     np.testing.assert_array_equal(np.asarray(x.batch_counts), [2, 0, 2, 0, 0])
     assert x.batch_size == 5
     assert [len(r) for r in x.batch_rows] == [2, 0, 2, 0, 0]
-    assert x.export_components()["batch_counts"].shape == (5,)
+    assert x.export_components().batch_counts == (2, 0, 2, 0, 0)
 
 
 def test_empty_and_single_point_tensors():
@@ -270,8 +272,11 @@ def test_active_rows_ignores_rows_past_the_count():
     np.testing.assert_array_equal(np.asarray(x.batch_counts), [2, 0, 2])
     y = SparseTensor(coords, _feats(6), active_rows=mx.array(4, dtype=mx.int32))
     assert y.active_count == 4
-    comps = x.export_components()
-    assert comps["coords"].shape == (4, 4) and comps["feats"].shape == (4, 3)
+    comps = x.export_components()  # the whole buffers and the live-row count
+    assert comps.coords.shape == (6, 4) and comps.feats.shape == (6, 3)
+    assert comps.active_rows.dtype == mx.int32 and comps.active_rows.tolist() == [4]
+    y = SparseTensor.from_components(comps)
+    assert (y.capacity, y.active_count) == (6, 4) and y.same_coords(x)
 
 
 # ---- derived tensors --------------------------------------------------------------------------
@@ -322,18 +327,63 @@ def test_astype(dtype):
 def test_export_and_from_components_round_trip():
     x = SparseTensor(C, _feats(), (2, 4, 2))
     comps = x.export_components()
-    assert set(comps) >= {"coords", "feats", "stride", "batch_counts"}
+    assert isinstance(comps, SparseTensorComponents)
+    assert [f.name for f in dataclasses.fields(comps)] == [
+        "coords",
+        "feats",
+        "active_rows",
+        "stride",
+        "batch_counts",
+    ]
+    assert comps.stride == (2, 4, 2) and comps.batch_counts == (2, 0, 2)
+    assert comps.active_rows.shape == (1,) and comps.active_rows.tolist() == [4]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        comps.stride = (1, 1, 1)
     y = SparseTensor.from_components(comps)
     assert y.stride == (2, 4, 2) and y.same_coords(x) and y.coord_manager is not x.coord_manager
     np.testing.assert_array_equal(np.asarray(y.feats), _feats())
     np.testing.assert_array_equal(np.asarray(y.batch_counts), [2, 0, 2])
-    # stride as arrays (as read back from an NPZ file), into a given manager
+    # a dict of the same names still works; stride as arrays (as read back from an NPZ file)
     m = CoordinateManager()
+    plain = {"coords": C, "feats": _feats(), "batch_counts": [2, 0, 2]}
     for stride in (np.array([2, 4, 2], np.int32), mx.array([2, 4, 2])):
-        z = SparseTensor.from_components({**comps, "stride": stride}, coord_manager=m)
+        z = SparseTensor.from_components({**plain, "stride": stride}, coord_manager=m)
         assert z.stride == (2, 4, 2) and z.coord_manager is m
     with pytest.raises(ValueError, match=r"^\[from_components\] missing components: \['feats'\]"):
         SparseTensor.from_components({"coords": C})
+
+
+def test_components_check_and_normalise_their_fields():
+    coords, feats = mx.array(C), mx.array(_feats())
+    c = SparseTensorComponents(coords, feats, None, 2, [2, 0, 2])
+    assert c.active_rows.tolist() == [4] and c.stride == (2, 2, 2) and c.batch_counts == (2, 0, 2)
+    assert SparseTensorComponents(coords, feats, 3).active_rows.tolist() == [3]
+    assert SparseTensorComponents(coords, feats, mx.array(3)).active_rows.shape == (1,)
+    assert SparseTensorComponents(coords.astype(mx.int64), feats, 4).coords.dtype == mx.int64
+    with pytest.raises(ValueError, match=r"coords must have shape \(N, 4\)\."):
+        SparseTensorComponents(coords[:, :3], feats, 4)
+    with pytest.raises(ValueError, match=r"coords must be int32 or int64\."):
+        SparseTensorComponents(coords.astype(mx.float32), feats, 4)
+    with pytest.raises(ValueError, match="feats rows must match coords rows, got 3 and 4"):
+        SparseTensorComponents(coords, feats[:3], 4)
+    with pytest.raises(ValueError, match=r"active_rows must be in \[0, 4\], got 5"):
+        SparseTensorComponents(coords, feats, 5)
+    with pytest.raises(ValueError, match="batch_counts must be non-negative"):
+        SparseTensorComponents(coords, feats, 4, 1, (5, -1))
+
+
+def test_decomposed_coordinates_and_features():
+    coords = np.concatenate([C, C[:1] + [0, 7, 7, 7]])  # a fifth row, past active_rows
+    x = SparseTensor(coords, _feats(5), active_rows=4)
+    cs, fs = x.decomposed_coordinates_and_features
+    assert len(cs) == len(fs) == 3  # batches 0, 1 (empty), 2
+    for got, want in zip(cs, x.decomposed_coordinates, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for got, want in zip(fs, x.decomposed_features, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert cs[1].shape == (0, 3) and fs[1].shape == (0, 3)
+    e = SparseTensor(np.zeros((0, 4), np.int32), np.zeros((0, 2), np.float32))
+    assert e.decomposed_coordinates_and_features == ([], [])
 
 
 def test_top_level_exports():

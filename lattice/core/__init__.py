@@ -1,6 +1,7 @@
 """Core data model: SparseTensor, coordinate manager, kernels, relations, coordinate sets and
 occupancy (parents with child masks)."""
 
+from lattice.core._checks import validate_coord_pair, validate_coords
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey, RelationCacheKey
 from lattice.core.coordsets import (
     CoordinateSet,
@@ -41,7 +42,7 @@ from lattice.core.relation_views import (
     SparseRelationContract,
 )
 from lattice.core.rows import host_reads
-from lattice.core.tensor import SparseTensor
+from lattice.core.tensor import SparseTensor, SparseTensorComponents
 
 __all__ = [
     "CoordinateManager",
@@ -65,6 +66,7 @@ __all__ = [
     "SparseQuantization",
     "SparseRelationContract",
     "SparseTensor",
+    "SparseTensorComponents",
     "WindowMap",
     "child_coords_from_indices",
     "contains_coords",
@@ -83,6 +85,8 @@ __all__ = [
     "quantize_weight",
     "sparse_quantize",
     "union_coords",
+    "validate_coord_pair",
+    "validate_coords",
 ]
 
 # The ops come with the core: they attach the + - * operators to SparseTensor and register

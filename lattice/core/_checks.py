@@ -56,6 +56,40 @@ def float_triple(value: float | Sequence[float], name: str, op: str, *, positive
     return tuple(float(v) for v in arr)
 
 
+COORD_DTYPES = (mx.int32, mx.int64)
+
+
+def validate_coords(coords: mx.array, *, name: str = "coords") -> None:
+    """Checks that ``coords`` is a batched coordinate array: ``(N, 4)``, int32 or int64.
+
+    Raises ValueError ``"[validate_coords] {name} must have shape (N, 4). ..."`` or
+    ``"... {name} must be int32 or int64. ..."`` (with the shape or dtype it got), and
+    TypeError when ``coords`` is not an ``mx.array``. Returns None; the array is not
+    converted (``coords_array`` is the converting form the ops use).
+    """
+    op = "validate_coords"
+    if not isinstance(coords, mx.array):
+        raise TypeError(f"[{op}] {name} must be an mx.array, got {type(coords).__name__}")
+    if coords.ndim != 2 or coords.shape[1] != 4:
+        raise ValueError(f"[{op}] {name} must have shape (N, 4). Got {tuple(coords.shape)}.")
+    if coords.dtype not in COORD_DTYPES:
+        raise ValueError(f"[{op}] {name} must be int32 or int64. Got {dtype_name(coords.dtype)}.")
+
+
+def validate_coord_pair(
+    lhs: mx.array, rhs: mx.array, *, lhs_name: str = "lhs", rhs_name: str = "rhs"
+) -> None:
+    """``validate_coords`` of both arrays, which must also share a dtype (ValueError
+    ``"... coordinate arrays must have matching dtype. ..."`` otherwise). Returns None."""
+    validate_coords(lhs, name=lhs_name)
+    validate_coords(rhs, name=rhs_name)
+    if lhs.dtype != rhs.dtype:
+        raise ValueError(
+            f"[validate_coord_pair] coordinate arrays must have matching dtype. Got {lhs_name} "
+            f"{dtype_name(lhs.dtype)} and {rhs_name} {dtype_name(rhs.dtype)}."
+        )
+
+
 def coords_array(coords, op: str, name: str = "coords") -> mx.array:
     """Returns coordinates as an (N, 4) int32 mx.array, checking rank, width and dtype."""
     if not isinstance(coords, mx.array):

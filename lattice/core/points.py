@@ -37,6 +37,11 @@ class PointVoxelMap:
     rows: mx.array
     weights: mx.array
 
+    @property
+    def point_count(self) -> int:
+        """Points the map samples at (its rows)."""
+        return int(self.rows.shape[0])
+
 
 @dataclass(frozen=True)
 class QuantizeInputs:

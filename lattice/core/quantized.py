@@ -151,6 +151,14 @@ class QuantizedWeight:
         return self.padded_in_channels
 
     @property
+    def kernel_size(self) -> tuple[int, int, int]:
+        """The kernel's extent: ``(Kx, Ky, Kz)`` of a dense weight, ``(K, 1, 1)`` of a mapped
+        one (its offsets in a row) and ``(1, 1, 1)`` of a linear one."""
+        if self.layout == "dense":
+            return tuple(self.shape[1:4])  # type: ignore[return-value]
+        return (self.kernel_volume, 1, 1)
+
+    @property
     def is_pointwise(self) -> bool:
         """One kernel offset: a linear weight, or a convolution of kernel volume 1."""
         return self.kernel_volume == 1

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
-from lattice.core._checks import Triple, coords_array, int_triple
+from lattice.core._checks import Triple, coords_array, int_triple, validate_coords
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
 
 
@@ -20,6 +21,60 @@ def _as_features(feats, op: str) -> mx.array:
     if feats.dtype == mx.bool_ or mx.issubdtype(feats.dtype, mx.complexfloating):
         raise TypeError(f"[{op}] feats must be a real numeric dtype, got {feats.dtype}")
     return feats
+
+
+def _count_array(active_rows, capacity: int, op: str) -> mx.array:
+    """``active_rows`` (None: every row, an int, or an int32 array of shape (1,) or ()) as the
+    int32 ``(1,)`` array of the documented API. A given array is kept, not read."""
+    if active_rows is None:
+        return mx.array([capacity], dtype=mx.int32)
+    if isinstance(active_rows, mx.array):
+        if active_rows.size != 1 or active_rows.ndim > 1 or not mx.issubdtype(active_rows.dtype, mx.integer):
+            raise ValueError(
+                f"[{op}] active_rows must be an int32 array of shape (1,), got "
+                f"{active_rows.dtype} {tuple(active_rows.shape)}"
+            )
+        return active_rows.reshape(1).astype(mx.int32)
+    if isinstance(active_rows, bool) or not isinstance(active_rows, (int, np.integer)):
+        raise TypeError(f"[{op}] active_rows must be an int or an int32 array, got {active_rows!r}")
+    if not 0 <= active_rows <= capacity:
+        raise ValueError(f"[{op}] active_rows must be in [0, {capacity}], got {active_rows}")
+    return mx.array([int(active_rows)], dtype=mx.int32)
+
+
+@dataclass(frozen=True)
+class SparseTensorComponents:
+    """The portable parts of a SparseTensor: what ``export_components`` returns and
+    ``SparseTensor.from_components`` rebuilds a tensor from (in a new or given manager).
+
+    ``coords`` ``(N, 4)`` int32 / int64 and ``feats`` ``(N, C)`` are whole buffers;
+    ``active_rows`` is the int32 ``(1,)`` count of the rows in use (the first ones;
+    None or an int is normalised to it); ``stride`` a triple; ``batch_counts`` the
+    rows per batch member (a tuple of ints) or None. The coordinate manager and key are
+    not part of it: they are caches that the consumer rebuilds.
+    """
+
+    coords: mx.array
+    feats: mx.array
+    active_rows: mx.array
+    stride: Triple = (1, 1, 1)
+    batch_counts: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        op = "SparseTensorComponents"
+        validate_coords(self.coords)
+        if not isinstance(self.feats, mx.array) or self.feats.ndim != 2:
+            raise ValueError(f"[{op}] feats must be an mx.array of shape (N, C), got {self.feats!r:.60}")
+        n = self.coords.shape[0]
+        if self.feats.shape[0] != n:
+            raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
+        object.__setattr__(self, "active_rows", _count_array(self.active_rows, n, op))
+        object.__setattr__(self, "stride", int_triple(self.stride, "stride", op, minimum=1))
+        if self.batch_counts is not None:
+            counts = tuple(int(c) for c in np.asarray(self.batch_counts).reshape(-1))
+            if any(c < 0 for c in counts):
+                raise ValueError(f"[{op}] batch_counts must be non-negative, got {counts}")
+            object.__setattr__(self, "batch_counts", counts)
 
 
 class SparseTensor:
@@ -194,6 +249,12 @@ class SparseTensor:
         """``(n_b, C)`` features of each batch member."""
         return [self.feats[rows] for rows in self.batch_rows]
 
+    @property
+    def decomposed_coordinates_and_features(self) -> tuple[list[mx.array], list[mx.array]]:
+        """``(decomposed_coordinates, decomposed_features)``, the batch rows found once."""
+        rows = self.batch_rows
+        return [self.coords[r, 1:] for r in rows], [self.feats[r] for r in rows]
+
     # ---- derived tensors -----------------------------------------------------------
 
     def replace(self, *, coords=None, feats=None, stride=None) -> SparseTensor:
@@ -237,20 +298,32 @@ class SparseTensor:
     def astype(self, dtype: mx.Dtype) -> SparseTensor:
         return self.replace(feats=self.feats.astype(dtype))
 
-    def export_components(self) -> dict[str, Any]:
-        """Plain arrays and values that rebuild this tensor with ``from_components``."""
-        n = self.active_count
-        return {
-            "coords": self.coords[:n],
-            "feats": self.feats[:n],
-            "stride": self.stride,
-            "batch_counts": self.batch_counts,
-        }
+    def export_components(self) -> SparseTensorComponents:
+        """The portable parts of this tensor: its whole buffers, the live-row count, the
+        stride and the rows per batch member (no manager, no key)."""
+        count = self.active_rows if self.lazy else self.active_count
+        return SparseTensorComponents(
+            coords=self.coords,
+            feats=self.feats,
+            active_rows=_count_array(count, self.capacity, "export_components"),
+            stride=self.stride,
+            batch_counts=tuple(int(c) for c in np.asarray(self.batch_counts)),
+        )
 
     @classmethod
     def from_components(
-        cls, components: dict[str, Any], *, coord_manager: CoordinateManager | None = None
+        cls,
+        components: SparseTensorComponents | dict[str, Any],
+        *,
+        coord_manager: CoordinateManager | None = None,
     ) -> SparseTensor:
+        """A tensor (in ``coord_manager``, else a new one) from ``SparseTensorComponents`` or a
+        dict of the same names (``coords`` and ``feats`` required)."""
+        if isinstance(components, SparseTensorComponents):
+            components = {
+                f: getattr(components, f)
+                for f in ("coords", "feats", "active_rows", "stride", "batch_counts")
+            }
         missing = {"coords", "feats"} - set(components)
         if missing:
             raise ValueError(f"[from_components] missing components: {sorted(missing)}")
@@ -265,6 +338,7 @@ class SparseTensor:
             stride,
             coord_manager=coord_manager,
             batch_counts=components.get("batch_counts"),
+            active_rows=components.get("active_rows"),
         )
 
     def __len__(self) -> int:

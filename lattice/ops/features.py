@@ -197,7 +197,24 @@ relu = _activation("relu", nn.relu, "``max(x, 0)`` on the features.")
 sigmoid = _activation("sigmoid", mx.sigmoid, "Logistic sigmoid on the features.")
 silu = _activation("silu", nn.silu, "``x * sigmoid(x)`` on the features.")
 tanh = _activation("tanh", mx.tanh, "Hyperbolic tangent on the features.")
-softplus = _activation("softplus", nn.softplus, "``log(1 + exp(x))`` on the features.")
+
+
+@explainable(example=_rowwise_example, returns=FeatureInput)
+def softplus(x: FeatureInput, *, beta: float = 1.0, threshold: float = 20.0) -> CallPlan:
+    """``log(1 + exp(beta * x)) / beta`` on the features, and ``x`` itself where
+    ``beta * x > threshold`` (``beta`` positive)."""
+    op = "softplus"
+    beta = _positive(beta, "beta", op)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise TypeError(f"[{op}] threshold must be a number, got {threshold!r}")
+    threshold = float(threshold)
+
+    def fn(feats: mx.array) -> mx.array:
+        scaled = feats * beta if beta != 1.0 else feats
+        soft = nn.softplus(scaled) if beta == 1.0 else nn.softplus(scaled) / beta
+        return mx.where(scaled > threshold, feats, soft)
+
+    return rowwise_plan(x, op, fn)
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)
@@ -253,33 +270,60 @@ def _same(feats: mx.array) -> mx.array:
 def batch_norm(
     x: FeatureInput,
     *,
-    weight: mx.array | None,
-    bias: mx.array | None,
-    mean: mx.array,
-    var: mx.array,
+    weight: mx.array | None = None,
+    bias: mx.array | None = None,
+    mean: mx.array | None = None,
+    var: mx.array | None = None,
     eps: float = 1e-5,
 ) -> CallPlan:
-    """Inference-form batch norm: ``(x - mean) / sqrt(var + eps) * weight + bias`` per channel.
+    """Batch norm: ``(x - mean) / sqrt(var + eps) * weight + bias`` per channel.
 
-    ``mean`` and ``var`` are given statistics of shape ``(C,)``; ``weight`` / ``bias``
-    may be None (no affine part).
+    ``mean`` / ``var`` (shape ``(C,)``) given: the inference form. None: the statistics
+    of the active rows (each one alone: the mean, the biased variance about that mean).
+    ``weight`` / ``bias`` may be None (no affine part).
     """
     op = "batch_norm"
-    feats, _ = _split(x, op)
+    feats, st = _split(x, op)
     c = int(feats.shape[-1]) if feats.ndim else 0
-    mean = _channel_vector(mean, "mean", c, op, required=True)
-    var = _channel_vector(var, "var", c, op, required=True)
+    mean = _channel_vector(mean, "mean", c, op)
+    var = _channel_vector(var, "var", c, op)
     weight = _channel_vector(weight, "weight", c, op)
     bias = _channel_vector(bias, "bias", c, op)
     eps = _positive(eps, "eps", op)
+    count = st.active_rows if st is not None and st.lazy else None  # never read
 
     def normalise(feats: mx.array) -> mx.array:
-        y = (feats - mean) * mx.rsqrt(var + eps)
+        m, v = mean, var
+        if m is None or v is None:
+            batch_mean, batch_var = _batch_statistics(feats, count)
+            m, v = batch_mean if m is None else m, batch_var if v is None else v
+        y = (feats - m) * mx.rsqrt(v + eps)
         if weight is not None:
             y = y * weight
-        return y if bias is None else y + bias
+        y = y if bias is None else y + bias
+        if count is None:
+            return y
+        return mx.where((mx.arange(feats.shape[0]) < count)[:, None], y, mx.zeros((), dtype=y.dtype))
 
     return rowwise_plan(x, op, normalise)
+
+
+def _batch_statistics(feats: mx.array, count: mx.array | None) -> tuple[mx.array, mx.array]:
+    """Per-channel mean and biased variance over every axis but the last, summed in float32
+    (returned in the features' float dtype). ``count``: only the first ``count`` rows of a
+    lazily counted buffer enter them."""
+    f = feats.astype(mx.float32)
+    axes = tuple(range(feats.ndim - 1))
+    if count is None:
+        mean = mx.mean(f, axis=axes)
+        var = mx.mean(mx.square(f - mean), axis=axes)
+    else:
+        live = (mx.arange(feats.shape[0]) < count)[:, None]
+        n = mx.maximum(count, 1).astype(mx.float32)
+        mean = mx.sum(mx.where(live, f, 0.0), axis=0) / n
+        var = mx.sum(mx.where(live, mx.square(f - mean), 0.0), axis=0) / n
+    dtype = feats.dtype if mx.issubdtype(feats.dtype, mx.floating) else mx.float32
+    return mean.astype(dtype), var.astype(dtype)
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)

@@ -1,14 +1,15 @@
-"""Points <-> voxels: voxelize (with the point->voxel index), devoxelize, point-voxel maps.
+"""Points -> voxels: voxelize (with the point->voxel index), voxelize_features and
+voxelize_with_quantization (the two steps of voxelize); the way back is
+``lattice.ops.devoxelize``.
 
 Voxel index of a point: ``floor((p - origin) / voxel_size)``, computed in float64 (float32
 points widen exactly). Voxel ``i`` of a tensor at stride ``s`` covers
-``[origin + i*s*voxel_size, origin + (i+1)*s*voxel_size)``; its centre is the
-sampling position for devoxelize.
+``[origin + i*s*voxel_size, origin + (i+1)*s*voxel_size)``.
 
 Routes (``lattice.routing.points``): the native CPU core, or under the CUDA tier lattice's
-kernels (``cuda/points.cu``), which give the same voxels, rows and order. ``voxelize`` and
-``devoxelize`` are declared once (``@explainable``) and return their plan; calling them
-runs it (``dispatch`` of the route), ``lattice.explain`` stops before that.
+kernels (``cuda/points.cu``), which give the same voxels, rows and order. ``voxelize`` is
+declared once (``@explainable``) and returns its plan; calling it runs it (``dispatch`` of
+the route), ``lattice.explain`` stops before that.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
-from lattice.core._checks import Triple, dtype_name, float_triple, int_triple
+from lattice.core._checks import Triple, dtype_name, int_triple
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import (
-    PointVoxelMap,
     QuantizeInputs,
     SparseQuantization,
     quantize_inputs,
@@ -64,20 +64,103 @@ def _features_example(x, req):
 
 
 @explainable(example=_features_example, returns=mx.array)
-def voxelize_features(feats: mx.array, quantization: SparseQuantization, reduction="mean") -> CallPlan:
+def voxelize_features(
+    feats: mx.array, quantization: SparseQuantization, reduction="mean", *, active_rows=None
+) -> CallPlan:
     """Reduce point features onto the voxels of ``quantization``.
+
+    ``active_rows``: only the first ``active_rows`` rows of ``feats`` are live points (rows
+    past it, and past the points the quantization covers, are ignored); a voxel that gets
+    no live point reads 0, and ``mean`` divides by the quantization's ``counts``.
 
     ``reduction``: one of mean | sum | max | min | first | mode | count for every channel,
     or a sequence of them, one per channel. Differentiable for mean, sum, max, min and
     first; ``mode`` (the most frequent value, ties to the smallest) passes no gradient.
     MLX's scatter reductions on the call's device (the row-wise route).
     """
-    _reductions(
-        reduction, feats.shape[1] if feats is not None and feats.ndim == 2 else None, "voxelize_features"
-    )
+    op = "voxelize_features"
+    _reductions(reduction, feats.shape[1] if feats is not None and feats.ndim == 2 else None, op)
+    live = _point_rows(active_rows, feats, op)
     return rowwise_plan(
-        feats, "voxelize_features", lambda f: _voxelize_features(f, quantization, reduction, host_sums=False)
+        feats, op, lambda f: _voxelize_features(f, quantization, reduction, host_sums=False, live=live)
     )
+
+
+def _with_quantization_example(x, req):
+    """``lattice explain voxelize_with_quantization``: as voxelize_features, arguments swapped."""
+    (feats, q), _ = _features_example(x, req)
+    return (q, feats), {}
+
+
+@explainable(example=_with_quantization_example, returns=SparseTensor)
+def voxelize_with_quantization(
+    quantization: SparseQuantization,
+    feats: mx.array,
+    *,
+    active_rows=None,
+    reduction="mean",
+    stride=1,
+    template: SparseTensor | None = None,
+) -> CallPlan:
+    """``voxelize`` in two steps: the voxels of a precomputed ``sparse_quantize`` result as a
+    SparseTensor at level ``stride``, with features ``voxelize_features(feats, quantization,
+    reduction, active_rows=active_rows)`` — so one quantization serves several feature arrays.
+
+    ``template``: a tensor on the quantization's coordinates (holding its ``coords`` array,
+    as the tensors this function returns do); the result keeps its coordinate key and
+    manager (so the relations built for one feature array serve the next), and its stride.
+    """
+    op = "voxelize_with_quantization"
+    if not isinstance(quantization, SparseQuantization):
+        raise TypeError(
+            f"[{op}] quantization must be a SparseQuantization, got {type(quantization).__name__}"
+        )
+    level = int_triple(stride, "stride", op, minimum=1)
+    if template is not None:
+        if not isinstance(template, SparseTensor):
+            raise TypeError(f"[{op}] template must be a SparseTensor, got {type(template).__name__}")
+        if template.coords is not quantization.coords:
+            raise ValueError(f"[{op}] template must use the quantization coordinate array")
+        if template.lazy or template.active_count != quantization.active_rows:
+            raise ValueError(
+                f"[{op}] template must use the quantization active_rows ({quantization.active_rows} rows)"
+            )
+    _reductions(reduction, feats.shape[1] if isinstance(feats, mx.array) and feats.ndim == 2 else None, op)
+    live = _point_rows(active_rows, feats, op)
+    reduce = rowwise_plan(
+        feats, op, lambda f: _voxelize_features(f, quantization, reduction, host_sums=False, live=live)
+    )
+
+    def run() -> SparseTensor:
+        voxel_feats = reduce.run()
+        if template is not None:
+            return template.replace(feats=voxel_feats)
+        manager = CoordinateManager()
+        q = quantization
+        key = manager.insert(q.coords, level, op=op) if q.table is None else manager.adopt(q.table, level)
+        return SparseTensor(q.coords, voxel_feats, level, coord_key=key, coord_manager=manager)
+
+    return CallPlan(reduce.route, run)
+
+
+def _point_rows(active_rows, feats, op: str) -> int | None:
+    """The value of a given live point-row count (an int or an integer array of one element),
+    in ``[0, rows of feats]``; None where not given."""
+    if active_rows is None:
+        return None
+    if isinstance(active_rows, mx.array):
+        if active_rows.size != 1 or not mx.issubdtype(active_rows.dtype, mx.integer):
+            raise ValueError(
+                f"[{op}] active_rows must be an int32 array of shape (1,), got "
+                f"{active_rows.dtype} {tuple(active_rows.shape)}"
+            )
+        active_rows = active_rows.item()
+    if isinstance(active_rows, bool) or not isinstance(active_rows, (int, np.integer)):
+        raise TypeError(f"[{op}] active_rows must be an int or an int32 array, got {active_rows!r}")
+    n = int(np.shape(feats)[0]) if feats is not None and np.ndim(feats) else 0
+    if not 0 <= active_rows <= n:
+        raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {active_rows}")
+    return int(active_rows)
 
 
 def _reductions(reduction, channels: int | None, op: str) -> str | tuple[str, ...]:
@@ -95,25 +178,36 @@ def _reductions(reduction, channels: int | None, op: str) -> str | tuple[str, ..
     return names[0] if len(set(names)) == 1 else names
 
 
-def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, host_sums: bool):
+def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, host_sums: bool, live=None):
     op = "voxelize_features"
     channels = feats.shape[1] if feats is not None and feats.ndim == 2 else None
     reduction = _reductions(reduction, channels, op)
     if not isinstance(reduction, str):  # one reduction per channel: each group once, channels in order
         parts = []
         for k, r in enumerate(reduction):
-            parts.append(_voxelize_features(feats[:, k : k + 1], quantization, r, host_sums=host_sums))
+            parts.append(
+                _voxelize_features(feats[:, k : k + 1], quantization, r, host_sums=host_sums, live=live)
+            )
         return mx.concatenate(parts, axis=1)
     m = quantization.active_rows
     inv = quantization.inverse_rows
     counts = quantization.counts
     if reduction == "count":
         return counts.astype(mx.float32)[:, None]
+    if live is not None and feats is not None and feats.ndim == 2:
+        k = min(live, inv.shape[0])  # the live points the quantization covers
+        out = _voxelize_features(
+            feats[:k], replace(quantization, inverse_rows=inv[:k]), reduction, host_sums=host_sums
+        )
+        if k == inv.shape[0] or reduction in ("sum", "mean"):
+            return out  # sums of no point are 0 already
+        reached = mx.zeros((m,), mx.int32).at[inv[:k]].add(1) > 0
+        return mx.where(reached[:, None], out, mx.zeros((), dtype=out.dtype))
     if feats.ndim != 2 or feats.shape[0] != inv.shape[0]:
         raise ValueError(f"[{op}] feats must have shape ({inv.shape[0]}, C), got {tuple(feats.shape)}")
     n, c = feats.shape
     if n == 0:
-        return mx.zeros((0, c), dtype=feats.dtype)
+        return mx.zeros((m, c), dtype=feats.dtype)
     if reduction in ("sum", "mean"):
         # accumulate in float32 (float64 stays float64); the mean of integers is float32
         acc_dtype = mx.float64 if feats.dtype == mx.float64 else mx.float32
@@ -127,7 +221,7 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
         return mean.astype(feats.dtype) if mx.issubdtype(feats.dtype, mx.floating) else mean
     rows = mx.arange(n, dtype=mx.int32)
     if reduction == "first":
-        first = mx.full((m,), n, dtype=mx.int32).at[inv].minimum(rows)
+        first = mx.full((m,), n - 1, dtype=mx.int32).at[inv].minimum(rows)  # n - 1: a voxel of no point
         return feats[first]
     if reduction == "mode":
         return _segment_mode(feats, inv, m)
@@ -139,7 +233,7 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
     else:
         peak = mx.full((m, c), mx.inf, dtype=feats.dtype).at[inv].minimum(fixed)
     holder = mx.where(fixed == peak[inv], rows[:, None], n)
-    arg = mx.full((m, c), n, dtype=mx.int32).at[inv].minimum(holder.astype(mx.int32))
+    arg = mx.full((m, c), n - 1, dtype=mx.int32).at[inv].minimum(holder.astype(mx.int32))
     return mx.take_along_axis(feats, arg, axis=0)
 
 
@@ -244,158 +338,4 @@ def voxelize(
     )
     return VoxelizePlan(
         route_points(req), req, inputs, feats, reduction, level, active_rows is not None, return_index
-    )
-
-
-def _points_dtype(points) -> str:
-    return dtype_name(points.dtype) if isinstance(points, mx.array) else np.asarray(points).dtype.name
-
-
-@dataclass(frozen=True)
-class DevoxelizePlan:
-    """What devoxelize / build_point_voxel_map run: the corner-lookup route (and request), the
-    checked geometry, and ``sample`` (the op's work on the map, on the route's stream)."""
-
-    route: Route
-    request: PointsRequest
-    points: object
-    voxels: SparseTensor
-    geometry: tuple | None  # (voxel size x stride, origin, batch) — None with a given map
-    linear: bool
-    given: PointVoxelMap | None
-    sample: object
-
-    def run(self):
-        cpu = lambda: route_points(replace(self.request, device="cpu"))  # noqa: E731
-        vs, org, batch = self.geometry or (None, None, None)
-        args = (self.points, self.voxels, vs, org, batch, self.linear, self.given, self.sample)
-        return dispatch_or_cpu(self.route, cpu, *args)[1]
-
-
-def _corner_plan(
-    points, voxels, voxel_size, batch_indices, origin, interpolation, device, given, sample, op="devoxelize"
-):
-    if not isinstance(voxels, SparseTensor):
-        raise TypeError(f"[{op}] voxels must be a SparseTensor, got {type(voxels).__name__}")
-    if interpolation not in ("linear", "nearest"):
-        raise ValueError(f"[{op}] interpolation must be 'linear' or 'nearest', got {interpolation!r}")
-    req = PointsRequest(
-        op,
-        int(np.shape(points)[0]),
-        voxels.channels,
-        interpolation=interpolation,
-        device=requested_device(device),
-        points_dtype=_points_dtype(points),
-        dtype=dtype_name(voxels.dtype),
-    )
-    route = route_points(req)
-    geometry = None if given is not None else _geometry(points, voxels, voxel_size, batch_indices, origin, op)
-    return DevoxelizePlan(route, req, points, voxels, geometry, interpolation == "linear", given, sample)
-
-
-def _geometry(points, voxels, voxel_size, batch_indices, origin, op):
-    """(voxel size times the tensor stride, origin, batch indices or None), checked."""
-    shape = tuple(np.shape(points))
-    if len(shape) != 2 or shape[1] != 3:
-        raise ValueError(f"[{op}] points must have shape (N, 3), got {shape}")
-    vs = tuple(
-        v * s
-        for v, s in zip(float_triple(voxel_size, "voxel_size", op, positive=True), voxels.stride, strict=True)
-    )
-    org = float_triple(origin, "origin", op)
-    n = shape[0]
-    batch = None
-    if batch_indices is not None:
-        batch = (
-            batch_indices.reshape(-1)
-            if isinstance(batch_indices, mx.array)
-            else np.asarray(batch_indices, np.int64).reshape(-1)
-        )
-        if tuple(batch.shape) != (n,):
-            raise ValueError(f"[{op}] batch_indices must have shape ({n},), got {tuple(batch.shape)}")
-    return vs, org, batch
-
-
-def _devoxelize_example(x, req):
-    """``lattice explain devoxelize``: ``x`` sampled at the centres of its voxels (lazy arrays)."""
-    coords = x.coords[: x.active_count]
-    points = coords[:, 1:].astype(mx.float32) + 0.5
-    return (points, x), {"batch_indices": coords[:, 0], "device": req.device}
-
-
-@explainable(example=_devoxelize_example, returns=PointVoxelMap)
-def build_point_voxel_map(
-    points, voxels, voxel_size=1.0, *, batch_indices=None, origin=0.0, interpolation="linear", device=None
-) -> DevoxelizePlan:
-    """Voxel rows and weights that sample ``voxels`` (a SparseTensor) at ``points``, as
-    ``devoxelize`` does (same arguments and route).
-
-    ``linear``: the 8 voxels whose centres surround the point, trilinear weights, missing
-    voxels weight 0, the rest renormalised to sum 1 (a point with no voxel around gets
-    all-zero weights). ``nearest``: the voxel containing the point, weight 1 (or -1 / 0).
-    """
-    return _corner_plan(
-        points,
-        voxels,
-        voxel_size,
-        batch_indices,
-        origin,
-        interpolation,
-        device,
-        None,
-        _the_map,
-        op="build_point_voxel_map",
-    )
-
-
-def _the_map(pvm: PointVoxelMap) -> PointVoxelMap:
-    return pvm
-
-
-def _interpolate_example(x, req):
-    (points, voxels), kwargs = _devoxelize_example(x, req)
-    return (voxels.feats[: voxels.active_count], build_point_voxel_map(points, voxels, **kwargs)), {}
-
-
-@explainable(example=_interpolate_example, returns=mx.array)
-def interpolate_point_features(voxel_feats: mx.array, point_voxel_map: PointVoxelMap) -> CallPlan:
-    """``sum_j weights[:, j] * voxel_feats[rows[:, j]]`` (N, C); differentiable in the features.
-    No voxels (or no points) give zeros. MLX's gather on the call's device (the row-wise route)."""
-    if not isinstance(voxel_feats, mx.array):
-        raise TypeError(
-            f"[interpolate_point_features] voxel_feats must be an mx.array, got {type(voxel_feats).__name__}"
-        )
-    return rowwise_plan(voxel_feats, "interpolate_point_features", lambda f: _interpolate(f, point_voxel_map))
-
-
-def _interpolate(voxel_feats: mx.array, point_voxel_map: PointVoxelMap) -> mx.array:
-    """What ``interpolate_point_features`` computes (devoxelize runs it on its own route's stream)."""
-    rows = mx.maximum(point_voxel_map.rows, 0)
-    c = voxel_feats.shape[-1]
-    if rows.size == 0 or voxel_feats.shape[0] == 0:
-        return mx.zeros((rows.shape[0], c), dtype=voxel_feats.dtype)
-    gathered = voxel_feats[rows.reshape(-1)].reshape(*rows.shape, c)
-    w = point_voxel_map.weights.astype(mx.float32)[..., None]
-    return mx.sum(gathered.astype(mx.float32) * w, axis=1).astype(voxel_feats.dtype)
-
-
-@explainable(example=_devoxelize_example)
-def devoxelize(
-    points,
-    voxels: SparseTensor,
-    voxel_size=1.0,
-    *,
-    batch_indices=None,
-    origin=0.0,
-    interpolation="linear",
-    point_voxel_map=None,
-    device=None,
-) -> DevoxelizePlan:
-    """Sample voxel features at points (trilinear over the 8 surrounding voxel centres, or nearest)."""
-
-    def sample(pvm: PointVoxelMap) -> mx.array:
-        return _interpolate(voxels.feats[: voxels.active_count], pvm)
-
-    return _corner_plan(
-        points, voxels, voxel_size, batch_indices, origin, interpolation, device, point_voxel_map, sample
     )

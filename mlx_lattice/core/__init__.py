@@ -28,17 +28,17 @@ from mlx_lattice.core.coords import (
     occupancy_downsample,
     occupancy_expand,
 )
-from mlx_lattice.core.quantized import QuantizedWeight, dequantize_weight, quantize_weight
+from mlx_lattice.core.quantized import (
+    QuantizedWeight,
+    QuantizedWeightLayout,
+    dequantize_weight,
+    quantize_weight,
+)
 from mlx_lattice.core.relations import KernelRelation, KernelSpec, NeighborRelation
-from mlx_lattice.core.tensor import SparseTensor
+from mlx_lattice.core.tensor import SparseTensor, SparseTensorComponents
 from mlx_lattice.core.types import Triple, triple
 
 __all__ = [
-    "coords",
-    "quantized",
-    "relations",
-    "tensor",
-    "types",
     "CoordinateManager",
     "CoordinateMapKey",
     "CoordinateOrdering",
@@ -49,20 +49,27 @@ __all__ = [
     "OccupancyExpansion",
     "PointVoxelMap",
     "QuantizedWeight",
+    "QuantizedWeightLayout",
     "SparseAlignment",
     "SparseOccupancy",
     "SparseQuantization",
     "SparseTensor",
+    "SparseTensorComponents",
     "Triple",
     "build_point_voxel_map",
     "build_sparse_alignment",
     "child_coords_from_indices",
+    "coords",
     "dequantize_weight",
     "interpolate_point_features",
     "occupancy_downsample",
     "occupancy_expand",
     "quantize_weight",
+    "quantized",
+    "relations",
+    "tensor",
     "triple",
+    "types",
 ]
 
 __getattr__ = module_getattr(__name__)

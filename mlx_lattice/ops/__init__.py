@@ -79,6 +79,7 @@ from mlx_lattice.ops.quantization import (
     devoxelize,
     interpolate_point_features,
     voxelize,
+    voxelize_with_quantization,
 )
 from mlx_lattice.ops.relations import (
     build_generative_relation,
@@ -222,6 +223,7 @@ __all__ = [
     "trilinear_upsample3d",
     "union_coords",
     "voxelize",
+    "voxelize_with_quantization",
 ]
 
 __getattr__ = module_getattr(__name__)

@@ -1,8 +1,9 @@
 """Feature operations that keep coordinate identity (documented ``mlx_lattice.ops.feature``).
 
-The sparse forms (``relu``, ``linear``, ``layer_norm``, ...) take a SparseTensor (or a
-plain array) and are lattice's own, except the adapters ``batch_norm`` and ``softplus``
-(documented defaults). The dense forms of the documented API (``activation``,
+The sparse forms (``relu``, ``linear``, ``layer_norm``, ``softplus`` with ``beta`` /
+``threshold``, ``batch_norm`` with the statistics of the active rows where ``mean`` /
+``var`` are None, ...) take a SparseTensor (or a plain array) and are lattice's own. The
+dense forms of the documented API (``activation``,
 ``linear_features``, ``batch_norm_features``, ``layer_norm_features``,
 ``rms_norm_features``) are adapters onto the same lattice functions, which accept rank-2
 ``mx.array`` features too.
@@ -13,40 +14,20 @@ from __future__ import annotations
 import mlx.core as mx
 
 from lattice import ops as _ops
-from lattice.ops import dropout, gelu, layer_norm, leaky_relu, linear, relu, rms_norm, sigmoid, silu, tanh
-
-_SOFTPLUS_DEFAULTS = (1.0, 20.0)
-
-
-def softplus(x, *, beta: float = 1.0, threshold: float = 20.0):
-    """``log(1 + exp(beta * x)) / beta`` (``x`` where ``beta * x > threshold``) on the features.
-
-    Maps to ``lattice.ops.softplus(x)``, which is this function at the default ``beta``
-    and ``threshold`` (above the threshold the two agree to float precision). Other values
-    are not served yet by lattice and raise ``NotImplementedError``.
-    """
-    if (beta, threshold) != _SOFTPLUS_DEFAULTS:
-        raise NotImplementedError(
-            f"[softplus] beta={beta!r}, threshold={threshold!r}: only beta=1.0, threshold=20.0 are "
-            "provided yet by lattice (issue 17)"
-        )
-    return _ops.softplus(x)
-
-
-def batch_norm(x, *, weight=None, bias=None, mean=None, var=None, eps: float = 1e-05):
-    """``(x - mean) / sqrt(var + eps) * weight + bias`` per channel on the features.
-
-    Maps to ``lattice.ops.batch_norm`` (where ``weight`` / ``bias`` have no default).
-    ``mean`` / ``var`` None (statistics of the active rows in the documented API) are not
-    served yet by lattice and raise ``NotImplementedError``.
-    """
-    if mean is None or var is None:
-        raise NotImplementedError(
-            "[batch_norm] mean=None / var=None (batch statistics) are not provided yet by lattice "
-            "(issue 17): pass the statistics"
-        )
-    return _ops.batch_norm(x, weight=weight, bias=bias, mean=mean, var=var, eps=eps)
-
+from lattice.ops import (
+    batch_norm,
+    dropout,
+    gelu,
+    layer_norm,
+    leaky_relu,
+    linear,
+    relu,
+    rms_norm,
+    sigmoid,
+    silu,
+    softplus,
+    tanh,
+)
 
 _ACTIVATIONS = ("relu", "sigmoid", "gelu", "silu", "leaky_relu", "tanh", "softplus")
 
@@ -64,7 +45,7 @@ def activation(
 
     ``kind`` names one of lattice's activations: ``relu``, ``sigmoid``, ``gelu`` (with
     ``approximate``), ``silu``, ``leaky_relu`` (slope ``alpha``), ``tanh``, ``softplus``
-    (``beta``, ``threshold``, as :func:`softplus`). Maps to ``lattice.ops.<kind>``.
+    (``beta``, ``threshold``). Maps to ``lattice.ops.<kind>``.
     """
     if kind == "gelu":
         return gelu(x, approximate=approximate)

@@ -61,6 +61,7 @@ from mlx_lattice.core.coords.set_ops import (
     lookup_coords,
     union_coords,
 )
+from mlx_lattice.core.coords.validation import validate_coords
 
 __all__ = [
     "CoordinateManager",
@@ -104,6 +105,7 @@ __all__ = [
     "set_ops",
     "sparse_quantize",
     "union_coords",
+    "validate_coords",
     "validation",
 ]
 

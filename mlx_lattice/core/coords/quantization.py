@@ -27,16 +27,11 @@ PointVoxelInterpolation: TypeAlias = Literal["nearest", "linear"]
 def voxelize_features(feats, quantization: SparseQuantization, *, active_rows=None, reduction="mean"):
     """Point features ``(N, C)`` reduced onto the voxels of ``quantization`` (``sum`` / ``mean``).
 
-    Maps to ``lattice.ops.voxelize_features(feats, quantization, reduction=reduction)``.
-    ``active_rows`` (point rows in use) other than None is not served yet by lattice and
-    raises ``NotImplementedError``.
+    Maps to ``lattice.ops.voxelize_features(feats, quantization, reduction,
+    active_rows=active_rows)`` (where ``reduction`` is positional). ``active_rows``: only
+    the first that many point rows are live; a voxel that gets none reads 0.
     """
-    if active_rows is not None:
-        raise NotImplementedError(
-            "[voxelize_features] active_rows is not provided yet by lattice (issue 17): pass the live "
-            "point rows only"
-        )
-    return _voxelize_features(feats, quantization, reduction=reduction)
+    return _voxelize_features(feats, quantization, reduction, active_rows=active_rows)
 
 
 def build_point_voxel_map(
@@ -58,14 +53,9 @@ def build_point_voxel_map(
 
     Maps to ``lattice.ops.build_point_voxel_map(points, voxels, ...)`` with ``voxels`` a
     feature-less ``SparseTensor(voxel_coords, active_rows=voxel_active_rows)`` at stride 1.
-    ``point_active_rows`` other than None is not served yet and raises
-    ``NotImplementedError``.
+    ``point_active_rows``: only the first that many points are mapped (the others: rows -1,
+    weights 0).
     """
-    if point_active_rows is not None:
-        raise NotImplementedError(
-            "[build_point_voxel_map] point_active_rows is not provided yet by lattice (issue 17): pass "
-            "the live points only"
-        )
     coords = voxel_coords if isinstance(voxel_coords, mx.array) else mx.array(voxel_coords)
     voxels = SparseTensor(coords, mx.zeros((coords.shape[0], 0), mx.float32), active_rows=voxel_active_rows)
     return _build_point_voxel_map(
@@ -75,6 +65,7 @@ def build_point_voxel_map(
         batch_indices=batch_indices,
         origin=origin,
         interpolation=interpolation,
+        point_active_rows=point_active_rows,
     )
 
 

@@ -1,14 +1,13 @@
-"""Coordinate validators (documented ``mlx_lattice.core.coords.validation``).
+"""Coordinate validators (documented ``mlx_lattice.core.coords.validation``): lattice's own.
 
-Not provided yet: lattice validates coordinates inside every op but has no public
-validators. Every documented name here raises ``mlx_lattice._missing.NotProvidedError``;
-see docs/compat.md.
+``validate_coords(coords, *, name='coords')`` raises ValueError unless ``coords`` is an
+``(N, 4)`` int32 / int64 array; ``validate_coord_pair`` checks two arrays and that they
+share a dtype. Both return None (``lattice.core.validate_coords``,
+``lattice.core.validate_coord_pair``).
 """
 
 from __future__ import annotations
 
-from mlx_lattice._missing import module_getattr
+from lattice.core import validate_coord_pair, validate_coords
 
-__all__: list[str] = []
-
-__getattr__ = module_getattr(__name__)
+__all__ = ["validate_coord_pair", "validate_coords"]
