@@ -87,7 +87,7 @@ def bench(name, points, colors, v, repeats: int, o3d) -> list[dict]:
     calls = {"lattice voxelize mean": lattice_voxelize, "lattice sparse_quantize": lattice_quantize}
     n_out = {
         "lattice voxelize mean": lattice_voxelize().coords.shape[0],
-        "lattice sparse_quantize": lattice_quantize().active_rows,
+        "lattice sparse_quantize": lattice_quantize().active_count,
     }
     if o3d is not None:
         pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points.astype(np.float64)))
@@ -101,7 +101,7 @@ def bench(name, points, colors, v, repeats: int, o3d) -> list[dict]:
         n_out["open3d voxel_down_sample"] = len(open3d_down().points)
         # Same voxel set as Open3D when lattice uses Open3D's origin (min_bound - v / 2).
         same = lattice.sparse_quantize(points, v, origin=points.min(0).astype(np.float64) - v / 2)
-        assert same.active_rows == n_out["open3d voxel_down_sample"], (same.active_rows, n_out)
+        assert same.active_count == n_out["open3d voxel_down_sample"], (same.active_count, n_out)
 
     times: dict[str, list[float]] = {k: [] for k in calls}
     for fn in calls.values():  # warm-up

@@ -32,7 +32,7 @@ def main() -> None:
 
     points = np.fromfile(args.scan, dtype=np.float32).reshape(-1, 4)
     q = lattice.sparse_quantize(points[:, :3], args.voxel_size)
-    feats = mx.ones((q.active_rows, 1))
+    feats = mx.ones((q.active_count, 1))
     x = lattice.SparseTensor(q.coords, feats)
     print(f"{len(points):,} points -> {x.active_count:,} voxels at {args.voxel_size} m")
 

@@ -119,7 +119,7 @@ def load_scan(scan: Path, voxel_size: float) -> tuple[lattice.SparseTensor, mx.a
             lut[k] = v
     labels = lut[raw]
     q = lattice.sparse_quantize(pts[:, :3], voxel_size)
-    n = int(q.active_rows)
+    n = q.active_count
     inv = np.asarray(q.inverse_rows).astype(np.int64)
     count = np.bincount(inv, minlength=n).astype(np.float64)
     feats = np.stack(

@@ -17,6 +17,7 @@ from lattice._version import __version__
 _NAMES = {
     "CoordinateManager": "lattice.core",
     "CoordinateMapKey": "lattice.core",
+    "DTypeError": "lattice.errors",
     "KernelSpec": "lattice.core",
     "SparseTensor": "lattice.core",
     "host_reads": "lattice.core",
@@ -25,12 +26,13 @@ _NAMES = {
     "explain": "lattice.routing.explain",
 }
 _SUBPACKAGES = (
-    "_ext", "backends", "core", "data", "io", "models", "nn", "ops", "pipeline", "render", "routing", "settings",
+    "_ext", "backends", "core", "data", "errors", "io", "models", "nn", "ops", "pipeline", "render", "routing", "settings",
 )  # fmt: skip
 
 __all__ = [
     "CoordinateManager",
     "CoordinateMapKey",
+    "DTypeError",
     "KernelSpec",
     "SparseTensor",
     "__version__",

@@ -64,22 +64,7 @@ OUT_OF_SCOPE_MODULES: dict[str, str] = {
 }
 
 #: Class (re-exported from lattice) -> {documented field or member lattice's class lacks: note}.
-PARTIAL: dict[str, dict[str, str]] = {
-    "CoordinateManager": {
-        "target_transposed_view": "needs RelationImplicitGemmView (relation-views)",
-    },
-    "CoordinateSet": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
-    "SparseQuantization": {"capacity": "", "active_count": "lattice's active_rows is the int count"},
-    "Conv3d": {"to_quantized": "lattice: lattice.nn.quantize(model) / QuantizedConv3d.from_conv"},
-    "ConvTranspose3d": {"to_quantized": "lattice: QuantizedConvTranspose3d.from_conv"},
-    "GenerativeConvTranspose3d": {"to_quantized": "lattice: QuantizedGenerativeConvTranspose3d.from_conv"},
-    "SubmConv3d": {"to_quantized": "lattice: QuantizedSubmConv3d.from_conv"},
-    "Linear": {
-        "to_quantized": (
-            "only mlx.nn.Linear's, which makes mlx's QuantizedLinear; lattice: QuantizedLinear.from_linear"
-        )
-    },
-}
+PARTIAL: dict[str, dict[str, str]] = {}
 
 #: Re-exported lattice class -> how its constructor / field order differs from the documented one.
 DIFFERS: dict[str, str] = {
@@ -112,16 +97,7 @@ LIMITED: dict[tuple[str, str], str] = {}
 
 #: Behaviour the reference pages state that lattice lacks (each is a strict-xfail test in
 #: tests/test_compat_behaviour.py, which fails once lattice has it: then drop the entry).
-BEHAVIOUR: dict[str, str] = {
-    "active_rows": (
-        "SparseTensor.active_rows is an int32 array of shape (1,) also when every row is live (lattice: None)"
-    ),
-    "nn_quantize": "mlx.nn.quantize(model) turns lattice Linear modules into lattice's QuantizedLinear",
-    "dtype_errors": (
-        "unsupported dtypes (int32 features to pooling) raise an error that is both a ValueError "
-        "and a TypeError"
-    ),
-}
+BEHAVIOUR: dict[str, str] = {}
 
 
 class NotProvidedError(ImportError):

@@ -273,13 +273,32 @@ def test_not_provided_is_an_import_error():
         exec("import mlx_lattice.artifact", {})
 
 
-# ---- documented behaviour lattice lacks (strict xfails) ----------------------------------------
+# ---- documented behaviour (once gaps: BEHAVIOUR lists what is still missing) -------------------
 
 
-def _active_rows():
-    x = _tensor()
+@pytest.mark.parametrize("active", [None, 7, mx.array([7], dtype=mx.int32), mx.array(7)])
+def test_active_rows_is_always_an_int32_count_array(active):
+    c = _coords()
+    f = np.random.default_rng(3).normal(size=(len(c), 2)).astype(np.float32)
+    x = lattice.SparseTensor(c, f, active_rows=active)
+    live = len(c) if active is None else 7
     a = x.active_rows
     assert isinstance(a, mx.array) and a.dtype == mx.int32 and a.shape == (1,)
+    assert a.tolist() == [live] and x.active_count == live and x.capacity == len(c)
+    assert x.active_rows is a  # made once
+    y = lattice.ops.relu(x)  # an op keeps the count
+    assert y.active_rows.tolist() == [live] and y.active_count == live
+    q = lattice.sparse_quantize(mx.array(c[:, 1:].astype(np.float32)), 2.0)
+    s = lattice.core.downsample_coords(c, 2)
+    for record in (q, s):
+        assert record.active_rows.dtype == mx.int32 and record.active_rows.shape == (1,)
+        assert record.active_rows.tolist() == [record.active_count] == [len(record)]
+        assert record.capacity == record.coords.shape[0] == record.active_count
+
+
+def test_empty_tensor_active_rows():
+    x = lattice.SparseTensor(np.zeros((0, 4), np.int32), np.zeros((0, 3), np.float32))
+    assert x.active_rows.tolist() == [0] and x.active_count == 0
 
 
 def _jvp_conv():
@@ -309,29 +328,62 @@ def test_documented_jvp_through_conv_and_pool():
     _jvp_pool()
 
 
-def _nn_quantize():
+def _quantizable():
     class Model(mlx.nn.Module):
         def __init__(self):
             super().__init__()
-            self.fc = lattice.nn.Linear(64, 32)
+            self.conv = lattice.nn.SubmConv3d(12, 16, kernel_size=3)
+            self.down = lattice.nn.Conv3d(16, 16, kernel_size=2, stride=2)
+            self.up = lattice.nn.ConvTranspose3d(16, 8, kernel_size=2, stride=2)
+            self.norm = lattice.nn.NormalizedSubmConv3d(8, 8)
+            self.fc = lattice.nn.Linear(8, 5)
 
-    model = Model()
+        def __call__(self, x):
+            y = self.down(self.conv(x))
+            return self.fc(self.norm(self.up(y)))
+
+    return Model()
+
+
+def test_mlx_nn_quantize_converts_lattice_modules():
+    model = _quantizable()
+    x = _tensor(channels=12)
+    mx.eval(model.parameters())
+    reference = _quantizable()
+    reference.update(model.parameters())
+    lattice.nn.quantize(reference)  # lattice's own conversion: the same modules and weights
     mlx.nn.quantize(model)
+    assert isinstance(model.conv, lattice.nn.QuantizedSubmConv3d)
+    assert isinstance(model.down, lattice.nn.QuantizedConv3d)
+    assert isinstance(model.up, lattice.nn.QuantizedConvTranspose3d)
+    assert isinstance(model.norm, lattice.nn.NormalizedSubmConv3d)  # needs the float weight
     assert isinstance(model.fc, lattice.nn.QuantizedLinear)
+    _same(model(x).feats, reference(x).feats)
 
 
-def _dtype_errors():
+def test_to_quantized_arguments():
+    fc = lattice.nn.Linear(64, 32)
+    q = fc.to_quantized(group_size=32, bits=8)
+    assert isinstance(q, lattice.nn.QuantizedLinear) and q.bits == 8 and q.group_size == 32
+    with pytest.raises(ValueError, match="mode='affine'"):
+        fc.to_quantized(mode="mxfp4")
+    with pytest.raises(ValueError, match="quantize_input"):
+        lattice.nn.SubmConv3d(4, 4).to_quantized(quantize_input=True)
+
+
+def test_unsupported_dtypes_are_type_and_value_errors():
     x = lattice.SparseTensor(_coords(), np.ones((len(_coords()), 2), np.int32))
-    with pytest.raises(Exception) as info:  # noqa: B017
-        lattice.ops.max_pool3d(x)
-    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    for op in (lattice.ops.max_pool3d, lattice.ops.avg_pool3d):
+        with pytest.raises(ValueError, match=r"\[(max|avg)_pool3d\] features must be float32") as info:
+            op(x)
+        assert isinstance(info.value, TypeError) and isinstance(info.value, lattice.DTypeError)
+    with pytest.raises(TypeError):
+        lattice.SparseTensor(_coords().astype(np.float32), np.ones((len(_coords()), 2), np.float32))
+    with pytest.raises(ValueError):
+        lattice.SparseTensor(_coords().astype(np.float32), np.ones((len(_coords()), 2), np.float32))
 
 
-BEHAVIOUR_CHECKS = {
-    "active_rows": _active_rows,
-    "nn_quantize": _nn_quantize,
-    "dtype_errors": _dtype_errors,
-}
+BEHAVIOUR_CHECKS: dict = {}
 
 
 def test_behaviour_list_and_checks_agree():

@@ -409,3 +409,25 @@ def test_point_active_rows_of_the_map_and_of_devoxelize(interpolation, live):
         devoxelize(pts, voxels, point_voxel_map=full, point_active_rows=count),
         lattice.ops.devoxelize(pts, voxels, point_voxel_map=full),
     )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_target_transposed_view_against_an_oracle(seed):
+    """Fine row o, offset k reads the coarse row c with fine = 2 c + offset (else -1)."""
+    rng = np.random.default_rng(seed)
+    xyz = rng.integers(-6, 6, (80, 3))
+    fine = np.unique(np.concatenate([rng.integers(0, 2, (80, 1)), xyz], 1), axis=0).astype(np.int32)
+    coarse = np.unique(np.concatenate([fine[:, :1], fine[:, 1:] // 2], 1), axis=0).astype(np.int32)
+    m = lattice.CoordinateManager()
+    kf, kc = m.insert_coords(mx.array(fine), 1), m.insert_coords(mx.array(coarse), 2)
+    view = m.target_transposed_view(kc, kf)
+    rows = {tuple(r): i for i, r in enumerate(coarse.tolist())}
+    offsets = [(a, b, c) for a in range(2) for b in range(2) for c in range(2)]
+    want = np.full((len(fine), 8), -1)
+    for o, (b, x, y, z) in enumerate(fine.tolist()):
+        for k, (dx, dy, dz) in enumerate(offsets):
+            d = (x - dx, y - dy, z - dz)
+            if all(v % 2 == 0 for v in d):
+                want[o, k] = rows.get((b, d[0] // 2, d[1] // 2, d[2] // 2), -1)
+    np.testing.assert_array_equal(np.asarray(view.out_in_map), want)
+    assert view is m.target_transposed_view(kc, kf)  # the relation is cached

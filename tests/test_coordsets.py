@@ -29,8 +29,8 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 def _live(cs: CoordinateSet) -> np.ndarray:
     assert isinstance(cs, CoordinateSet)
-    assert len(cs) == cs.active_rows
-    return np.asarray(cs.coords)[: cs.active_rows].astype(np.int64).reshape(-1, 4)
+    assert len(cs) == cs.active_count and cs.active_rows.tolist() == [cs.active_count]
+    return np.asarray(cs.coords)[: cs.active_count].astype(np.int64).reshape(-1, 4)
 
 
 def _other(name: str) -> np.ndarray:

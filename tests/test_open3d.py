@@ -252,14 +252,14 @@ def test_kitti_voxel_set_equals_open3d_grid_with_its_origin(o3d):
     idx, _ = _grid_arrays(grid)
     q = lattice.sparse_quantize(pts, v, origin=np.asarray(grid.origin))
     coords = np.asarray(q.coords)
-    assert q.active_rows == len(idx) == 94_624
+    assert q.active_count == len(idx) == 94_624
     np.testing.assert_array_equal(_sorted(coords, coords)[0][:, 1:], idx)
-    assert len(pc.voxel_down_sample(v).points) == q.active_rows
+    assert len(pc.voxel_down_sample(v).points) == q.active_count
     # the NumPy reference with that origin agrees too
     ref = np.unique(np.floor((pts.astype(np.float64) - np.asarray(grid.origin)) / v).astype(np.int64), axis=0)
     np.testing.assert_array_equal(ref, idx)
     # lattice's default origin 0 is a different (but equally exact) binning
-    assert lattice.sparse_quantize(pts, v).active_rows == 94_444
+    assert lattice.sparse_quantize(pts, v).active_count == 94_444
 
 
 def test_within_bounds_grid_equals_our_set_for_the_same_origin(o3d):

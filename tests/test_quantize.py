@@ -23,9 +23,9 @@ SETTINGS = [
 def _check(q: SparseQuantization, ref) -> None:
     coords, inverse, counts = ref
     assert isinstance(q, SparseQuantization)
-    assert q.active_rows == len(coords)
+    assert q.active_count == len(coords) == q.capacity and q.active_rows.tolist() == [len(coords)]
     assert q.coords.dtype == mx.int32
-    np.testing.assert_array_equal(np.asarray(q.coords)[: q.active_rows].reshape(-1, 4), coords)
+    np.testing.assert_array_equal(np.asarray(q.coords)[: q.active_count].reshape(-1, 4), coords)
     np.testing.assert_array_equal(np.asarray(q.inverse_rows), inverse)
     np.testing.assert_array_equal(np.asarray(q.counts), counts)
 

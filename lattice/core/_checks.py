@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import mlx.core as mx
 import numpy as np
 
+from lattice.errors import DTypeError
+
 Triple = tuple[int, int, int]
 
 
@@ -95,7 +97,7 @@ def coords_array(coords, op: str, name: str = "coords") -> mx.array:
     if not isinstance(coords, mx.array):
         arr = np.asarray(coords)
         if arr.dtype.kind not in "iu" and arr.size > 0:
-            raise TypeError(f"[{op}] {name} must hold integers, got dtype {arr.dtype}")
+            raise DTypeError(f"[{op}] {name} must hold integers, got dtype {arr.dtype}")
         if arr.size == 0:
             arr = arr.reshape(0, 4) if arr.ndim != 2 else arr
         if arr.size > 0 and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max):
@@ -107,7 +109,7 @@ def coords_array(coords, op: str, name: str = "coords") -> mx.array:
         )
     if coords.dtype != mx.int32:
         if not mx.issubdtype(coords.dtype, mx.integer):
-            raise TypeError(f"[{op}] {name} must be int32, got {coords.dtype}")
+            raise DTypeError(f"[{op}] {name} must be int32, got {coords.dtype}")
         if coords.size > 0 and coords.dtype in (mx.int64, mx.uint32, mx.uint64):
             # a cast would wrap silently; these dtypes can hold values past int32
             lo, hi = mx.min(coords).item(), mx.max(coords).item()

@@ -16,6 +16,8 @@ import dataclasses
 import mlx.core as mx
 import numpy as np
 
+from lattice.core._checks import DTypeError
+
 
 def live_count(active_rows, capacity: int, op: str, name: str = "active_rows") -> int:
     """The live rows ``active_rows`` names in a buffer of ``capacity`` rows.
@@ -33,7 +35,7 @@ def live_count(active_rows, capacity: int, op: str, name: str = "active_rows") -
         if arr.size != 1 or arr.ndim > 1:
             raise ValueError(f"[{op}] {name} must have shape (1,) or (), got {tuple(arr.shape)}")
         if arr.dtype.kind not in "iu":
-            raise TypeError(f"[{op}] {name} must be an integer array, got {active_rows.dtype}")
+            raise DTypeError(f"[{op}] {name} must be an integer array, got {active_rows.dtype}")
         value = int(arr.reshape(()))
     elif isinstance(active_rows, (int, np.integer)):
         value = int(active_rows)
@@ -119,3 +121,28 @@ class FixedCapacity:
                 raise ValueError(
                     f"[{op}] {field.name} must be a ({n},) {rows[field.name]} mx.array, got {got}"
                 )
+
+
+class CountedRows:
+    """Mixin of the frozen result records whose rows are all live when they are made
+    (``CoordinateSet``, ``SparseQuantization``): built with the count as an int (or a
+    one-element array), they hold it as the documented int32 ``(1,)`` ``active_rows`` and
+    keep the int as ``active_count``, so no op reads the array back."""
+
+    def _count_rows(self) -> None:
+        n = live_count(self.active_rows, int(self.coords.shape[0]), type(self).__name__)
+        object.__setattr__(self, "_count", n)
+        object.__setattr__(self, "active_rows", count_array(n))
+
+    @property
+    def capacity(self) -> int:
+        """Rows of the buffers."""
+        return int(self.coords.shape[0])
+
+    @property
+    def active_count(self) -> int:
+        """The live rows (the int of ``active_rows``)."""
+        return self._count
+
+    def __len__(self) -> int:
+        return self._count

@@ -472,6 +472,13 @@ class CoordinateManager:
         op = "target_kernel_relation"
         return self._documented("target", key, kernel_size, stride, padding, dilation, target_key, op=op)
 
+    def target_transposed_view(self, key, target_key, *, kernel_size=2, stride=2, padding=0, dilation=1):
+        """The implicit-GEMM view (``RelationImplicitGemmView``) of the transposed relation
+        from ``key`` onto the set ``target_key`` (built once: the relation is cached)."""
+        op = "target_transposed_view"
+        rel = self._documented("transposed", key, kernel_size, stride, padding, dilation, target_key, op=op)
+        return rel.require_implicit_gemm()
+
 
 def _live_count(active_rows, n: int, op: str) -> int:
     """The value of a given live-row count (an int, or an integer array of one element) in [0, n]."""

@@ -7,13 +7,14 @@ on packed keys, memory proportional to N, never a dense grid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import coords_array, int_triple
+from lattice.core.buffers import CountedRows
 from lattice.core.tensor import SparseTensor
 from lattice.routing.coords import CoordinateRequest, route_coordinates
 from lattice.routing.explain import CallPlan, explainable
@@ -21,14 +22,17 @@ from lattice.routing.registry import dispatch
 
 
 @dataclass(frozen=True)
-class CoordinateSet:
-    """A coordinate set: ``coords`` (N, 4) int32 and the count of live rows."""
+class CoordinateSet(CountedRows):
+    """A coordinate set: ``coords`` (N, 4) int32 and the count of live rows, ``active_rows``
+    (given as an int; held as the documented int32 ``(1,)`` array; ``active_count`` and
+    ``len()`` are the int)."""
 
     coords: mx.array
-    active_rows: int
+    active_rows: mx.array
+    _count: int = field(init=False, repr=False, compare=False)
 
-    def __len__(self) -> int:
-        return self.active_rows
+    def __post_init__(self) -> None:
+        self._count_rows()
 
 
 def _route(op: str, x):
@@ -42,7 +46,7 @@ def _rows(x, op: str, name: str) -> mx.array:
     if isinstance(x, SparseTensor):
         return x.coords[: x.active_count]
     if isinstance(x, CoordinateSet):
-        return x.coords[: x.active_rows]
+        return x.coords[: x.active_count]
     return coords_array(x, op, name)
 
 

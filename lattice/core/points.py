@@ -8,14 +8,16 @@ import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
-from lattice.core._checks import float_triple
+from lattice.core._checks import DTypeError, float_triple
+from lattice.core.buffers import CountedRows
 
 
 @dataclass(frozen=True)
-class SparseQuantization:
+class SparseQuantization(CountedRows):
     """Result of ``sparse_quantize``.
 
-    ``coords`` (M, 4) int32 unique voxels in first-occurrence order;
+    ``coords`` (M, 4) int32 unique voxels in first-occurrence order, all live (``active_rows``
+    the int32 ``(1,)`` count M, ``active_count`` the int);
     ``inverse_rows`` (N,) the voxel row of every point; ``counts`` (M,) points per voxel.
     ``table``: the hash table of ``coords`` — native (an ``_ext.CoordTable``), or a GPU
     table (``lattice.backends.cuda.coords.GpuTable``) where voxelize quantised on the GPU — so a
@@ -23,10 +25,14 @@ class SparseQuantization:
     """
 
     coords: mx.array
-    active_rows: int
+    active_rows: mx.array
     inverse_rows: mx.array
     counts: mx.array
     table: object = field(default=None, repr=False, compare=False)
+    _count: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._count_rows()
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ def quantize_inputs(
                 f"[{op}] batch_indices must have shape (N,) with N = {n}, got {tuple(batch.shape)}"
             )
         if not mx.issubdtype(batch.dtype, mx.integer):
-            raise TypeError(f"[{op}] batch_indices must be integers, got {batch.dtype}")
+            raise DTypeError(f"[{op}] batch_indices must be integers, got {batch.dtype}")
         batch = batch[:n]
     return QuantizeInputs(points, vs, org, batch)
 

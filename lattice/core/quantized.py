@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.core._checks import dtype_name
+from lattice.core._checks import DTypeError, dtype_name
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
@@ -232,7 +232,7 @@ def quantize_weight(
         )
     if weight.dtype not in WEIGHT_DTYPES:
         names = tuple(dtype_name(d) for d in WEIGHT_DTYPES)
-        raise TypeError(f"[{op}] weight must be one of {names}, got {dtype_name(weight.dtype)}")
+        raise DTypeError(f"[{op}] weight must be one of {names}, got {dtype_name(weight.dtype)}")
     if scale_dtype not in SCALE_DTYPES:
         raise ValueError(f"[{op}] scale_dtype must be float16 or float32, got {scale_dtype}")
     bits = _check_bits(bits, op)

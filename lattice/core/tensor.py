@@ -9,7 +9,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from lattice.core._checks import Triple, coords_array, int_triple, validate_coords
+from lattice.core._checks import DTypeError, Triple, coords_array, int_triple, validate_coords
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
 
 
@@ -19,7 +19,7 @@ def _as_features(feats, op: str) -> mx.array:
     if feats.ndim != 2:
         raise ValueError(f"[{op}] feats must have shape (N, C), got {tuple(feats.shape)}")
     if feats.dtype == mx.bool_ or mx.issubdtype(feats.dtype, mx.complexfloating):
-        raise TypeError(f"[{op}] feats must be a real numeric dtype, got {feats.dtype}")
+        raise DTypeError(f"[{op}] feats must be a real numeric dtype, got {feats.dtype}")
     return feats
 
 
@@ -84,8 +84,10 @@ class SparseTensor:
     this tensor's level (``stride``); ``feats`` is ``(N, C)`` row-aligned. Active
     coordinates are unique. Every tensor carries a ``coord_key`` into a
     ``coord_manager``; tensors derived from it share the manager and its relation
-    cache. ``active_rows`` (optional) marks the first rows in use when a builder
-    returned an upper-bound buffer; later rows are ignored by every op.
+    cache. ``active_rows`` (optional: an int or an integer array of one element) marks the
+    first rows in use when a builder returned an upper-bound buffer; later rows are ignored
+    by every op. Read back, ``active_rows`` is always the int32 ``(1,)`` array of the live
+    count and ``active_count`` the int.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class SparseTensor:
         n = self.coords.shape[0]
         if self.feats.shape[0] != n:
             raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
+        self._active_array = None  # active_rows, made on first use
         self._count = None  # the set's RowCount where a builder returned an upper-bound buffer
         if coord_key is not None:
             if coord_manager is None:
@@ -125,9 +128,9 @@ class SparseTensor:
                     f"[{op}] coord_key holds a buffer of {coord_manager.capacity(coord_key)} rows, "
                     f"tensor has {n}"
                 )
-            self.active_rows, self._live = self._count.array, None
+            self._active, self._live = self._count.array, None
         else:
-            self.active_rows = active_rows
+            self._active = active_rows  # as given (None: every row), for replace()
             self._live = n if active_rows is None else self._check_active(active_rows, n, op)
             if coord_key is None:
                 coord_manager = coord_manager or CoordinateManager()
@@ -168,6 +171,17 @@ class SparseTensor:
     def capacity(self) -> int:
         """Rows allocated (including rows past ``active_rows``)."""
         return int(self.coords.shape[0])
+
+    @property
+    def active_rows(self) -> mx.array:
+        """The live-row count as the documented int32 ``(1,)`` array, also when every row is
+        live: a lazily counted set's own lazy count (never read here), else made once from
+        the known count. ``active_count`` is the Python int."""
+        if self._count is not None:
+            return self._count.array
+        if self._active_array is None:
+            self._active_array = mx.array([self._live], dtype=mx.int32)
+        return self._active_array
 
     @property
     def active_count(self) -> int:
@@ -269,7 +283,7 @@ class SparseTensor:
                 self.stride,
                 coord_key=self.coord_key,
                 coord_manager=self.coord_manager,
-                active_rows=self.active_rows,
+                active_rows=self._active,
             )
             out._batch_counts = self._batch_counts  # same rows: already checked, not read again
             return out

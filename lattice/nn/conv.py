@@ -162,6 +162,15 @@ class _SparseConv(_Conv):
     def _weight(self) -> mx.array:
         return self["weight"]
 
+    def to_quantized(
+        self, group_size: int | None = None, bits: int | None = None, mode: str = "affine", **kw
+    ):
+        """This module's quantized twin (``lattice.nn.quantized.to_quantized``): what
+        ``mlx.nn.quantize(model)`` calls."""
+        from lattice.nn.quantized import to_quantized
+
+        return to_quantized(self, group_size, bits, mode, **kw)
+
     @property
     def in_channels(self) -> int:
         return int(self["weight"].shape[-1])

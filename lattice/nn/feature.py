@@ -30,6 +30,15 @@ class Linear(nn.Linear):
     def __call__(self, x: FeatureInput) -> FeatureInput:
         return F.linear(x, self["weight"], self["bias"] if "bias" in self else None)
 
+    def to_quantized(
+        self, group_size: int | None = None, bits: int | None = None, mode: str = "affine", **kw
+    ):
+        """lattice's ``QuantizedLinear`` twin (not mlx's): what ``mlx.nn.quantize(model)``
+        calls (``lattice.nn.quantized.to_quantized``)."""
+        from lattice.nn.quantized import to_quantized
+
+        return to_quantized(self, group_size, bits, mode, **kw)
+
 
 class _OnFeatures:
     """An ``mlx.nn`` activation applied by one op of ``lattice.ops.features``, named with

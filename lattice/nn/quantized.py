@@ -262,3 +262,24 @@ def quantize(
     leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)
     model.update_modules(leaves)
     return model
+
+
+def to_quantized(
+    module: nn.Module, group_size: int | None = None, bits: int | None = None, mode: str = "affine", **kwargs
+) -> nn.Module:
+    """The quantized twin of one float conv / linear module: what ``module.to_quantized``
+    returns, so ``mlx.nn.quantize(model)`` converts lattice's modules into lattice's quantized
+    modules (``bits=None``: 4, ``group_size=None``: lattice's default). Normalised
+    convolutions come back unchanged (they need the float weight). Only ``mode='affine'``
+    is packed; ``quantize_input`` is not supported."""
+    name = f"{type(module).__name__}.to_quantized"
+    if mode != "affine":
+        raise ValueError(f"[{name}] lattice packs mode='affine' weights only, got mode={mode!r}")
+    if kwargs.pop("quantize_input", False):
+        raise ValueError(f"[{name}] quantize_input=True is not supported (weights only)")
+    if kwargs:
+        raise TypeError(f"[{name}] unexpected arguments {sorted(kwargs)}")
+    fn = _conversion(module)
+    if fn is None:
+        return module
+    return fn(module, group_size=group_size, bits=4 if bits is None else bits)

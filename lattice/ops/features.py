@@ -16,7 +16,7 @@ from collections.abc import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
-from lattice.core._checks import dtype_name
+from lattice.core._checks import DTypeError, dtype_name
 from lattice.core.quantized import QuantizedWeight, quantize_weight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
@@ -156,7 +156,9 @@ def linear(
     dtype = _packed_dtype(feats.dtype) if packed else mx.result_type(feats.dtype, weight.dtype)
     if dtype not in GEMM_DTYPES:
         names = tuple(dtype_name(d) for d in GEMM_DTYPES)
-        raise TypeError(f"[{op}] features and weight must promote to one of {names}, got {dtype_name(dtype)}")
+        raise DTypeError(
+            f"[{op}] features and weight must promote to one of {names}, got {dtype_name(dtype)}"
+        )
     lead = tuple(feats.shape[:-1])
     a = feats.reshape(-1, c_in).astype(dtype)
     req = LinearRequest(

@@ -121,9 +121,9 @@ def voxelize_with_quantization(
             raise TypeError(f"[{op}] template must be a SparseTensor, got {type(template).__name__}")
         if template.coords is not quantization.coords:
             raise ValueError(f"[{op}] template must use the quantization coordinate array")
-        if template.lazy or template.active_count != quantization.active_rows:
+        if template.lazy or template.active_count != quantization.active_count:
             raise ValueError(
-                f"[{op}] template must use the quantization active_rows ({quantization.active_rows} rows)"
+                f"[{op}] template must use the quantization active_rows ({quantization.active_count} rows)"
             )
     _reductions(reduction, feats.shape[1] if isinstance(feats, mx.array) and feats.ndim == 2 else None, op)
     live = _point_rows(active_rows, feats, op)
@@ -189,7 +189,7 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
                 _voxelize_features(feats[:, k : k + 1], quantization, r, host_sums=host_sums, live=live)
             )
         return mx.concatenate(parts, axis=1)
-    m = quantization.active_rows
+    m = quantization.active_count
     inv = quantization.inverse_rows
     counts = quantization.counts
     if reduction == "count":

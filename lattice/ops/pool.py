@@ -30,7 +30,7 @@ from enum import StrEnum
 import mlx.core as mx
 import numpy as np
 
-from lattice.core._checks import Triple, dtype_name, int_triple
+from lattice.core._checks import DTypeError, Triple, dtype_name, int_triple
 from lattice.core.coordinates import CoordinateMapKey
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation import KernelRelation, RelationKind, WindowMap
@@ -120,7 +120,7 @@ def _features(x, op: str) -> mx.array:
     if not isinstance(x, SparseTensor):
         raise TypeError(f"[{op}] x must be a SparseTensor, got {type(x).__name__}")
     if x.dtype not in (mx.float32, mx.float16, mx.bfloat16):
-        raise TypeError(f"[{op}] features must be float32, float16 or bfloat16, got {dtype_name(x.dtype)}")
+        raise DTypeError(f"[{op}] features must be float32, float16 or bfloat16, got {dtype_name(x.dtype)}")
     return x.run_feats
 
 

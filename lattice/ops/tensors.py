@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
-from lattice.core._checks import coords_array, dtype_name, int_triple
+from lattice.core._checks import DTypeError, coords_array, dtype_name, int_triple
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import SparseQuantization
 from lattice.core.tensor import SparseTensor
@@ -181,7 +181,7 @@ def topk_rows(x: SparseTensor, counts, *, rho: float = 1.0) -> CallPlan:
         raise ValueError(f"[{op}] rho must be positive, got {rho}")
     keep = np.asarray(counts).reshape(-1)
     if keep.size and keep.dtype.kind not in "iuf":
-        raise TypeError(f"[{op}] counts must be numbers, got dtype {keep.dtype}")
+        raise DTypeError(f"[{op}] counts must be numbers, got dtype {keep.dtype}")
     if keep.size != x.batch_size:
         raise ValueError(
             f"[{op}] counts must have one entry per batch member ({x.batch_size}), got {keep.size}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lattice.errors import DTypeError
 from lattice.routing.device import NO_GPU, Capability, capability, gpu_kernels
 from lattice.routing.registry import RouteTable
 from lattice.routing.types import Backend, Route, RouteBuilder, Tier, edge_facts, facts_of
@@ -73,7 +74,7 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     facts |= facts_of(req, "weight_layout", "device")
     rb = RouteBuilder(req.op, facts)
     if req.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"[{req.op}] features must be one of {FLOAT_DTYPES}, got {req.dtype}")
+        raise DTypeError(f"[{req.op}] features must be one of {FLOAT_DTYPES}, got {req.dtype}")
     packed = _check_weight_layout(req)
     if packed:
         facts["packing"] = req.packing
