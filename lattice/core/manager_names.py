@@ -1,0 +1,110 @@
+"""The CoordinateManager methods under the names mlx-lattice 0.6.3 documents (issue 17).
+
+A mixin of :class:`lattice.core.coordinates.CoordinateManager`: each method is a thin form
+of the manager's own ``insert`` / ``relation`` / ``table`` with the documented signature.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+import numpy as np
+
+from lattice import _ext
+from lattice.core._checks import int_triple, validate_coords
+from lattice.core.kernel import KernelSpec
+
+if TYPE_CHECKING:
+    from lattice.core.coordinates import CoordinateMapKey
+    from lattice.core.relation import KernelRelation
+
+
+class DocumentedNames:
+    """``insert_coords``, ``owns``, ``active_rows``, ``inverse_map`` and the relation builders
+    by kind, over the manager's own methods."""
+
+    def insert_coords(self, coords: mx.array, stride=1, active_rows=None) -> CoordinateMapKey:
+        """``insert`` of the first ``active_rows`` rows (None: all) of an int32 / int64 ``(N, 4)``
+        array; inserting the same array object with the same count and stride again gives
+        the same key."""
+        validate_coords(coords)
+        op = "insert_coords"
+        stride = int_triple(stride, "stride", op, minimum=1)
+        n = coords.shape[0] if active_rows is None else _live_count(active_rows, coords.shape[0], op)
+        hit = self._by_object.get((id(coords), n, stride))
+        if hit is not None and hit[0] is coords:
+            return hit[1]
+        key = self.insert(coords if n == coords.shape[0] else coords[:n], stride, op=op)
+        self._by_object[(id(coords), n, stride)] = (coords, key)  # the array is held: its id stays its own
+        return key
+
+    def owns(self, key) -> bool:
+        """Whether ``key`` names a set of this manager (``check_key`` raises instead)."""
+        from lattice.core.coordinates import CoordinateMapKey  # the manager's own module
+
+        return isinstance(key, CoordinateMapKey) and key.manager_id == self.id and key.id in self._tables
+
+    def active_rows(self, key: CoordinateMapKey) -> mx.array:
+        """The set's live-row count as an int32 ``(1,)`` array (a lazily counted set's lazy count)."""
+        count = self.row_count(key)
+        return mx.array([self.size(key)], mx.int32) if count is None else count.array.reshape(1)
+
+    def inverse_map(self, source: CoordinateMapKey, target: CoordinateMapKey) -> mx.array:
+        """The row in ``source`` of each row of ``target`` (int32, -1 where it has none)."""
+        self.check_key(target, "inverse_map")
+        return _ext.lookup(self.table(source), self.live_coords(target))
+
+    def _documented(self, kind, key, size, stride=1, padding=0, dilation=1, target=None, *, op: str):
+        return self.relation(kind, key, KernelSpec(size, stride, padding, dilation, op=op), target, op=op)
+
+    def kernel_relation(self, key, *, kernel_size=3, stride=1, padding=0, dilation=1) -> KernelRelation:
+        """``relation('forward', key, KernelSpec(kernel_size, stride, padding, dilation))``."""
+        return self._documented("forward", key, kernel_size, stride, padding, dilation, op="kernel_relation")
+
+    def generative_relation(self, key, *, kernel_size=2, stride=2) -> KernelRelation:
+        """``relation('generative', key, KernelSpec(kernel_size, stride))``."""
+        return self._documented("generative", key, kernel_size, stride, op="generative_relation")
+
+    def submanifold_kernel_relation(self, key, *, kernel_size=3, dilation=1) -> KernelRelation:
+        """``relation('submanifold', key, KernelSpec(kernel_size, 1, 0, dilation))``."""
+        op = "submanifold_kernel_relation"
+        return self._documented("submanifold", key, kernel_size, 1, 0, dilation, op=op)
+
+    def transposed_kernel_relation(
+        self, key, *, kernel_size=2, stride=2, padding=0, dilation=1
+    ) -> KernelRelation:
+        """``relation('transposed', key, KernelSpec(...))``: onto the generated set at
+        ``key.stride / stride``."""
+        op = "transposed_kernel_relation"
+        return self._documented("transposed", key, kernel_size, stride, padding, dilation, op=op)
+
+    def target_kernel_relation(
+        self, key, target_key, *, kernel_size=3, stride=1, padding=0, dilation=1
+    ) -> KernelRelation:
+        """``relation('target', key, KernelSpec(...), target_key)``: onto the set ``target_key``."""
+        op = "target_kernel_relation"
+        return self._documented("target", key, kernel_size, stride, padding, dilation, target_key, op=op)
+
+    def target_transposed_view(self, key, target_key, *, kernel_size=2, stride=2, padding=0, dilation=1):
+        """The implicit-GEMM view (``RelationImplicitGemmView``) of the transposed relation
+        from ``key`` onto the set ``target_key`` (built once: the relation is cached)."""
+        op = "target_transposed_view"
+        rel = self._documented("transposed", key, kernel_size, stride, padding, dilation, target_key, op=op)
+        return rel.require_implicit_gemm()
+
+
+def _live_count(active_rows, n: int, op: str) -> int:
+    """The value of a given live-row count (an int, or an integer array of one element) in [0, n]."""
+    if isinstance(active_rows, mx.array):
+        if active_rows.size != 1 or not mx.issubdtype(active_rows.dtype, mx.integer):
+            raise ValueError(
+                f"[{op}] active_rows must be an int32 array of shape (1,), got "
+                f"{active_rows.dtype} {tuple(active_rows.shape)}"
+            )
+        active_rows = active_rows.item()
+    if isinstance(active_rows, bool) or not isinstance(active_rows, (int, np.integer)):
+        raise TypeError(f"[{op}] active_rows must be an int or an int32 array, got {active_rows!r}")
+    if not 0 <= active_rows <= n:
+        raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {active_rows}")
+    return int(active_rows)
