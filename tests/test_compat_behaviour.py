@@ -394,3 +394,11 @@ def test_behaviour_list_and_checks_agree():
 @pytest.mark.xfail(strict=True, reason="documented behaviour lattice lacks (mlx_lattice._missing.BEHAVIOUR)")
 def test_documented_behaviour_lattice_lacks(key):
     BEHAVIOUR_CHECKS[key]()
+
+
+def test_vmap_over_a_lattice_primitive_is_a_clear_error():
+    """docs/compat.md: no vmap rule on lattice's primitives; MLX's error names the primitive."""
+    x = _tensor()
+    w = mx.ones((27, 4, 3))
+    with pytest.raises(ValueError, match=r"\[Primitive::vmap\] Not implemented for SparseConv"):
+        mx.vmap(lambda ws: lattice.ops.subm_conv3d(x, ws).feats)(mx.stack([w, 2 * w]))
