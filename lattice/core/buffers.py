@@ -46,6 +46,24 @@ def live_count(active_rows, capacity: int, op: str, name: str = "active_rows") -
     return min(max(value, 0), capacity)
 
 
+def checked_count(active_rows, n: int, op: str) -> int:
+    """The value of a caller's live-row count (an int, or an integer array of one element,
+    read once here), which must lie in ``[0, n]`` (``live_count`` clamps instead, as the
+    documented fixed-capacity builders do)."""
+    if isinstance(active_rows, mx.array):
+        if active_rows.size != 1 or not mx.issubdtype(active_rows.dtype, mx.integer):
+            raise ValueError(
+                f"[{op}] active_rows must be an int32 array of shape (1,), got "
+                f"{active_rows.dtype} {tuple(active_rows.shape)}"
+            )
+        active_rows = active_rows.item()
+    if isinstance(active_rows, bool) or not isinstance(active_rows, (int, np.integer)):
+        raise TypeError(f"[{op}] active_rows must be an int or an int32 array, got {active_rows!r}")
+    if not 0 <= active_rows <= n:
+        raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {active_rows}")
+    return int(active_rows)
+
+
 def count_array(n) -> mx.array:
     """A live count as the documented ``active_rows``: int32, shape ``(1,)`` (``n`` an int or a
     lazy scalar array)."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
-import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import int_triple, validate_coords
+from lattice.core.buffers import checked_count
 from lattice.core.kernel import KernelSpec
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class DocumentedNames:
         validate_coords(coords)
         op = "insert_coords"
         stride = int_triple(stride, "stride", op, minimum=1)
-        n = coords.shape[0] if active_rows is None else _live_count(active_rows, coords.shape[0], op)
+        n = coords.shape[0] if active_rows is None else checked_count(active_rows, coords.shape[0], op)
         hit = self._by_object.get((id(coords), n, stride))
         if hit is not None and hit[0] is coords:
             return hit[1]
@@ -92,19 +92,3 @@ class DocumentedNames:
         op = "target_transposed_view"
         rel = self._documented("transposed", key, kernel_size, stride, padding, dilation, target_key, op=op)
         return rel.require_implicit_gemm()
-
-
-def _live_count(active_rows, n: int, op: str) -> int:
-    """The value of a given live-row count (an int, or an integer array of one element) in [0, n]."""
-    if isinstance(active_rows, mx.array):
-        if active_rows.size != 1 or not mx.issubdtype(active_rows.dtype, mx.integer):
-            raise ValueError(
-                f"[{op}] active_rows must be an int32 array of shape (1,), got "
-                f"{active_rows.dtype} {tuple(active_rows.shape)}"
-            )
-        active_rows = active_rows.item()
-    if isinstance(active_rows, bool) or not isinstance(active_rows, (int, np.integer)):
-        raise TypeError(f"[{op}] active_rows must be an int or an int32 array, got {active_rows!r}")
-    if not 0 <= active_rows <= n:
-        raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {active_rows}")
-    return int(active_rows)

@@ -10,6 +10,7 @@ import mlx.core as mx
 import numpy as np
 
 from lattice.core._checks import DTypeError, Triple, coords_array, int_triple, validate_coords
+from lattice.core.buffers import checked_count
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
 
 
@@ -149,10 +150,7 @@ class SparseTensor:
     @staticmethod
     def _check_active(active_rows, n: int, op: str) -> int:
         """The value of a caller's ``active_rows`` (read once, here), checked against ``n``."""
-        value = int(active_rows.item() if isinstance(active_rows, mx.array) else active_rows)
-        if not 0 <= value <= n:
-            raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {value}")
-        return value
+        return checked_count(active_rows, n, op)
 
     def _check_counts(self, batch_counts, op: str) -> mx.array:
         counts = np.asarray(batch_counts, dtype=np.int64).reshape(-1)

@@ -21,6 +21,7 @@ import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import Triple, dtype_name, int_triple
+from lattice.core.buffers import checked_count
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import (
     QuantizeInputs,
@@ -148,19 +149,8 @@ def _point_rows(active_rows, feats, op: str) -> int | None:
     in ``[0, rows of feats]``; None where not given."""
     if active_rows is None:
         return None
-    if isinstance(active_rows, mx.array):
-        if active_rows.size != 1 or not mx.issubdtype(active_rows.dtype, mx.integer):
-            raise ValueError(
-                f"[{op}] active_rows must be an int32 array of shape (1,), got "
-                f"{active_rows.dtype} {tuple(active_rows.shape)}"
-            )
-        active_rows = active_rows.item()
-    if isinstance(active_rows, bool) or not isinstance(active_rows, (int, np.integer)):
-        raise TypeError(f"[{op}] active_rows must be an int or an int32 array, got {active_rows!r}")
     n = int(np.shape(feats)[0]) if feats is not None and np.ndim(feats) else 0
-    if not 0 <= active_rows <= n:
-        raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {active_rows}")
-    return int(active_rows)
+    return checked_count(active_rows, n, op)
 
 
 def _reductions(reduction, channels: int | None, op: str) -> str | tuple[str, ...]:
