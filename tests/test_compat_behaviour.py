@@ -129,6 +129,20 @@ def test_morton_sort_coords_gives_a_coordinate_ordering():
     assert o.inverse_rows.dtype == mx.int32
 
 
+@pytest.mark.parametrize("size, dilation", [(3, 1), ((3, 1, 1), 1), (2, 1), ((2, 3, 1), (1, 2, 3)), (1, 1)])
+def test_kernel_offsets_are_int_triples(size, dilation):
+    import mlx_lattice.core.coords
+    import mlx_lattice.ops
+
+    got = mlx_lattice.core.coords.kernel_offsets(size, dilation)
+    assert mlx_lattice.ops.kernel_offsets is mlx_lattice.core.coords.kernel_offsets
+    sizes = (size,) * 3 if isinstance(size, int) else size
+    rates = (dilation,) * 3 if isinstance(dilation, int) else dilation
+    axes = [[(i - (s // 2 if s % 2 else 0)) * r for i in range(s)] for s, r in zip(sizes, rates, strict=True)]
+    assert got == tuple((x, y, z) for x in axes[0] for y in axes[1] for z in axes[2])
+    assert all(type(v) is int for row in got for v in row)
+
+
 @pytest.mark.parametrize("interpolation", ["linear", "nearest"])
 def test_build_point_voxel_map_from_raw_coords(interpolation):
     from mlx_lattice.core.coords.quantization import build_point_voxel_map
