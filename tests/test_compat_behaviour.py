@@ -80,6 +80,68 @@ def test_triple():
 # ---- core.coords ----------------------------------------------------------------------------------
 
 
+def _first_seen_oracle(rows) -> list[tuple[int, ...]]:
+    out, seen = [], set()
+    for r in map(tuple, np.asarray(rows).tolist()):
+        if r not in seen:
+            seen.add(r)
+            out.append(r)
+    return out
+
+
+def _live(s) -> list[tuple[int, ...]]:
+    assert s.active_count is s.active_rows and s.active_rows.dtype == mx.int32
+    return [tuple(r) for r in np.asarray(s.coords)[: int(s.active_rows.item())].tolist()]
+
+
+_SET_INPUTS = [
+    lambda r: r.integers(0, 3, (40, 4)),  # many repeats
+    lambda r: np.concatenate([r.integers(0, 2, (60, 1)), r.integers(-50, 50, (60, 3))], 1),  # few
+    lambda r: np.repeat(r.integers(-4, 4, (5, 4)) * [0, 1, 1, 1], 3, axis=0)[
+        r.permutation(15)
+    ],  # each row thrice
+    lambda r: np.zeros((0, 4), np.int64),
+]
+
+
+@pytest.mark.parametrize("dtype", [mx.int32, mx.int64])
+@pytest.mark.parametrize("make_lhs", _SET_INPUTS)
+@pytest.mark.parametrize("make_rhs", _SET_INPUTS[:2] + _SET_INPUTS[3:])
+def test_set_ops_keep_first_occurrences(make_lhs, make_rhs, dtype):
+    from mlx_lattice.core.coords import set_ops
+
+    rng = np.random.default_rng(11)
+    a, b = np.asarray(make_lhs(rng)), np.asarray(make_rhs(rng))
+    lhs, rhs = mx.array(a).astype(dtype), mx.array(b).astype(dtype)
+    ua, ub = _first_seen_oracle(a), _first_seen_oracle(b)
+
+    union = set_ops.union_coords(lhs, rhs)
+    assert isinstance(union, set_ops.CoordinateSet)
+    assert _live(union) == ua + [r for r in ub if r not in set(ua)]
+    assert _live(set_ops.intersection_coords(lhs, rhs)) == [r for r in ua if r in set(ub)]
+    cells = [(r[0], *(v // 2 for v in r[1:])) for r in a.tolist()]
+    assert _live(set_ops.downsample_coords(lhs, 2)) == _first_seen_oracle(np.array(cells).reshape(-1, 4))
+
+    first = {}
+    for i, r in enumerate(map(tuple, a.tolist())):
+        first.setdefault(r, i)
+    expected = [first.get(r, -1) for r in map(tuple, b.tolist())]
+    got = set_ops.lookup_coords(lhs, rhs)
+    assert got.dtype == mx.int32 and got.tolist() == expected
+    assert set_ops.inverse_map(lhs, rhs).tolist() == expected
+    assert set_ops.contains_coords(lhs, rhs).tolist() == [e >= 0 for e in expected]
+
+
+def test_documented_coordinate_sets_feed_lattice():
+    from mlx_lattice.core.coords import set_ops
+
+    s = set_ops.union_coords(mx.array(_coords(seed=1)), mx.array(_coords(seed=2)))
+    assert isinstance(s, lattice.core.CoordinateSet) and len(s) == int(s.active_rows.item())
+    again = lattice.core.union_coords(s, s)
+    assert len(again) == len(s)
+    _same(set_ops.lookup_coords(s, s.coords), mx.arange(len(s)))
+
+
 def _morton_oracle(rows: np.ndarray) -> list[int]:
     """The documented code, bit by bit: bit 3i + a of the code is bit i of axis a (x, y, z:
     a = 0, 1, 2) for i < 21 (two's complement), plus the batch index times 2^60."""
