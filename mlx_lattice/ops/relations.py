@@ -44,7 +44,7 @@ def _pair(source, query, op: str):
     query = source if query is None else query
     if source.stride != query.stride:
         raise ValueError(
-            f"[{op}] source and query must have the same stride, got {source.stride} and {query.stride}"
+            f"[{op}] source and query must have the same coordinate stride, got {source.stride} and {query.stride}"
         )
     return query
 
