@@ -80,18 +80,129 @@ def test_triple():
 # ---- core.coords ----------------------------------------------------------------------------------
 
 
+def _first_seen_oracle(rows) -> list[tuple[int, ...]]:
+    out, seen = [], set()
+    for r in map(tuple, np.asarray(rows).tolist()):
+        if r not in seen:
+            seen.add(r)
+            out.append(r)
+    return out
+
+
+def _live(s) -> list[tuple[int, ...]]:
+    assert s.active_count is s.active_rows and s.active_rows.dtype == mx.int32
+    return [tuple(r) for r in np.asarray(s.coords)[: int(s.active_rows.item())].tolist()]
+
+
+_SET_INPUTS = [
+    lambda r: r.integers(0, 3, (40, 4)),  # many repeats
+    lambda r: np.concatenate([r.integers(0, 2, (60, 1)), r.integers(-50, 50, (60, 3))], 1),  # few
+    lambda r: np.repeat(r.integers(-4, 4, (5, 4)) * [0, 1, 1, 1], 3, axis=0)[
+        r.permutation(15)
+    ],  # each row thrice
+    lambda r: np.zeros((0, 4), np.int64),
+]
+
+
+@pytest.mark.parametrize("dtype", [mx.int32, mx.int64])
+@pytest.mark.parametrize("make_lhs", _SET_INPUTS)
+@pytest.mark.parametrize("make_rhs", _SET_INPUTS[:2] + _SET_INPUTS[3:])
+def test_set_ops_keep_first_occurrences(make_lhs, make_rhs, dtype):
+    from mlx_lattice.core.coords import set_ops
+
+    rng = np.random.default_rng(11)
+    a, b = np.asarray(make_lhs(rng)), np.asarray(make_rhs(rng))
+    lhs, rhs = mx.array(a).astype(dtype), mx.array(b).astype(dtype)
+    ua, ub = _first_seen_oracle(a), _first_seen_oracle(b)
+
+    union = set_ops.union_coords(lhs, rhs)
+    assert isinstance(union, set_ops.CoordinateSet)
+    assert _live(union) == ua + [r for r in ub if r not in set(ua)]
+    assert _live(set_ops.intersection_coords(lhs, rhs)) == [r for r in ua if r in set(ub)]
+    cells = [(r[0], *(v // 2 for v in r[1:])) for r in a.tolist()]
+    assert _live(set_ops.downsample_coords(lhs, 2)) == _first_seen_oracle(np.array(cells).reshape(-1, 4))
+
+    first = {}
+    for i, r in enumerate(map(tuple, a.tolist())):
+        first.setdefault(r, i)
+    expected = [first.get(r, -1) for r in map(tuple, b.tolist())]
+    got = set_ops.lookup_coords(lhs, rhs)
+    assert got.dtype == mx.int32 and got.tolist() == expected
+    assert set_ops.inverse_map(lhs, rhs).tolist() == expected
+    assert set_ops.contains_coords(lhs, rhs).tolist() == [e >= 0 for e in expected]
+
+
+def test_documented_coordinate_sets_feed_lattice():
+    from mlx_lattice.core.coords import set_ops
+
+    s = set_ops.union_coords(mx.array(_coords(seed=1)), mx.array(_coords(seed=2)))
+    assert isinstance(s, lattice.core.CoordinateSet) and len(s) == int(s.active_rows.item())
+    again = lattice.core.union_coords(s, s)
+    assert len(again) == len(s)
+    _same(set_ops.lookup_coords(s, s.coords), mx.arange(len(s)))
+
+
+def _morton_oracle(rows: np.ndarray) -> list[int]:
+    """The documented code, bit by bit: bit 3i + a of the code is bit i of axis a (x, y, z:
+    a = 0, 1, 2) for i < 21 (two's complement), plus the batch index times 2^60."""
+    codes = []
+    for b, *xyz in rows.tolist():
+        code = 0
+        for a, v in enumerate(xyz):
+            for i in range(21):
+                code |= ((v >> i) & 1) << (3 * i + a)
+        codes.append((code | (b << 60)) & (2**64 - 1))
+    return codes
+
+
+@pytest.mark.parametrize("dtype", [mx.int32, mx.int64])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: _coords(seed=3),
+        lambda r: np.concatenate([r.integers(0, 3, (50, 1)), r.integers(-(2**20), 2**20, (50, 3))], 1),
+        lambda r: np.concatenate([r.integers(0, 15, (30, 1)), r.integers(0, 4, (30, 3))], 1),
+        lambda r: np.zeros((0, 4), np.int64),
+    ],
+)
+def test_morton_codes_follow_the_documented_layout(make, dtype):
+    from mlx_lattice.core.coords.ordering import morton_codes, morton_order
+
+    rows = np.asarray(make(np.random.default_rng(5)))
+    c = mx.array(rows).astype(dtype)
+    codes = morton_codes(c)
+    assert codes.dtype == mx.uint64 and codes.shape == (len(rows),)
+    expected = _morton_oracle(rows)
+    assert codes.tolist() == expected
+    order = morton_order(c)
+    assert order.dtype == mx.int32
+    assert [expected[i] for i in order.tolist()] == sorted(expected)
+
+
 def test_morton_sort_coords_gives_a_coordinate_ordering():
-    from mlx_lattice.core.coords.ordering import CoordinateOrdering, morton_sort_coords
+    from mlx_lattice.core.coords.ordering import CoordinateOrdering, morton_order, morton_sort_coords
 
     c = mx.array(_coords())
     o = morton_sort_coords(c)
     assert isinstance(o, CoordinateOrdering)
-    s, order = lattice.core.morton_sort_coords(c)
-    _same(o.coords, s)
-    _same(o.order, order)
+    _same(o.order, morton_order(c))
     _same(c[o.order], o.coords)
     _same(o.coords[o.inverse_rows], c)
     assert o.inverse_rows.dtype == mx.int32
+
+
+@pytest.mark.parametrize("size, dilation", [(3, 1), ((3, 1, 1), 1), (2, 1), ((2, 3, 1), (1, 2, 3)), (1, 1)])
+def test_kernel_offsets_are_int_triples(size, dilation):
+    import mlx_lattice.core.coords
+    import mlx_lattice.ops
+
+    got = mlx_lattice.core.coords.kernel_offsets(size, dilation)
+    assert mlx_lattice.ops.kernel_offsets is mlx_lattice.core.coords.kernel_offsets
+    sizes = (size,) * 3 if isinstance(size, int) else size
+    rates = (dilation,) * 3 if isinstance(dilation, int) else dilation
+    axes = [[(i - (s // 2 if s % 2 else 0)) * r for i in range(s)] for s, r in zip(sizes, rates, strict=True)]
+    assert got == tuple((x, y, z) for x in axes[0] for y in axes[1] for z in axes[2])
+    assert all(type(v) is int for row in got for v in row)
 
 
 @pytest.mark.parametrize("interpolation", ["linear", "nearest"])

@@ -169,7 +169,7 @@ def test_mlx_lattice_knn_and_radius_relations_report_squared_distances():
     )
     assert gather_neighbor_features(x, rel).shape == (rel.edge_capacity, 2)
     coarse = lattice.SparseTensor(coords, np.ones((len(coords), 1), np.float32), stride=2)
-    with pytest.raises(ValueError, match="same stride"):
+    with pytest.raises(ValueError, match="same coordinate stride"):
         knn_relation(x, coarse, k=1)
 
 

@@ -46,7 +46,7 @@ def _rows(x, op: str, name: str) -> mx.array:
     if isinstance(x, SparseTensor):
         return x.coords[: x.active_count]
     if isinstance(x, CoordinateSet):
-        return x.coords[: x.active_count]
+        return x.coords[: len(x)]
     return coords_array(x, op, name)
 
 
@@ -79,7 +79,7 @@ def _one(x, req):
 
 def _two(x, req):
     """... of two sets: ``x`` and every other row of it."""
-    n = x.active_count
+    n = len(x)
     return (x, CoordinateSet(x.coords[:n:2], (n + 1) // 2)), {}
 
 

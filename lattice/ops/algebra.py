@@ -243,7 +243,7 @@ def reindex_sparse(input: SparseTensor, target, *, fill: float = 0.0) -> CallPla
         check_tensors((input, target), ("input", "target"), op)
     else:
         if isinstance(target, CoordinateSet):
-            target = target.coords[: target.active_count]
+            target = target.coords[: len(target)]
         coords = coords_array(target, op, "target")
         empty = mx.zeros((int(coords.shape[0]), 0), dtype=input.dtype)
         target = new_tensor(

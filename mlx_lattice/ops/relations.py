@@ -1,7 +1,8 @@
 """Relation builders on sparse tensors (documented ``mlx_lattice.ops.relations``).
 
 lattice's own functions — the raw-array ``build_*`` builders, ``gather_neighbor_features``,
-the kernel relations — except three adapters: ``kernel_relation`` with the documented
+the kernel relations — except four adapters: ``kernel_offsets`` (the documented tuple of
+int triples, from :mod:`mlx_lattice.core.coords.builders`), ``kernel_relation`` with the documented
 defaults (``kernel_size=3, stride=1``; lattice's are ``2, 2``), and ``knn_relation`` /
 ``radius_relation``, which take the documented arguments only and build over the
 tensors' coordinate buffers (``lattice.ops.build_knn_relation`` /
@@ -21,12 +22,12 @@ from lattice.ops import (
     build_transposed_kernel_relation,
     gather_neighbor_features,
     generative_kernel_relation,
-    kernel_offsets,
     submanifold_kernel_relation,
     target_kernel_relation,
     transposed_kernel_relation,
 )
 from mlx_lattice._missing import module_getattr
+from mlx_lattice.core.coords.builders import kernel_offsets
 
 
 def kernel_relation(x, *, kernel_size=3, stride=1, padding=0, dilation=1):
@@ -43,7 +44,7 @@ def _pair(source, query, op: str):
     query = source if query is None else query
     if source.stride != query.stride:
         raise ValueError(
-            f"[{op}] source and query must have the same stride, got {source.stride} and {query.stride}"
+            f"[{op}] source and query must have the same coordinate stride, got {source.stride} and {query.stride}"
         )
     return query
 

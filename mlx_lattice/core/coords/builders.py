@@ -1,11 +1,13 @@
 """Relation builders over raw coordinate arrays (documented ``mlx_lattice.core.coords.builders``).
 
-The ``build_*`` relation builders and ``kernel_offsets`` are lattice's own
+The ``build_*`` relation builders are lattice's own
 (``lattice.ops.build_kernel_relation`` and friends: the live rows of coordinate buffers
 in, a ``KernelRelation`` / ``NeighborRelation`` whose contract records the buffers, out;
 neighbour relations report squared distances). The three implicit-GEMM builders are
 adapters over ``KernelRelation.require_implicit_gemm``. Kernel offsets are lattice's
-(odd sizes centred, even from 0, z fastest) for every relation kind.
+(odd sizes centred, even from 0, z fastest) for every relation kind; ``kernel_offsets``
+gives them as the documented tuple of ``(dx, dy, dz)`` int triples (lattice's: a (K, 3)
+int32 array).
 
 The ``Native*`` aliases name the tuple shapes of the documented native builders.
 """
@@ -16,7 +18,8 @@ from typing import TypeAlias
 
 import mlx.core as mx
 
-from lattice.core import KernelRelation, RelationImplicitGemmView, RelationKind, kernel_offsets
+import lattice.core
+from lattice.core import KernelRelation, RelationImplicitGemmView, RelationKind
 from lattice.ops import (
     build_generative_relation,
     build_kernel_relation,
@@ -34,6 +37,16 @@ NativeNeighborRelation: TypeAlias = tuple[mx.array, mx.array, mx.array, mx.array
 NativeImplicitGemmView: TypeAlias = tuple[mx.array, mx.array]
 
 _FORWARD_KINDS = (RelationKind.FORWARD, RelationKind.TARGET, RelationKind.SUBMANIFOLD)
+
+
+def kernel_offsets(kernel_size, dilation=1) -> tuple[tuple[int, int, int], ...]:
+    """The offsets of a kernel, a tuple of ``(dx, dy, dz)`` int triples: odd sizes centred,
+    even sizes from 0, scaled by ``dilation``, z fastest.
+
+    Maps to ``lattice.core.kernel_offsets`` (an (K, 3) int32 array) as host tuples.
+    """
+    rows = lattice.core.kernel_offsets(kernel_size, dilation).tolist()
+    return tuple((int(x), int(y), int(z)) for x, y, z in rows)
 
 
 def _relation(relation, op: str) -> KernelRelation:
