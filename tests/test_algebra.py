@@ -237,6 +237,9 @@ def test_operators():
     check(lhs + rhs, *ref_binary(lp, rp, np.add, "outer"))
     check(lhs - rhs, *ref_binary(lp, rp, np.subtract, "outer"))
     check(lhs * rhs, *ref_binary(lp, rp, np.multiply, "inner"))
+    check(lhs & rhs, *ref_binary(lp, rp, np.multiply, "inner"))
+    with pytest.raises(TypeError):
+        lhs & 2
     keys = _rows(lp[0])
     for value, ref in [
         (lhs * 2.0, lp[1] * 2),
@@ -368,6 +371,15 @@ def test_prune_prune_mask_crop_replace_feature():
         T.prune(x, [0.5])
     with pytest.raises(ValueError, match=rf"^\[prune_mask\] mask must be bool of shape \({len(lp[0])},\)"):
         T.prune_mask(x, mask[:-1])
+    # A mask over the whole buffer: rows past active_rows must stay False.
+    pad = st((np.concatenate([lp[0], lp[0][:2]]), np.concatenate([lp[1], lp[1][:2]])), active_rows=len(lp[0]))
+    full = np.concatenate([mask, [False, False]])
+    check(T.prune_mask(pad, full), _rows(lp[0][mask]), lp[1][mask])
+    assert T.prune_mask(pad, np.zeros(len(full), bool)).shape == (0, 3)
+    with pytest.raises(
+        ValueError, match=rf"^\[prune_mask\] mask selects inactive rows \(rows {len(lp[0])} and"
+    ):
+        T.prune_mask(pad, np.concatenate([mask, [False, True]]))
     with pytest.raises(
         ValueError,
         match=r"^\[crop\] min_coord must be <= max_coord on every axis, got \(0, 0, 0\) and \(1, -1, 1\)",

@@ -67,7 +67,10 @@ class SparseTensorComponents:
             raise ValueError(f"[{op}] feats must be an mx.array of shape (N, C), got {self.feats!r:.60}")
         n = self.coords.shape[0]
         if self.feats.shape[0] != n:
-            raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
+            raise ValueError(
+                f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n} "
+                "(coords and feats need the same row count)"
+            )
         object.__setattr__(self, "active_rows", _count_array(self.active_rows, n, op))
         object.__setattr__(self, "stride", int_triple(self.stride, "stride", op, minimum=1))
         if self.batch_counts is not None:
@@ -107,7 +110,10 @@ class SparseTensor:
         self.feats = _as_features(feats, op)
         n = self.coords.shape[0]
         if self.feats.shape[0] != n:
-            raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
+            raise ValueError(
+                f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n} "
+                "(coords and feats need the same row count)"
+            )
         self._active_array = None  # active_rows, made on first use
         self._count = None  # the set's RowCount where a builder returned an upper-bound buffer
         if coord_key is not None:
