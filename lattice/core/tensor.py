@@ -160,7 +160,7 @@ class SparseTensor:
             raise ValueError(f"[{op}] active_rows must be in [0, {n}], got {value}")
         return value
 
-    def _check_counts(self, batch_counts, op: str) -> mx.array:
+    def _check_counts(self, batch_counts, op: str) -> tuple[int, ...]:
         counts = np.asarray(batch_counts, dtype=np.int64).reshape(-1)
         if counts.size and counts.min() < 0:
             raise ValueError(f"[{op}] batch_counts must be non-negative, got {counts.tolist()}")
@@ -169,7 +169,7 @@ class SparseTensor:
             raise ValueError(
                 f"[{op}] batch_counts {counts.tolist()} do not match the rows per batch {actual.tolist()}"
             )
-        return mx.array(counts.astype(np.int32))
+        return tuple(int(c) for c in counts)
 
     # ---- sizes ---------------------------------------------------------------------
 
@@ -240,16 +240,16 @@ class SparseTensor:
         return self.coords[: self.active_count, 0]
 
     @property
-    def batch_counts(self) -> mx.array:
-        """Active rows per batch member, int32 ``(B,)``; empty members count 0."""
+    def batch_counts(self) -> tuple[int, ...]:
+        """Active rows per batch member, a tuple of ints; empty members count 0."""
         if self._batch_counts is None:
             b = np.asarray(self.batch_indices)
-            self._batch_counts = mx.array(np.bincount(b, minlength=0).astype(np.int32))
+            self._batch_counts = tuple(int(c) for c in np.bincount(b, minlength=0))
         return self._batch_counts
 
     @property
     def batch_size(self) -> int:
-        return int(self.batch_counts.shape[0])
+        return len(self.batch_counts)
 
     @property
     def batch_rows(self) -> list[mx.array]:
@@ -327,7 +327,7 @@ class SparseTensor:
             feats=self.feats,
             active_rows=_count_array(count, self.capacity, "export_components"),
             stride=self.stride,
-            batch_counts=tuple(int(c) for c in np.asarray(self.batch_counts)),
+            batch_counts=self.batch_counts,
         )
 
     @classmethod
