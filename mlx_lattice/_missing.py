@@ -68,7 +68,6 @@ PARTIAL: dict[str, dict[str, str]] = {}
 
 #: Re-exported lattice class -> how its constructor / field order differs from the documented one.
 DIFFERS: dict[str, str] = {
-    "KernelSpec": "size has no default (documented size=3); lattice adds keyword-only op=",
     "KernelRelation": (
         "built by lattice's CoordinateManager: KernelRelation(kind, spec, in_key, out_key, out_coords, "
         "kernel_offsets, in_count, ...), not from edge arrays (in_rows, out_rows, kernel_ids, *, ...); "

@@ -172,7 +172,7 @@ def test_batch_with_empty_member_keeps_declared_batch_size():
     a = SparseTensor([[0, 1, 1, 1], [2, 0, 0, 0]], mx.ones((2, 1)), batch_counts=[1, 0, 1, 0])
     b = SparseTensor([[0, 1, 1, 1], [2, 5, 0, 0]], mx.ones((2, 1)))
     out = A.sparse_add(a, b)
-    assert out.batch_counts.tolist() == [1, 0, 2, 0]
+    assert out.batch_counts == (1, 0, 2, 0)
     assert np.asarray(out.feats).ravel().tolist() == [2, 1, 1]
 
 
@@ -237,6 +237,9 @@ def test_operators():
     check(lhs + rhs, *ref_binary(lp, rp, np.add, "outer"))
     check(lhs - rhs, *ref_binary(lp, rp, np.subtract, "outer"))
     check(lhs * rhs, *ref_binary(lp, rp, np.multiply, "inner"))
+    check(lhs & rhs, *ref_binary(lp, rp, np.multiply, "inner"))
+    with pytest.raises(TypeError):
+        lhs & 2
     keys = _rows(lp[0])
     for value, ref in [
         (lhs * 2.0, lp[1] * 2),
@@ -368,6 +371,15 @@ def test_prune_prune_mask_crop_replace_feature():
         T.prune(x, [0.5])
     with pytest.raises(ValueError, match=rf"^\[prune_mask\] mask must be bool of shape \({len(lp[0])},\)"):
         T.prune_mask(x, mask[:-1])
+    # A mask over the whole buffer: rows past active_rows must stay False.
+    pad = st((np.concatenate([lp[0], lp[0][:2]]), np.concatenate([lp[1], lp[1][:2]])), active_rows=len(lp[0]))
+    full = np.concatenate([mask, [False, False]])
+    check(T.prune_mask(pad, full), _rows(lp[0][mask]), lp[1][mask])
+    assert T.prune_mask(pad, np.zeros(len(full), bool)).shape == (0, 3)
+    with pytest.raises(
+        ValueError, match=rf"^\[prune_mask\] mask selects inactive rows \(rows {len(lp[0])} and"
+    ):
+        T.prune_mask(pad, np.concatenate([mask, [False, True]]))
     with pytest.raises(
         ValueError,
         match=r"^\[crop\] min_coord must be <= max_coord on every axis, got \(0, 0, 0\) and \(1, -1, 1\)",
@@ -394,7 +406,7 @@ def test_sparse_collate_with_empty_members():
     out = T.sparse_collate(samples, feats, stride=2)
     keys = [(i, *map(int, r)) for i, c in enumerate(samples) for r in c]
     check(out, keys, np.concatenate(feats))
-    assert out.stride == (2, 2, 2) and out.batch_counts.tolist() == [50, 0, 25, 0]
+    assert out.stride == (2, 2, 2) and out.batch_counts == (50, 0, 25, 0)
     with pytest.raises(ValueError, match=r"^\[sparse_collate\] duplicate active coordinates"):
         T.sparse_collate([np.array([[1, 2, 3], [1, 2, 3]])], [np.ones((2, 1))])
     with pytest.raises(
@@ -429,7 +441,7 @@ def test_sparse_collate_mean_averages_duplicates():
         for r, v in zip(c.tolist(), f, strict=True):
             groups.setdefault((i, *r), []).append(v)
     check(out, list(groups), np.array([np.mean(v, axis=0) for v in groups.values()]), tol=1e-5)
-    assert out.batch_counts.tolist() == [len([k for k in groups if k[0] == b]) for b in range(3)]
+    assert out.batch_counts == tuple(len([k for k in groups if k[0] == b]) for b in range(3))
     half = T.sparse_collate(samples, [f.astype(np.float16) for f in feats], duplicate_reduction="mean")
     assert half.dtype == mx.float16
 
@@ -440,7 +452,7 @@ def test_sparse_from_coordinates():
     counts = np.bincount(coords[:, 0]).tolist() + [0]
     out = T.sparse_from_coordinates(coords, feats, batch_counts=counts)
     check(out, _rows(coords), feats)
-    assert out.batch_counts.tolist() == counts
+    assert out.batch_counts == tuple(counts)
     dup = np.concatenate([coords, coords[:3]])
     fd = np.concatenate([feats, feats[:3] + 2])
     mean = T.sparse_from_coordinates(dup, fd, duplicate_reduction="mean")
@@ -533,7 +545,7 @@ def test_empty_inputs_across_ops():
     collated = T.sparse_collate(
         [np.zeros((0, 3), int)] * 2, [np.zeros((0, 2))] * 2, duplicate_reduction="mean"
     )
-    assert collated.shape == (0, 2) and collated.batch_counts.tolist() == [0, 0]
+    assert collated.shape == (0, 2) and collated.batch_counts == (0, 0)
 
 
 @pytest.mark.parametrize("offset,span", [(2**24, 3), (0, 2**25)])

@@ -239,7 +239,7 @@ def test_sparse_cat_aligned_keeps_declared_batches():
         [np.ones((2, 1))] * 1 + [np.ones((0, 1))],
     )
     out = ops.sparse_cat_aligned(a, b, join="outer")
-    assert out.batch_counts.tolist() == [3, 0] and out.capacity == 4 and out.active_count == 3
+    assert out.batch_counts == (3, 0) and out.capacity == 4 and out.active_count == 3
 
 
 # ---- the documented names ------------------------------------------------------------------

@@ -131,7 +131,9 @@ def test_global_pool_and_its_vjp(mode):
     x = _tensor(batched=True, close_gaps=mode == "max")  # sum / avg: member 1 empty; max needs rows
     size = None if mode == "max" else x.batch_size + 2  # trailing empty members for sum / avg
     _compare(
-        lambda v: cuda_pool.global_pool(v, x.batch_indices, size or x.batch_size, mode, x.batch_counts),
+        lambda v: cuda_pool.global_pool(
+            v, x.batch_indices, size or x.batch_size, mode, mx.array(x.batch_counts)
+        ),
         lambda v: ops.global_pool(x.replace(feats=v), mode=mode, batch_size=size, device="cpu"),
         x,
     )

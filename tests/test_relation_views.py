@@ -299,12 +299,13 @@ def test_value_types_check_their_arrays():
 
 
 def test_kernel_spec_centred_submanifold_and_edge_capacity():
+    assert KernelSpec() == KernelSpec(3) and KernelSpec().size == (3, 3, 3)
     assert KernelSpec(3).is_centered_submanifold and KernelSpec(1).is_centered_submanifold
     assert KernelSpec((3, 1, 5)).is_centered_submanifold
     assert not KernelSpec(2).is_centered_submanifold
     assert not KernelSpec(3, stride=2).is_centered_submanifold
     assert not KernelSpec(3, padding=1).is_centered_submanifold
-    assert not KernelSpec(3, dilation=2).is_centered_submanifold
+    assert KernelSpec(3, dilation=2).is_centered_submanifold  # dilated offsets stay symmetric
     e = RelationEdges(mx.array([0, 1], dtype=mx.int32), mx.array([1, 0], dtype=mx.int32), mx.array([2]))
     assert e.capacity == 2
 

@@ -17,7 +17,8 @@ from lattice.core._checks import Triple, int_triple
 class KernelSpec:
     """Kernel size, stride, padding and dilation, each normalised to a triple.
 
-    ``KernelSpec(3)`` is a 3x3x3 kernel with stride 1, padding 0, dilation 1.
+    ``KernelSpec()`` (or ``KernelSpec(3)``) is a 3x3x3 kernel with stride 1, padding 0,
+    dilation 1.
     Hashable, so it keys relation caches.
     """
 
@@ -28,7 +29,7 @@ class KernelSpec:
 
     def __init__(
         self,
-        size: int | Sequence[int],
+        size: int | Sequence[int] = 3,
         stride: int | Sequence[int] = 1,
         padding: int | Sequence[int] = 0,
         dilation: int | Sequence[int] = 1,
@@ -59,14 +60,9 @@ class KernelSpec:
 
     @property
     def is_centered_submanifold(self) -> bool:
-        """True for an odd kernel with stride 1, padding 0 and dilation 1 (the centred
-        footprint of a plain submanifold convolution)."""
-        return (
-            self.is_odd
-            and self.stride == (1, 1, 1)
-            and self.padding == (0, 0, 0)
-            and self.dilation == (1, 1, 1)
-        )
+        """True for an odd kernel with stride 1 and padding 0: its offsets are symmetric about
+        the centre, so a submanifold convolution keeps the input support (any dilation)."""
+        return self.is_odd and self.stride == (1, 1, 1) and self.padding == (0, 0, 0)
 
     @property
     def cell_windows(self) -> bool:

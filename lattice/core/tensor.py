@@ -68,7 +68,10 @@ class SparseTensorComponents:
             raise ValueError(f"[{op}] feats must be an mx.array of shape (N, C), got {self.feats!r:.60}")
         n = self.coords.shape[0]
         if self.feats.shape[0] != n:
-            raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
+            raise ValueError(
+                f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n} "
+                "(coords and feats need the same row count)"
+            )
         object.__setattr__(self, "active_rows", _count_array(self.active_rows, n, op))
         object.__setattr__(self, "stride", int_triple(self.stride, "stride", op, minimum=1))
         if self.batch_counts is not None:
@@ -108,7 +111,10 @@ class SparseTensor:
         self.feats = _as_features(feats, op)
         n = self.coords.shape[0]
         if self.feats.shape[0] != n:
-            raise ValueError(f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n}")
+            raise ValueError(
+                f"[{op}] feats rows must match coords rows, got {self.feats.shape[0]} and {n} "
+                "(coords and feats need the same row count)"
+            )
         self._active_array = None  # active_rows, made on first use
         self._count = None  # the set's RowCount where a builder returned an upper-bound buffer
         if coord_key is not None:
@@ -152,7 +158,7 @@ class SparseTensor:
         """The value of a caller's ``active_rows`` (read once, here), checked against ``n``."""
         return checked_count(active_rows, n, op)
 
-    def _check_counts(self, batch_counts, op: str) -> mx.array:
+    def _check_counts(self, batch_counts, op: str) -> tuple[int, ...]:
         counts = np.asarray(batch_counts, dtype=np.int64).reshape(-1)
         if counts.size and counts.min() < 0:
             raise ValueError(f"[{op}] batch_counts must be non-negative, got {counts.tolist()}")
@@ -161,7 +167,7 @@ class SparseTensor:
             raise ValueError(
                 f"[{op}] batch_counts {counts.tolist()} do not match the rows per batch {actual.tolist()}"
             )
-        return mx.array(counts.astype(np.int32))
+        return tuple(int(c) for c in counts)
 
     # ---- sizes ---------------------------------------------------------------------
 
@@ -232,16 +238,16 @@ class SparseTensor:
         return self.coords[: self.active_count, 0]
 
     @property
-    def batch_counts(self) -> mx.array:
-        """Active rows per batch member, int32 ``(B,)``; empty members count 0."""
+    def batch_counts(self) -> tuple[int, ...]:
+        """Active rows per batch member, a tuple of ints; empty members count 0."""
         if self._batch_counts is None:
             b = np.asarray(self.batch_indices)
-            self._batch_counts = mx.array(np.bincount(b, minlength=0).astype(np.int32))
+            self._batch_counts = tuple(int(c) for c in np.bincount(b, minlength=0))
         return self._batch_counts
 
     @property
     def batch_size(self) -> int:
-        return int(self.batch_counts.shape[0])
+        return len(self.batch_counts)
 
     @property
     def batch_rows(self) -> list[mx.array]:
@@ -319,7 +325,7 @@ class SparseTensor:
             feats=self.feats,
             active_rows=_count_array(count, self.capacity, "export_components"),
             stride=self.stride,
-            batch_counts=tuple(int(c) for c in np.asarray(self.batch_counts)),
+            batch_counts=self.batch_counts,
         )
 
     @classmethod

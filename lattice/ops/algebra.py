@@ -302,6 +302,14 @@ for _name, _sparse_fn, _fn, _reverse in (
     ("__rmul__", None, mx.multiply, True),
 ):
     setattr(SparseTensor, _name, _operator(_name, _sparse_fn, _fn, _reverse))
+
+
+def _and(self, other):
+    """``x & y``: the intersection product ``sparse_mul(x, y)`` (SparseTensor operands only)."""
+    return sparse_mul(self, other) if isinstance(other, SparseTensor) else NotImplemented
+
+
+SparseTensor.__and__ = _and
 SparseTensor.__neg__ = lambda self: with_feats(self, -active_feats(self))
 SparseTensor.__array_ufunc__ = None  # NumPy defers to the reflected operators above
 del _name, _sparse_fn, _fn, _reverse

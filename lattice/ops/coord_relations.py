@@ -96,11 +96,15 @@ def _kernel_plan(kind, op, spec, coords, active_rows, target=None, target_active
     elif kind is RelationKind.SUBMANIFOLD:
         target, tlive = source, live
     relation = manager.relation(kind, key, spec, tkey, op=op)
+    source_count = _count(live)
+    if kind is RelationKind.SUBMANIFOLD and live == source.shape[0] and source.dtype == mx.int32:
+        # The output support is the caller's own buffer (same rows, same order, same dtype).
+        relation = replace(relation, out_coords=source, _derived={})
     support = RelationSupport(
         source_coords=source,
-        source_active_rows=_count(live),
+        source_active_rows=source_count,
         target_coords=target,
-        target_active_rows=None if target is None else _count(tlive),
+        target_active_rows=None if target is None else (source_count if target is source else _count(tlive)),
         out_coords=target,
         n_in_capacity=int(source.shape[0]),
     )

@@ -113,7 +113,8 @@ class GlobalPoolPlan:
     def run(self) -> mx.array:
         x = self.x
         feats, batch = x.feats[: x.active_count], x.batch_indices  # the live rows (checked by the plan)
-        return dispatch(self.route, feats, batch, self.batch_size, self.mode.value, x.batch_counts)
+        counts = mx.array(x.batch_counts, dtype=mx.int32)
+        return dispatch(self.route, feats, batch, self.batch_size, self.mode.value, counts)
 
 
 def _features(x, op: str) -> mx.array:

@@ -142,12 +142,17 @@ def _rows_plan(x: SparseTensor, rows, op: str) -> CallPlan:
 
 @explainable(example=_mask_example, returns=SparseTensor)
 def prune_mask(x: SparseTensor, mask) -> CallPlan:
-    """The rows where the boolean ``mask`` (one entry per active row) is True, in order."""
+    """The rows where the boolean ``mask`` is True, in order. ``mask`` has one entry per active
+    row, or one per buffer row (``capacity``) with every row past the active ones False."""
     op = "prune_mask"
     check_tensors((x,), ("x",), op)
     m = np.asarray(mask)
-    if m.dtype != np.bool_ or m.shape != (x.active_count,):
-        raise ValueError(f"[{op}] mask must be bool of shape ({x.active_count},), got {m.shape} {m.dtype}")
+    n = x.active_count
+    if m.dtype != np.bool_ or m.shape not in ((n,), (x.capacity,)):
+        raise ValueError(f"[{op}] mask must be bool of shape ({n},), got {m.shape} {m.dtype}")
+    if m[n:].any():
+        raise ValueError(f"[{op}] mask selects inactive rows (rows {n} and later of {x.capacity})")
+    m = m[:n]
     return _rows_plan(x, np.flatnonzero(m).astype(np.int32), op)
 
 
