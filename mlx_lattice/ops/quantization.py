@@ -2,15 +2,57 @@
 
 ``voxelize``, ``voxelize_with_quantization`` (``voxelize`` in two steps: a precomputed
 ``SparseQuantization`` and its features, optionally onto a ``template`` tensor's
-coordinate key) and ``devoxelize`` are lattice's own (``voxelize`` adds ``return_index=``
-and ``device=``, ``devoxelize`` ``device=``). ``build_point_voxel_map`` and
-``interpolate_point_features`` are :mod:`mlx_lattice.core.coords.quantization`'s.
+coordinate key) are lattice's own (``voxelize`` adds ``return_index=`` and ``device=``).
+``devoxelize`` is lattice's with the documented corner convention of linear sampling
+(voxel ``v`` at ``origin + v * voxel_size``; it adds ``device=`` and
+``point_active_rows=``). ``build_point_voxel_map`` and ``interpolate_point_features``
+are :mod:`mlx_lattice.core.coords.quantization`'s.
 """
 
 from __future__ import annotations
 
-from lattice.ops import devoxelize, voxelize, voxelize_with_quantization
-from mlx_lattice.core.coords.quantization import build_point_voxel_map, interpolate_point_features
+import lattice.ops
+from lattice.ops import voxelize, voxelize_with_quantization
+from mlx_lattice.core.coords.quantization import (
+    build_point_voxel_map,
+    corner_origin,
+    interpolate_point_features,
+)
+
+
+def devoxelize(
+    points,
+    voxels,
+    voxel_size=1.0,
+    *,
+    batch_indices=None,
+    origin=0.0,
+    interpolation="linear",
+    point_voxel_map=None,
+    device=None,
+    point_active_rows=None,
+):
+    """Voxel features of ``voxels`` sampled at ``points`` (``(N, C)``).
+
+    ``lattice.ops.devoxelize`` with, for ``linear``, the origin moved half a voxel
+    (:func:`~mlx_lattice.core.coords.quantization.corner_origin`): trilinear weights of the
+    8 voxels at the corners of the grid cell holding each point. A given
+    ``point_voxel_map`` is used as it is.
+    """
+    if point_voxel_map is None:
+        origin = corner_origin(voxel_size, origin, interpolation, "devoxelize")
+    return lattice.ops.devoxelize(
+        points,
+        voxels,
+        voxel_size,
+        batch_indices=batch_indices,
+        origin=origin,
+        interpolation=interpolation,
+        point_voxel_map=point_voxel_map,
+        device=device,
+        point_active_rows=point_active_rows,
+    )
+
 
 __all__ = [
     "build_point_voxel_map",
