@@ -419,3 +419,18 @@ def test_behaviour_list_and_checks_agree():
 @pytest.mark.xfail(strict=True, reason="documented behaviour lattice lacks (mlx_lattice._missing.BEHAVIOUR)")
 def test_documented_behaviour_lattice_lacks(key):
     BEHAVIOUR_CHECKS[key]()
+
+
+def test_point_inputs_follow_the_documented_contract():
+    from mlx_lattice.ops import sparse_quantize, voxelize
+
+    pts, f = mx.ones((2, 3)), mx.ones((2, 1))
+    with pytest.raises(ValueError, match="points must be float32"):
+        sparse_quantize(mx.ones((2, 3), dtype=mx.int32))
+    with pytest.raises(ValueError, match="batch_indices must have shape"):
+        sparse_quantize(pts, batch_indices=mx.ones((2,), dtype=mx.int64))
+    with pytest.raises(ValueError, match="reduction must be 'sum' or 'mean'"):
+        voxelize(pts, f, reduction="max")
+    with pytest.raises(ValueError, match="matching rows"):
+        voxelize(pts, mx.ones((3, 1)))
+    _same(voxelize(pts, f, reduction="sum").feats, lattice.ops.voxelize(pts, f, reduction="sum").feats)

@@ -217,7 +217,10 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
         reached = mx.zeros((m,), mx.int32).at[inv[:k]].add(1) > 0
         return mx.where(reached[:, None], out, mx.zeros((), dtype=out.dtype))
     if feats.ndim != 2 or feats.shape[0] != inv.shape[0]:
-        raise ValueError(f"[{op}] feats must have shape ({inv.shape[0]}, C), got {tuple(feats.shape)}")
+        raise ValueError(
+            f"[{op}] feats must have shape ({inv.shape[0]}, C), got {tuple(feats.shape)}: "
+            "one row per point (matching rows)"
+        )
     n, c = feats.shape
     if n == 0:
         return mx.zeros((m, c), dtype=feats.dtype)

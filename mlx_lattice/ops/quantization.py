@@ -1,8 +1,9 @@
 """Point / voxel conversion on sparse tensors (documented ``mlx_lattice.ops.quantization``).
 
-``voxelize``, ``voxelize_with_quantization`` (``voxelize`` in two steps: a precomputed
+``voxelize_with_quantization`` (``voxelize`` in two steps: a precomputed
 ``SparseQuantization`` and its features, optionally onto a ``template`` tensor's
-coordinate key) are lattice's own (``voxelize`` adds ``return_index=`` and ``device=``).
+coordinate key) is lattice's own. ``voxelize`` is lattice's restricted to the documented
+``'sum'`` / ``'mean'`` reductions and point dtypes (it adds ``return_index=`` and ``device=``).
 ``devoxelize`` is lattice's with the documented corner convention of linear sampling
 (voxel ``v`` at ``origin + v * voxel_size``; it adds ``device=`` and
 ``point_active_rows=``). ``build_point_voxel_map`` and ``interpolate_point_features``
@@ -12,12 +13,49 @@ are :mod:`mlx_lattice.core.coords.quantization`'s.
 from __future__ import annotations
 
 import lattice.ops
-from lattice.ops import voxelize, voxelize_with_quantization
+from lattice.ops import voxelize_with_quantization
 from mlx_lattice.core.coords.quantization import (
     build_point_voxel_map,
     corner_origin,
+    documented_point_inputs,
     interpolate_point_features,
 )
+
+
+def voxelize(
+    points,
+    feats=None,
+    voxel_size=1.0,
+    *,
+    batch_indices=None,
+    origin=0.0,
+    active_rows=None,
+    reduction="mean",
+    stride=1,
+    return_index=False,
+    device=None,
+):
+    """Points ``(N, 3)`` and their features ``(N, C)`` as a SparseTensor of voxels.
+
+    ``lattice.ops.voxelize`` restricted to the documented reductions (``'sum'`` and
+    ``'mean'``; lattice's others are under its own name) and point dtypes (see
+    ``sparse_quantize``).
+    """
+    if not isinstance(reduction, str) or reduction not in ("sum", "mean"):
+        raise ValueError(f"[voxelize] reduction must be 'sum' or 'mean', got {reduction!r}")
+    documented_point_inputs(points, batch_indices, "voxelize")
+    return lattice.ops.voxelize(
+        points,
+        feats,
+        voxel_size,
+        batch_indices=batch_indices,
+        origin=origin,
+        active_rows=active_rows,
+        reduction=reduction,
+        stride=stride,
+        return_index=return_index,
+        device=device,
+    )
 
 
 def devoxelize(

@@ -18,7 +18,8 @@ from typing import Literal, TypeAlias
 
 import mlx.core as mx
 
-from lattice.core import SparseQuantization, SparseTensor, sparse_quantize
+import lattice.core
+from lattice.core import SparseQuantization, SparseTensor
 from lattice.core._checks import float_triple
 from lattice.ops import PointVoxelMap, interpolate_point_features
 from lattice.ops import build_point_voxel_map as _build_point_voxel_map
@@ -28,6 +29,32 @@ from lattice.ops import voxelize_features as _voxelize_features
 VoxelReduction: TypeAlias = Literal["sum", "mean"]
 #: How voxel features are sampled at points.
 PointVoxelInterpolation: TypeAlias = Literal["nearest", "linear"]
+
+
+def documented_point_inputs(points, batch_indices, op: str) -> None:
+    """The documented dtype contract of point inputs: floating points (0.6.3: float32; lattice
+    also keeps float16 / float64) and, given as an MLX array, int32 batch indices. lattice
+    itself casts integer points and takes any integer batch indices."""
+    dtype = getattr(points, "dtype", None)
+    if isinstance(points, mx.array) and not mx.issubdtype(dtype, mx.floating):
+        raise ValueError(f"[{op}] points must be float32 (or another floating dtype), got {dtype}")
+    if isinstance(batch_indices, mx.array) and batch_indices.dtype != mx.int32:
+        raise ValueError(
+            f"[{op}] batch_indices must have shape (N,) and int32 dtype, got {batch_indices.dtype}"
+        )
+
+
+def sparse_quantize(points, voxel_size=1.0, *, batch_indices=None, origin=0.0, active_rows=None):
+    """Unique voxels ``floor((p - origin) / voxel_size)`` of ``points`` per batch member.
+
+    ``lattice.core.sparse_quantize`` after the documented dtype checks (MLX ``points`` must
+    be floating, MLX ``batch_indices`` int32). The result is lattice's
+    ``SparseQuantization``: its live voxels only, in first-occurrence order.
+    """
+    documented_point_inputs(points, batch_indices, "sparse_quantize")
+    return lattice.core.sparse_quantize(
+        points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
+    )
 
 
 def corner_origin(voxel_size, origin, interpolation, op: str):
