@@ -216,8 +216,10 @@ def test_build_point_voxel_map_from_raw_coords(interpolation):
         pts, c, None, 0.5, batch_indices=batch, origin=0.25, interpolation=interpolation
     )
     voxels = lattice.SparseTensor(c, np.zeros((len(c), 1), np.float32))
+    # documented linear sampling is corner based: lattice's centre based one half a voxel over
+    origin = 0.25 - 0.25 if interpolation == "linear" else 0.25
     want = lattice.ops.build_point_voxel_map(
-        pts, voxels, 0.5, batch_indices=batch, origin=0.25, interpolation=interpolation
+        pts, voxels, 0.5, batch_indices=batch, origin=origin, interpolation=interpolation
     )
     _same(got.rows, want.rows)
     np.testing.assert_allclose(np.asarray(got.weights), np.asarray(want.weights))
@@ -336,8 +338,31 @@ def test_dense_feature_forms():
 def test_devoxelize_and_voxelize_with_quantization_are_lattice_s():
     from mlx_lattice.ops import devoxelize, voxelize_with_quantization
 
-    assert devoxelize is lattice.ops.devoxelize
     assert voxelize_with_quantization is lattice.ops.voxelize_with_quantization
+    c = _coords()
+    voxels = lattice.SparseTensor(c, np.random.default_rng(4).normal(size=(len(c), 3)).astype(np.float32))
+    pts = mx.array(np.random.default_rng(5).uniform(-6, 6, size=(40, 3)).astype(np.float32))
+    batch = mx.array((np.arange(40) % 2).astype(np.int32))
+    for interpolation, origin in (("linear", (-0.5, -0.5, -0.5)), ("nearest", 0.0)):
+        got = devoxelize(pts, voxels, batch_indices=batch, interpolation=interpolation)
+        want = lattice.ops.devoxelize(
+            pts, voxels, batch_indices=batch, origin=origin, interpolation=interpolation
+        )
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_devoxelize_linear_mixes_the_corners_of_the_cell():
+    from mlx_lattice.core.coords.quantization import build_point_voxel_map
+    from mlx_lattice.ops import devoxelize
+
+    # voxel v sits at the grid point v: the cell centre mixes its 8 corners equally
+    corners = np.array([(0, x, y, z) for z in (0, 1) for y in (0, 1) for x in (0, 1)], np.int32)
+    voxels = lattice.SparseTensor(corners, np.arange(8, dtype=np.float32)[:, None])
+    np.testing.assert_allclose(np.asarray(devoxelize(mx.array([[0.5, 0.5, 0.5]]), voxels)), [[3.5]])
+    m = build_point_voxel_map(mx.array([[0.25, 0.0, 0.0]]), corners[:2], None)
+    np.testing.assert_allclose(
+        np.asarray(mlx_lattice.ops.interpolate_point_features(mx.array([[2.0], [6.0]]), m)), [[3.0]]
+    )
 
 
 def test_dequantize_weight_takes_weight_by_name():
@@ -513,3 +538,18 @@ def test_vmap_over_a_lattice_primitive_is_a_clear_error():
     w = mx.ones((27, 4, 3))
     with pytest.raises(ValueError, match=r"\[Primitive::vmap\] Not implemented for SparseConv"):
         mx.vmap(lambda ws: lattice.ops.subm_conv3d(x, ws).feats)(mx.stack([w, 2 * w]))
+
+
+def test_point_inputs_follow_the_documented_contract():
+    from mlx_lattice.ops import sparse_quantize, voxelize
+
+    pts, f = mx.ones((2, 3)), mx.ones((2, 1))
+    with pytest.raises(ValueError, match="points must be float32"):
+        sparse_quantize(mx.ones((2, 3), dtype=mx.int32))
+    with pytest.raises(ValueError, match="batch_indices must have shape"):
+        sparse_quantize(pts, batch_indices=mx.ones((2,), dtype=mx.int64))
+    with pytest.raises(ValueError, match="reduction must be 'sum' or 'mean'"):
+        voxelize(pts, f, reduction="max")
+    with pytest.raises(ValueError, match="matching rows"):
+        voxelize(pts, mx.ones((3, 1)))
+    _same(voxelize(pts, f, reduction="sum").feats, lattice.ops.voxelize(pts, f, reduction="sum").feats)

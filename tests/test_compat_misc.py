@@ -399,7 +399,10 @@ def test_point_active_rows_of_the_map_and_of_devoxelize(interpolation, live):
     _same(m.weights[:live], ref.weights)
     assert (np.asarray(m.rows[live:]) == -1).all() and (np.asarray(m.weights[live:]) == 0).all()
     got = devoxelize(mx.array(pts), voxels, point_active_rows=count, **kwargs)
-    want = lattice.ops.devoxelize(pts[:live], voxels, batch_indices=batch[:live], interpolation=interpolation)
+    origin = -0.5 if interpolation == "linear" else 0.0  # the documented corner convention
+    want = lattice.ops.devoxelize(
+        pts[:live], voxels, batch_indices=batch[:live], origin=origin, interpolation=interpolation
+    )
     assert got.shape == (40, 2)
     _same(got[:live], want)
     assert (np.asarray(got[live:]) == 0).all()

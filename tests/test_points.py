@@ -305,3 +305,21 @@ def test_native_segment_sum_rejects_rows_outside_the_voxels():
         _ext.segment_sum(f, mx.array([0, 1], dtype=mx.int32), 2)
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
         _ext.segment_sum(mx.ones((3, 2), dtype=mx.int32), mx.array([0, 1, 1], dtype=mx.int32), 2)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_voxelize_features_have_a_jvp_and_compile(reduction):
+    # the host segment sum is linear: its JVP is the segment sum of the tangent, and under
+    # mx.compile (which refuses evaluation) it falls back to MLX's scatter-add
+    rng = np.random.default_rng(11)
+    pts = mx.array(rng.uniform(-3, 3, size=(60, 3)).astype(np.float32))
+    feats = mx.array(rng.normal(size=(60, 2)).astype(np.float32))
+    tangent = mx.array(rng.normal(size=(60, 2)).astype(np.float32))
+
+    def f(a):
+        return lattice.ops.voxelize(pts, a, 1.0, reduction=reduction).feats
+
+    out = f(feats)
+    _, (jvp,) = mx.jvp(f, [feats], [tangent])
+    np.testing.assert_allclose(np.asarray(jvp), np.asarray(f(tangent)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(mx.compile(f)(feats)), np.asarray(out), rtol=1e-5, atol=1e-5)

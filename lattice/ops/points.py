@@ -41,19 +41,32 @@ def _host_segment_sum(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
     """float32 ``(m, C)`` sums of ``feats`` rows per ``inverse`` row, summed in float64 by the
     native core (``_ext.segment_sum``; MLX's CPU scatter-add costs ~25 ns per index row).
 
-    Differentiable (the VJP is the gather ``cotangent[inverse]``), but it evaluates its
-    inputs, so it is used only by ``voxelize`` (which evaluates anyway in the native
-    quantizer), never under ``mx.compile`` / ``mx.vmap``.
+    Differentiable (the VJP is the gather ``cotangent[inverse]``, the JVP the segment sum
+    of the tangent). It evaluates its inputs, so it is used only by ``voxelize`` (which
+    evaluates anyway in the native quantizer); under ``mx.compile`` / ``mx.vmap``, where
+    evaluating is refused, it sums with MLX's scatter-add instead.
     """
+
+    def scatter_sum(x, inv):
+        return mx.zeros((m, x.shape[1]), mx.float32).at[inv].add(x.astype(mx.float32))
 
     @mx.custom_function
     def segment_sum(x, inv):
-        return _ext.segment_sum(x, inv, m)
+        try:
+            return _ext.segment_sum(x, inv, m)
+        except ValueError as err:  # traced inputs (compile / vmap) cannot be evaluated
+            if "function transformations" not in str(err):
+                raise
+            return scatter_sum(x, inv)
 
     @segment_sum.vjp
     def segment_sum_vjp(primals, cotangent, output):
         x, inv = primals
         return cotangent[inv].astype(x.dtype), mx.zeros_like(inv)
+
+    @segment_sum.jvp
+    def segment_sum_jvp(primals, tangents):
+        return scatter_sum(tangents[0], primals[1])
 
     return segment_sum(feats, inverse)
 
@@ -194,7 +207,10 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
         reached = mx.zeros((m,), mx.int32).at[inv[:k]].add(1) > 0
         return mx.where(reached[:, None], out, mx.zeros((), dtype=out.dtype))
     if feats.ndim != 2 or feats.shape[0] != inv.shape[0]:
-        raise ValueError(f"[{op}] feats must have shape ({inv.shape[0]}, C), got {tuple(feats.shape)}")
+        raise ValueError(
+            f"[{op}] feats must have shape ({inv.shape[0]}, C), got {tuple(feats.shape)}: "
+            "one row per point (matching rows)"
+        )
     n, c = feats.shape
     if n == 0:
         return mx.zeros((m, c), dtype=feats.dtype)

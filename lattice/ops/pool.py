@@ -121,7 +121,10 @@ def _features(x, op: str) -> mx.array:
     if not isinstance(x, SparseTensor):
         raise TypeError(f"[{op}] x must be a SparseTensor, got {type(x).__name__}")
     if x.dtype not in (mx.float32, mx.float16, mx.bfloat16):
-        raise DTypeError(f"[{op}] features must be float32, float16 or bfloat16, got {dtype_name(x.dtype)}")
+        raise DTypeError(
+            f"[{op}] features must be float32, float16 or bfloat16, got {dtype_name(x.dtype)} "
+            "(pooling reduces float32 and float16 features, and bfloat16)"
+        )
     return x.run_feats
 
 
@@ -331,7 +334,7 @@ def _batch_size(op: str, x: SparseTensor, batch_size, mode: PoolMode) -> int:
         if empty:
             raise ValueError(
                 f"[{op}] max over an empty batch member is undefined: member(s) {empty} of batch_size "
-                f"{batch_size} have no rows"
+                f"{batch_size} have no rows (max pooling rejects empty batches)"
             )
     return int(batch_size)
 

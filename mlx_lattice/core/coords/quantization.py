@@ -5,6 +5,11 @@
 ``interpolate_point_features`` are lattice's own. ``voxelize_features`` and
 ``build_point_voxel_map`` are adapters to the documented signatures (lattice's
 ``build_point_voxel_map`` takes the voxels as a SparseTensor).
+
+Linear sampling follows the documented corner convention: voxel ``v`` sits at the grid
+point ``origin + v * voxel_size`` and a point mixes the 8 voxels at the corners of the
+grid cell holding it. lattice samples between voxel centres (``v + 1/2``); the adapters
+pass lattice an origin shifted by half a voxel (``corner_origin``), which is the same.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from typing import Literal, TypeAlias
 
 import mlx.core as mx
 
-from lattice.core import SparseQuantization, SparseTensor, sparse_quantize
+import lattice.core
+from lattice.core import SparseQuantization, SparseTensor
+from lattice.core._checks import float_triple
 from lattice.ops import PointVoxelMap, interpolate_point_features
 from lattice.ops import build_point_voxel_map as _build_point_voxel_map
 from lattice.ops import voxelize_features as _voxelize_features
@@ -22,6 +29,42 @@ from lattice.ops import voxelize_features as _voxelize_features
 VoxelReduction: TypeAlias = Literal["sum", "mean"]
 #: How voxel features are sampled at points.
 PointVoxelInterpolation: TypeAlias = Literal["nearest", "linear"]
+
+
+def documented_point_inputs(points, batch_indices, op: str) -> None:
+    """The documented dtype contract of point inputs: floating points (0.6.3: float32; lattice
+    also keeps float16 / float64) and, given as an MLX array, int32 batch indices. lattice
+    itself casts integer points and takes any integer batch indices."""
+    dtype = getattr(points, "dtype", None)
+    if isinstance(points, mx.array) and not mx.issubdtype(dtype, mx.floating):
+        raise ValueError(f"[{op}] points must be float32 (or another floating dtype), got {dtype}")
+    if isinstance(batch_indices, mx.array) and batch_indices.dtype != mx.int32:
+        raise ValueError(
+            f"[{op}] batch_indices must have shape (N,) and int32 dtype, got {batch_indices.dtype}"
+        )
+
+
+def sparse_quantize(points, voxel_size=1.0, *, batch_indices=None, origin=0.0, active_rows=None):
+    """Unique voxels ``floor((p - origin) / voxel_size)`` of ``points`` per batch member.
+
+    ``lattice.core.sparse_quantize`` after the documented dtype checks (MLX ``points`` must
+    be floating, MLX ``batch_indices`` int32). The result is lattice's
+    ``SparseQuantization``: its live voxels only, in first-occurrence order.
+    """
+    documented_point_inputs(points, batch_indices, "sparse_quantize")
+    return lattice.core.sparse_quantize(
+        points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
+    )
+
+
+def corner_origin(voxel_size, origin, interpolation, op: str):
+    """The origin to give lattice so that its centre-based linear sampling is the documented
+    corner-based one (``origin - voxel_size / 2``); ``origin`` itself for ``nearest``."""
+    if interpolation != "linear":
+        return origin
+    vs = float_triple(voxel_size, "voxel_size", op, positive=True)
+    org = float_triple(origin, "origin", op)
+    return tuple(o - s / 2.0 for o, s in zip(org, vs, strict=True))
 
 
 def voxelize_features(feats, quantization: SparseQuantization, *, active_rows=None, reduction="mean"):
@@ -47,9 +90,10 @@ def build_point_voxel_map(
 ) -> PointVoxelMap:
     """Voxel rows and weights that sample the voxels ``voxel_coords`` at ``points``.
 
-    ``linear``: the 8 voxels whose centres surround each point, trilinear weights
-    (missing voxels weigh 0, the rest renormalised); ``nearest``: the voxel holding the
-    point (row -1 where there is none).
+    ``linear``: the 8 voxels at the corners of the grid cell holding each point
+    (voxel ``v`` at ``origin + v * voxel_size``), trilinear weights (missing voxels weigh
+    0, the rest renormalised); ``nearest``: the voxel holding the point (row -1 where
+    there is none).
 
     Maps to ``lattice.ops.build_point_voxel_map(points, voxels, ...)`` with ``voxels`` a
     feature-less ``SparseTensor(voxel_coords, active_rows=voxel_active_rows)`` at stride 1.
@@ -63,7 +107,7 @@ def build_point_voxel_map(
         voxels,
         voxel_size,
         batch_indices=batch_indices,
-        origin=origin,
+        origin=corner_origin(voxel_size, origin, interpolation, "build_point_voxel_map"),
         interpolation=interpolation,
         point_active_rows=point_active_rows,
     )
