@@ -208,7 +208,7 @@ def test_manager_relations_are_the_manager_s_cached_relations():
     x = lattice.SparseTensor(m.coords(key), mx.zeros((m.size(key), 1)), coord_key=key, coord_manager=m)
     assert _relation_facts(got) == _relation_facts(lattice.ops.kernel_relation(x, kernel_size=3, stride=1))
     with pytest.raises(
-        ValueError, match=r"\[submanifold_kernel_relation\] submanifold kernels must have odd"
+        ValueError, match=r"\[submanifold_kernel_relation\] submanifold kernels need an odd kernel_size"
     ):
         m.submanifold_kernel_relation(key, kernel_size=2)
 

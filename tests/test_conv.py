@@ -592,3 +592,23 @@ def test_argument_errors():
         ops.subm_conv3d(x, mx.zeros((4, 3, 3, 3, 3)), mx.zeros((5,)))
     with pytest.raises(TypeError, match="SparseTensor"):
         ops.conv3d(np.zeros((3, 4)), mx.zeros((4, 3, 3, 3, 3)))
+
+
+def test_pointwise_kernel_takes_a_plain_matrix():
+    """A 1x1x1 kernel takes a (C_out, C_in) weight: x.feats @ w.T + b on x's coordinates."""
+    rng = np.random.default_rng(7)
+    coords = np.unique(rng.integers(-4, 4, size=(40, 4)), axis=0).astype(np.int32)
+    coords[:, 0] = np.abs(coords[:, 0]) % 3 * (coords[:, 0] % 2 == 0) * 2  # batches 0 and 2 (1 empty)
+    coords = np.unique(coords, axis=0)
+    feats = rng.normal(size=(len(coords), 3)).astype(np.float32)
+    x = lattice.SparseTensor(coords, feats)
+    w = rng.normal(size=(5, 3)).astype(np.float32)
+    b = rng.normal(size=(5,)).astype(np.float32)
+    for op in (lattice.ops.conv3d, lattice.ops.subm_conv3d):
+        out = op(x, mx.array(w), mx.array(b), kernel_size=1)
+        np.testing.assert_array_equal(np.asarray(out.coords), coords)
+        np.testing.assert_allclose(np.asarray(out.feats), feats @ w.T + b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="weight must be dense"):
+        lattice.ops.conv3d(x, mx.array(w), kernel_size=3)
+    with pytest.raises(ValueError, match="odd kernel_size"):
+        lattice.ops.subm_conv3d(x, mx.ones((2, 3, 5)), kernel_size=2)  # the geometry is checked first

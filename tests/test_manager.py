@@ -210,7 +210,7 @@ def test_manager_relation_errors():
         m.relation("submanifold", k, KernelSpec(3, 2))
     with pytest.raises(
         ValueError,
-        match=r"^\[submanifold_kernel_relation\] submanifold kernels must have odd sizes, got \(2, 2, 2\)",
+        match=r"^\[submanifold_kernel_relation\] submanifold kernels need an odd kernel_size on every axis, got \(2, 2, 2\)",
     ):
         m.relation("submanifold", k, KernelSpec(2))
     with pytest.raises(

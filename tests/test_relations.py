@@ -354,7 +354,7 @@ def test_tensor_with_inactive_rows():
 
 def test_submanifold_rejects_even_kernels():
     with pytest.raises(
-        ValueError, match=r"\[submanifold_kernel_relation\] submanifold kernels must have odd"
+        ValueError, match=r"\[submanifold_kernel_relation\] submanifold kernels need an odd kernel_size"
     ):
         ops.submanifold_kernel_relation(make_cloud("line"), kernel_size=2)
     with pytest.raises(ValueError, match="odd"):
@@ -399,11 +399,12 @@ def test_kernel_relation_rejects_bad_coords(coords, exc, message):
 def test_transposed_needs_divisible_tensor_stride():
     x = _tensor(make_cloud("line"), stride=1)
     with pytest.raises(
-        ValueError, match=r"\[transposed_kernel_relation\] tensor stride \(1, 1, 1\) is not divisible"
+        ValueError,
+        match=r"\[transposed_kernel_relation\] the transposed stride \(2, 2, 2\) must divide the tensor stride \(1, 1, 1\)",
     ):
         ops.transposed_kernel_relation(x, kernel_size=2, stride=2)
     y = _tensor(make_cloud("line"), stride=(4, 2, 3))
-    with pytest.raises(ValueError, match="not divisible by the transposed stride"):
+    with pytest.raises(ValueError, match="transposed stride .* must divide the tensor stride"):
         ops.generative_kernel_relation(y, kernel_size=2, stride=2)
 
 

@@ -369,7 +369,9 @@ class CoordinateManager(DocumentedNames):
             if target_key is not None:
                 raise ValueError(f"[{op}] a submanifold relation has no explicit target")
             if not spec.is_odd:
-                raise ValueError(f"[{op}] submanifold kernels must have odd sizes, got {spec.size}")
+                raise ValueError(
+                    f"[{op}] submanifold kernels need an odd kernel_size on every axis, got {spec.size}"
+                )
             if spec.stride != (1, 1, 1) or spec.padding != (0, 0, 0):
                 raise ValueError(
                     f"[{op}] submanifold relations take stride 1 and padding 0, got stride "
@@ -415,7 +417,5 @@ class CoordinateManager(DocumentedNames):
 def transposed_level(in_stride: Triple, stride: Triple, op: str) -> Triple:
     """The level a transposed relation lands on: ``in_stride / stride`` (which must divide)."""
     if any(a % b for a, b in zip(in_stride, stride, strict=True)):
-        raise ValueError(
-            f"[{op}] tensor stride {in_stride} is not divisible by the transposed stride {stride}"
-        )
+        raise ValueError(f"[{op}] the transposed stride {stride} must divide the tensor stride {in_stride}")
     return tuple(a // b for a, b in zip(in_stride, stride, strict=True))

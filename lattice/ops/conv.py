@@ -26,7 +26,8 @@ from lattice.routing.registry import dispatch
 def mapped_weight(
     weight: mx.array | QuantizedWeight, spec: KernelSpec, op: str
 ) -> mx.array | QuantizedWeight:
-    """Weight as (K, C_in, C_out) from MLX's dense (C_out, Kx, Ky, Kz, C_in) or mapped layout.
+    """Weight as (K, C_in, C_out) from MLX's dense (C_out, Kx, Ky, Kz, C_in) or mapped layout
+    (or, for a 1x1x1 kernel, a ``(C_out, C_in)`` matrix: the dense layout without its kernel axes).
 
     A packed ``QuantizedWeight`` is checked against the kernel and returned as is (the
     packed routes dequantize it).
@@ -50,6 +51,8 @@ def mapped_weight(
                 f"[{op}] mapped weight has {weight.shape[0]} offsets, kernel_size {spec.size} has {spec.volume}"
             )
         return weight
+    if weight.ndim == 2 and spec.volume == 1:
+        return weight.T[None]
     raise ValueError(
         f"[{op}] weight must be dense (C_out, Kx, Ky, Kz, C_in) or mapped (K, C_in, C_out), "
         f"got shape {tuple(weight.shape)}"
@@ -131,13 +134,13 @@ def _plan(op, x: SparseTensor, weight, bias, kind, spec, coordinates, *, eps=Non
     """The plan of every conv op (``eps`` given: the normalised form)."""
     _check_input(x, op)
     normalized = eps is not None
+    rel = _relation(x, kind, spec, coordinates, op, device)  # first: geometry errors before weight errors
     w = mapped_weight(weight, spec, op)
     c_in, c_out = _channels(w)
     if c_in != x.channels:
         raise ValueError(f"[{op}] weight expects {c_in} input channels, x has {x.channels}")
     if bias is not None and (bias.ndim != 1 or bias.shape[0] != c_out):
         raise ValueError(f"[{op}] bias must have shape ({c_out},), got {tuple(bias.shape)}")
-    rel = _relation(x, kind, spec, coordinates, op, device)
     route = route_conv(_conv_request(op, x, w, rel, normalized, device, coordinates is not None))
     return ConvPlan(op, route, rel, w, x, bias, normalized, 1e-8 if eps is None else eps)
 
