@@ -37,7 +37,9 @@ def _edges(coords, kernel, stride, padding, dilation):
     for k, pos in enumerate(itertools.product(*(range(n) for n in kernel))):
         off = np.array(pos) * np.array(dilation)
         for i, c in enumerate(coords):
-            out.append((i, k, (int(c[0]), *(int(v) for v in c[1:] * np.array(stride) + off - np.array(padding)))))
+            out.append(
+                (i, k, (int(c[0]), *(int(v) for v in c[1:] * np.array(stride) + off - np.array(padding))))
+            )
     return out
 
 
@@ -46,7 +48,11 @@ def _oracle(x, weight, kernel, stride, padding, dilation, target=None, mode="con
     coords = np.asarray(x.coords[: x.active_count])
     feats = np.asarray(x.feats[: x.active_count], np.float64)
     edges = _edges(coords, kernel, stride, padding, dilation)
-    w = None if weight is None else np.asarray(weight, np.float64).reshape(weight.shape[0], -1, weight.shape[-1])
+    w = (
+        None
+        if weight is None
+        else np.asarray(weight, np.float64).reshape(weight.shape[0], -1, weight.shape[-1])
+    )
     c = feats.shape[1] if mode == "pool" else w.shape[0]
     acc, count = {}, {}
     for i, k, t in edges:
@@ -57,7 +63,11 @@ def _oracle(x, weight, kernel, stride, padding, dilation, target=None, mode="con
         acc = {t: v / count[t] for t, v in acc.items()}
     if target is None:
         return acc
-    return np.stack([acc.get(tuple(int(v) for v in r), np.zeros(c)) for r in target]) if len(target) else np.zeros((0, c))
+    return (
+        np.stack([acc.get(tuple(int(v) for v in r), np.zeros(c)) for r in target])
+        if len(target)
+        else np.zeros((0, c))
+    )
 
 
 def _as_dict(out) -> dict:
@@ -95,7 +105,10 @@ def test_conv_transpose3d_follows_the_indexed_rule(kind, kernel, padding, dilati
     out = mops.conv_transpose3d(x, w, **geo, coordinates=mx.array(target))
     np.testing.assert_array_equal(np.asarray(out.coords), target)
     np.testing.assert_allclose(
-        np.asarray(out.feats), _oracle(x, w, kernel, (2, 2, 2), padding, dilation, target), rtol=1e-4, atol=1e-4
+        np.asarray(out.feats),
+        _oracle(x, w, kernel, (2, 2, 2), padding, dilation, target),
+        rtol=1e-4,
+        atol=1e-4,
     )
     # the normalised form divides by the same rule's conv(1, W**2)
     norm = mops.normalized_conv_transpose3d(x, w, **geo)
@@ -145,7 +158,9 @@ def test_modules_and_quantized_twins_use_the_rule():
     x = _source("batched", c_in=32)
     conv = mnn.ConvTranspose3d(32, 4, kernel_size=3, stride=2)
     assert isinstance(conv, lattice.nn.ConvTranspose3d)
-    _same(_as_dict(conv(x)), _as_dict(mops.conv_transpose3d(x, conv.weight, conv.bias, kernel_size=3, stride=2)))
+    _same(
+        _as_dict(conv(x)), _as_dict(mops.conv_transpose3d(x, conv.weight, conv.bias, kernel_size=3, stride=2))
+    )
     q = conv.to_quantized(group_size=32, bits=8)
     assert type(q) is mnn.QuantizedConvTranspose3d
     deq = mlx_lattice.dequantize_weight(q.qweight())
