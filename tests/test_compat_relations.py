@@ -225,8 +225,9 @@ def test_kernel_relation_constructor_keeps_what_it_is_given():
     assert rel.row_offsets.tolist() == [0, 0, 0, 0]  # not given: zero-filled, as documented
     assert rel.in_edge_ids.tolist() == [0, 0, 0] and rel.kernel_row_offsets.tolist() == [0, 0, 0]
     assert rel.implicit_gemm is None
-    # lattice's form holds the live edges only
+    # lattice's form holds the live edges only; the implicit-GEMM view spans the buffer
     assert rel.neighbor_map.tolist() == [[-1, 0], [1, -1]]
+    assert rel.require_implicit_gemm().out_in_map.tolist() == [[-1, 0], [1, -1], [-1, -1]]
     defaults = KernelRelation(rows, rows, rows)
     assert defaults.counts.tolist() == [3, 0] and defaults.n_kernels is None and defaults.kernel_offsets == ()
     assert defaults.out_coords is None and defaults.row_offsets.tolist() == [0]

@@ -198,7 +198,11 @@ class KernelRelation(_lattice.KernelRelation):
             derived["view.implicit_gemm"] = implicit_gemm
         if sorted_implicit_gemm is not None:
             derived["view.sorted_implicit_gemm"] = sorted_implicit_gemm
-        self.__dict__.update(_lattice_form(edges, contract, op), _derived=derived, route=None)
+        form = _lattice_form(edges, contract, op)
+        if out_coords is not None and out_coords.shape[0] > form["out_coords"].shape[0]:
+            # lattice's views (the implicit-GEMM map) span the given output buffer
+            derived[views.SUPPORT] = views.RelationSupport(out_coords=out_coords)
+        self.__dict__.update(form, _derived=derived, route=None)
 
     @classmethod
     def _of(cls, relation: _lattice.KernelRelation) -> KernelRelation:
