@@ -68,20 +68,6 @@ PARTIAL: dict[str, dict[str, str]] = {}
 
 #: Re-exported lattice class -> how its constructor / field order differs from the documented one.
 DIFFERS: dict[str, str] = {
-    "KernelRelation": (
-        "built by lattice's CoordinateManager: KernelRelation(kind, spec, in_key, out_key, out_coords, "
-        "kernel_offsets, in_count, ...), not from edge arrays (in_rows, out_rows, kernel_ids, *, ...); "
-        "the documented views are properties made from its edges on first use"
-    ),
-    "NeighborRelation": (
-        "CSR form NeighborRelation(offsets, source_rows, distances, *, n_source_capacity=None, "
-        "max_neighbors=None, active_queries=None), not (query_rows, source_rows, neighbor_ids, "
-        "distances, *, ...); edges (NeighborEdges) is derived"
-    ),
-    "RelationEdges": (
-        "fields (in_rows, out_rows, counts): the third is the per-offset edge count; "
-        "kernel_ids is a derived property"
-    ),
     "QuantizedWeight": (
         "fields (data, scales, biases, bits, group_size, shape, layout), not "
         "(weight, scales, biases, group_size, bits, in_channels, out_channels, kernel_size, layout); "

@@ -185,25 +185,37 @@ def test_manager_inverse_map_against_a_lookup_oracle(seed):
 
 
 def _relation_facts(r):
-    return (r.kind, r.spec, r.in_key, r.out_key, r.edge_count, r.out_count)
+    return (r.kind, r.spec, r.in_key, r.out_key, r.n_edges, r.n_out)
 
 
 def test_manager_relations_are_the_manager_s_cached_relations():
+    from lattice.core import KernelRelation as LatticeKernelRelation
     from lattice.core import KernelSpec
+    from lattice.core.relation_documented import documented
+    from mlx_lattice.core import KernelRelation
 
     m = lattice.CoordinateManager()
     key = m.insert_coords(mx.array(_cloud(60, 3)))
     coarse = m.downsample(key, 2)
     got = m.kernel_relation(key)  # documented defaults: kernel 3, stride 1
-    assert got is m.relation("forward", key, KernelSpec(3)) and got.n_kernels == 27
-    assert m.kernel_relation(key, kernel_size=2, stride=2) is m.relation("forward", key, KernelSpec(2, 2))
-    assert m.submanifold_kernel_relation(key, dilation=2) is m.relation(
-        "submanifold", key, KernelSpec(3, 1, 0, 2)
+    cached = m.relation("forward", key, KernelSpec(3))
+    # the documented form of the manager's cached relation, the same object every time; the
+    # cached relation keeps lattice's class for lattice's callers
+    assert isinstance(got, KernelRelation) and type(cached) is LatticeKernelRelation
+    assert got is documented(cached) and got is m.kernel_relation(key) and got.n_kernels == 27
+    assert got.counts.tolist() == [cached.edge_count, cached.out_count]
+    assert m.kernel_relation(key, kernel_size=2, stride=2) is documented(
+        m.relation("forward", key, KernelSpec(2, 2))
     )
-    assert m.generative_relation(coarse) is m.relation("generative", coarse, KernelSpec(2, 2))
-    assert m.transposed_kernel_relation(coarse) is m.relation("transposed", coarse, KernelSpec(2, 2))
+    assert m.submanifold_kernel_relation(key, dilation=2) is documented(
+        m.relation("submanifold", key, KernelSpec(3, 1, 0, 2))
+    )
+    assert m.generative_relation(coarse) is documented(m.relation("generative", coarse, KernelSpec(2, 2)))
+    assert m.transposed_kernel_relation(coarse) is documented(
+        m.relation("transposed", coarse, KernelSpec(2, 2))
+    )
     target = m.target_kernel_relation(key, coarse, kernel_size=2, stride=2)
-    assert target is m.relation("target", key, KernelSpec(2, 2), coarse)
+    assert target is documented(m.relation("target", key, KernelSpec(2, 2), coarse))
     # the same relations lattice's functions build from a tensor on that set
     x = lattice.SparseTensor(m.coords(key), mx.zeros((m.size(key), 1)), coord_key=key, coord_manager=m)
     assert _relation_facts(got) == _relation_facts(lattice.ops.kernel_relation(x, kernel_size=3, stride=1))

@@ -2,6 +2,9 @@
 
 A mixin of :class:`lattice.core.coordinates.CoordinateManager`: each method is a thin form
 of the manager's own ``insert`` / ``relation`` / ``table`` with the documented signature.
+The relation builders return the documented form of the manager's cached relation
+(:func:`lattice.core.relation_documented.documented`: the same object on every call,
+while ``relation`` keeps returning lattice's own).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from lattice import _ext
 from lattice.core._checks import int_triple, validate_coords
 from lattice.core.buffers import checked_count
 from lattice.core.kernel import KernelSpec
+from lattice.core.relation_documented import documented
 
 if TYPE_CHECKING:
     from lattice.core.coordinates import CoordinateMapKey
-    from lattice.core.relation import KernelRelation
+    from lattice.core.relation_documented import KernelRelation
 
 
 class DocumentedNames:
@@ -56,7 +60,8 @@ class DocumentedNames:
         return _ext.lookup(self.table(source), self.live_coords(target))
 
     def _documented(self, kind, key, size, stride=1, padding=0, dilation=1, target=None, *, op: str):
-        return self.relation(kind, key, KernelSpec(size, stride, padding, dilation, op=op), target, op=op)
+        spec = KernelSpec(size, stride, padding, dilation, op=op)
+        return documented(self.relation(kind, key, spec, target, op=op))
 
     def kernel_relation(self, key, *, kernel_size=3, stride=1, padding=0, dilation=1) -> KernelRelation:
         """``relation('forward', key, KernelSpec(kernel_size, stride, padding, dilation))``."""

@@ -33,7 +33,7 @@ class EdgeCounter:
     def __call__(self, relation) -> int:
         if relation.known_edge_count is None:
             self.counted += 1
-        return relation.edge_count
+        return relation.n_edges
 
 
 def _repeat_index(counts: mx.array) -> mx.array:
@@ -115,16 +115,22 @@ class KernelRelation:
 
     @property
     def edges(self) -> RelationEdges:
+        """The (input row, output row) pairs grouped by kernel offset (``grouped_edges``)."""
+        return self.grouped_edges
+
+    @property
+    def grouped_edges(self) -> RelationEdges:
+        """The (input row, output row) pairs grouped by kernel offset: what lattice's routes walk."""
         if self.built_edges is not None:
             return self.built_edges
         if "edges" not in self._derived:
             # Host compaction of the dense map: offset-major, output rows ascending.
-            m = np.asarray(self.built_map).reshape(self.out_count, self.n_kernels).T
+            m = np.asarray(self.built_map).reshape(self.n_out, self.spec.volume).T
             ks, outs = np.nonzero(m >= 0)
             self._derived["edges"] = RelationEdges(
                 mx.array(m[ks, outs].astype(np.int32)),
                 mx.array(outs.astype(np.int32)),
-                mx.array(np.bincount(ks, minlength=self.n_kernels).astype(np.int32)),
+                mx.array(np.bincount(ks, minlength=self.spec.volume).astype(np.int32)),
             )
         return self._derived["edges"]
 
@@ -132,7 +138,7 @@ class KernelRelation:
     def edge_offsets_host(self) -> tuple[int, ...]:
         """Start of each offset's edges (K + 1 host ints)."""
         if "offsets" not in self._derived:
-            c = np.asarray(self.edges.counts, dtype=np.int64)
+            c = np.asarray(self.grouped_edges.counts, dtype=np.int64)
             self._derived["offsets"] = tuple(int(v) for v in np.concatenate([[0], np.cumsum(c)]))
         return self._derived["offsets"]
 
@@ -144,11 +150,11 @@ class KernelRelation:
         if self.built_map is not None:
             return self.built_map
         if "map" not in self._derived:
-            e = self.edges
-            m = mx.full((self.out_count * self.n_kernels,), -1, dtype=mx.int32)
+            e, k = self.grouped_edges, self.spec.volume
+            m = mx.full((self.n_out * k,), -1, dtype=mx.int32)
             if len(e):
-                m[e.out_rows * self.n_kernels + e.kernel_ids] = e.in_rows
-            self._derived["map"] = m.reshape(self.out_count, self.n_kernels)
+                m[e.out_rows * k + e.kernel_ids] = e.in_rows
+            self._derived["map"] = m.reshape(self.n_out, k)
         return self._derived["map"]
 
     def cached(self, name: str, make):
@@ -162,7 +168,7 @@ class KernelRelation:
     @property
     def counts(self) -> mx.array:
         """Edges per kernel offset, int32 (K,)."""
-        return self.edges.counts
+        return self.offset_counts
 
     @property
     def n_kernels(self) -> int:
@@ -171,11 +177,40 @@ class KernelRelation:
     @property
     def edge_count(self) -> int:
         """Edges (pairs); for a relation built as a dense map on the GPU, one host read."""
+        return self.n_edges
+
+    # lattice's own spellings of the sizes, offsets and edges: lattice's ops, routes and views
+    # read these, never the names above, which a subclass may present in other forms over the
+    # same fields (lattice.core.relation_documented: mlx-lattice 0.6.3's).
+
+    @property
+    def offset_counts(self) -> mx.array:
+        """Edges per kernel offset, int32 (K,)."""
+        return self.grouped_edges.counts
+
+    @property
+    def offset_table(self) -> mx.array:
+        """The kernel offsets, (K, 3) int32 (the ``kernel_offsets`` field)."""
+        return vars(self)["kernel_offsets"]
+
+    @property
+    def out_table(self) -> mx.array:
+        """The output coordinates, one row per output row (the ``out_coords`` field)."""
+        return vars(self)["out_coords"]
+
+    @property
+    def n_edges(self) -> int:
+        """Edges (pairs); for a relation built as a dense map on the GPU, one host read."""
         if self.built_edges is not None:
             return len(self.built_edges)
         if "edge_count" not in self._derived:
-            self._derived["edge_count"] = int(host_read(mx.sum(self.built_map >= 0))) if self.out_count else 0
+            self._derived["edge_count"] = int(host_read(mx.sum(self.built_map >= 0))) if self.n_out else 0
         return self._derived["edge_count"]
+
+    @property
+    def n_out(self) -> int:
+        """Output rows."""
+        return int(self.out_table.shape[0])
 
     @property
     def known_edge_count(self) -> int | None:
@@ -183,12 +218,12 @@ class KernelRelation:
         op that needed it, or by an ``EdgeCounter``), else None: route requests take this, so
         a relation built on the GPU is never read back just to describe the route."""
         if self.built_edges is not None or "edge_count" in self._derived:
-            return self.edge_count
+            return self.n_edges
         return None
 
     @property
     def out_count(self) -> int:
-        return int(self.out_coords.shape[0])
+        return self.n_out
 
     @property
     def edge_offsets(self) -> mx.array:
@@ -198,12 +233,13 @@ class KernelRelation:
     def offset_edges(self, k: int) -> tuple[mx.array, mx.array]:
         """(in_rows, out_rows) of kernel offset ``k``."""
         a, b = self.edge_offsets_host[k], self.edge_offsets_host[k + 1]
-        return self.edges.in_rows[a:b], self.edges.out_rows[a:b]
+        e = self.grouped_edges
+        return e.in_rows[a:b], e.out_rows[a:b]
 
     @property
     def average_neighbors(self) -> float:
         """Edges per output row."""
-        return self.edge_count / self.out_count if self.out_count else 0.0
+        return self.n_edges / self.n_out if self.n_out else 0.0
 
     # ---- the documented views (lattice.core.relation_views), made on first use -------
 
@@ -216,33 +252,31 @@ class KernelRelation:
     @property
     def n_in_capacity(self) -> int:
         """Input rows the input CSR view spans (``in_count``, or a builder's buffer rows)."""
-        s = views.support_of(self)
-        return self.in_count if s.n_in_capacity is None else s.n_in_capacity
+        return views.in_span(self)
 
     @property
     def n_out_capacity(self) -> int:
         """Output rows the output views span (``out_count``, or a builder's buffer rows)."""
-        s = views.support_of(self)
-        return self.out_count if s.out_coords is None else int(s.out_coords.shape[0])
+        return views.out_span(self)
 
     @property
     def edge_capacity(self) -> int:
         """Edges held: the live edges (lattice's relations are exact)."""
-        return self.edge_count
+        return self.n_edges
 
     @property
     def output_csr(self) -> RelationCSRView:
         """Edges by output row (``n_out_capacity + 1`` offsets); ``edge_ids`` index ``edges``,
         ascending (so by kernel offset) within a row."""
         return self.cached(
-            "view.output_csr", lambda: views.grouped_view(self.edges.out_rows, self.n_out_capacity)
+            "view.output_csr", lambda: views.grouped_view(self.grouped_edges.out_rows, views.out_span(self))
         )
 
     @property
     def input_csr(self) -> RelationCSRView:
         """Edges by input row (``n_in_capacity + 1`` offsets), ascending edge id within a row."""
         return self.cached(
-            "view.input_csr", lambda: views.grouped_view(self.edges.in_rows, self.n_in_capacity)
+            "view.input_csr", lambda: views.grouped_view(self.grouped_edges.in_rows, views.in_span(self))
         )
 
     @property
@@ -287,7 +321,7 @@ class KernelRelation:
     def require_implicit_gemm(self) -> RelationImplicitGemmView:
         """The implicit-GEMM view (made once from ``neighbor_map``, kept): ``n_out_capacity``
         rows of K input rows (-1: none) and their occupancy masks."""
-        return self.cached("view.implicit_gemm", lambda: views.implicit_gemm_view(self, self.n_out_capacity))
+        return self.cached("view.implicit_gemm", lambda: views.implicit_gemm_view(self, views.out_span(self)))
 
     def require_sorted_implicit_gemm(self) -> RelationSortedImplicitGemmView:
         """The implicit-GEMM view sorted by row mask, with its tile masks (K <= 32; made once)."""
@@ -317,6 +351,9 @@ class WindowMap:
     def edge_count(self) -> int:
         return int(self.in_rows.shape[0])
 
+    n_edges = edge_count
+    n_out = property(lambda self: self.out_count, doc="Output rows (the relation's spelling).")
+
     @property
     def known_edge_count(self) -> int:
         return self.edge_count
@@ -344,6 +381,12 @@ class NeighborRelation:
     @property
     def counts(self) -> mx.array:
         """Neighbours of each query (int32 (Q,))."""
+        return self.query_counts
+
+    @property
+    def query_counts(self) -> mx.array:
+        """Neighbours of each query (int32 (Q,)); lattice's spelling of ``counts``, which a
+        subclass may present in another form (lattice.core.relation_documented)."""
         return self.offsets[1:] - self.offsets[:-1]
 
     @property
@@ -354,8 +397,8 @@ class NeighborRelation:
     @cached_property
     def edges(self) -> NeighborEdges:
         """(query row, source row, rank within the query's neighbours) of each edge."""
-        query_rows = _repeat_index(self.counts)
-        ranks = mx.arange(self.edge_count, dtype=mx.int32) - self.offsets[query_rows]
+        query_rows = _repeat_index(self.query_counts)
+        ranks = mx.arange(self.n_edges, dtype=mx.int32) - self.offsets[query_rows]
         return NeighborEdges(query_rows, self.source_rows, ranks.astype(mx.int32))
 
     @property
@@ -375,9 +418,14 @@ class NeighborRelation:
 
     @property
     def edge_count(self) -> int:
+        return self.n_edges
+
+    @property
+    def n_edges(self) -> int:
+        """Edges (lattice's spelling of ``edge_count``)."""
         return int(self.source_rows.shape[0])
 
     @property
     def edge_capacity(self) -> int:
         """Edges held: the live edges (lattice's relations are exact)."""
-        return self.edge_count
+        return self.n_edges

@@ -275,6 +275,18 @@ def support_of(relation) -> RelationSupport:
     return relation._derived.get(SUPPORT) or RelationSupport()
 
 
+def in_span(relation) -> int:
+    """Input rows the input views span: the relation's ``in_count``, or a builder's buffer rows."""
+    s = support_of(relation)
+    return relation.in_count if s.n_in_capacity is None else s.n_in_capacity
+
+
+def out_span(relation) -> int:
+    """Output rows the output views span: the relation's output rows, or a builder's buffer rows."""
+    s = support_of(relation)
+    return relation.n_out if s.out_coords is None else int(s.out_coords.shape[0])
+
+
 # ---- views of a KernelRelation ----------------------------------------------------------------
 
 
@@ -284,17 +296,17 @@ def make_contract(relation) -> SparseRelationContract:
     s = support_of(relation)
     known = relation.known_edge_count
     if known is not None:
-        counts = mx.array([known, relation.out_count], dtype=mx.int32)
+        counts = mx.array([known, relation.n_out], dtype=mx.int32)
     else:
         edges = mx.sum(relation.built_map >= 0).astype(mx.int32).reshape(1)
-        counts = mx.concatenate([edges, mx.array([relation.out_count], dtype=mx.int32)])
-    offsets = tuple(tuple(int(v) for v in row) for row in relation.kernel_offsets.tolist())
+        counts = mx.concatenate([edges, mx.array([relation.n_out], dtype=mx.int32)])
+    offsets = tuple(tuple(int(v) for v in row) for row in relation.offset_table.tolist())
     return SparseRelationContract(
         counts=counts,
         kernel_offsets=offsets,
-        out_coords=relation.out_coords if s.out_coords is None else s.out_coords,
-        n_in_capacity=relation.in_count if s.n_in_capacity is None else s.n_in_capacity,
-        n_kernels=relation.n_kernels,
+        out_coords=relation.out_table if s.out_coords is None else s.out_coords,
+        n_in_capacity=in_span(relation),
+        n_kernels=relation.spec.volume,
         source_coords=s.source_coords,
         source_active_rows=s.source_active_rows,
         target_coords=s.target_coords,
@@ -319,14 +331,14 @@ def grouped_view(groups: mx.array, n_groups: int) -> RelationCSRView:
 
 def kernel_view(relation) -> RelationCSRView:
     """Kernel-offset CSR: lattice's edges are grouped by offset already."""
-    return RelationCSRView(relation.edge_offsets, mx.arange(relation.edge_count, dtype=mx.int32))
+    return RelationCSRView(relation.edge_offsets, mx.arange(relation.n_edges, dtype=mx.int32))
 
 
 def implicit_gemm_view(relation, n_out: int) -> RelationImplicitGemmView:
     """The dense neighbour map as the documented view: ``n_out`` rows (rows past the
     relation's output rows are -1), and the occupancy bit masks."""
     m = relation.neighbor_map
-    k = relation.n_kernels
+    k = relation.spec.volume
     if n_out > m.shape[0]:
         m = mx.concatenate([m, mx.full((n_out - m.shape[0], k), -1, dtype=mx.int32)])
     return RelationImplicitGemmView(m, row_masks(m))

@@ -77,9 +77,9 @@ def _pool_modes(x: SparseTensor, out: SparseFile, sf: SparseFile, k, s) -> Spars
     if not cats or out.num_rows == 0:
         return out
     rel = kernel_relation(x, kernel_size=k, stride=s)
-    if not np.array_equal(np.asarray(rel.out_coords), out.coords):
+    if not np.array_equal(np.asarray(rel.out_table), out.coords):
         raise RuntimeError("[pool] the pooling relation's output rows differ from the pooled tensor's")
-    edges = rel.edges
+    edges = rel.grouped_edges
     rows_in, rows_out = np.asarray(edges.in_rows), np.asarray(edges.out_rows)
     feats = out.feats.copy()
     for j in cats:

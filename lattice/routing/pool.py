@@ -124,8 +124,8 @@ def pool_edge_facts(edges) -> dict:
     """The facts of the edges a local pooling route reduces over (a relation or a window map),
     known only once the route has said which it reads."""
     return {
-        "n_out": edges.out_count,
-        **edge_facts(edges.known_edge_count, edges.out_count, "average_contributors"),
+        "n_out": edges.n_out,
+        **edge_facts(edges.known_edge_count, edges.n_out, "average_contributors"),
     }
 
 

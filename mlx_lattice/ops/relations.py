@@ -1,18 +1,23 @@
 """Relation builders on sparse tensors (documented ``mlx_lattice.ops.relations``).
 
 lattice's own functions — the raw-array ``build_*`` builders, ``gather_neighbor_features``,
-the kernel relations — except four adapters: ``kernel_offsets`` (the documented tuple of
-int triples, from :mod:`mlx_lattice.core.coords.builders`), ``kernel_relation`` with the documented
-defaults (``kernel_size=3, stride=1``; lattice's are ``2, 2``), and ``knn_relation`` /
-``radius_relation``, which take the documented arguments only and build over the
-tensors' coordinate buffers (``lattice.ops.build_knn_relation`` /
+the kernel relations — each relation in the documented form (the mlx_lattice
+``KernelRelation`` / ``NeighborRelation``: ``lattice.core.relation_documented.documented``;
+the ``build_*`` builders are :mod:`mlx_lattice.core.coords.builders`'), and
+``kernel_offsets`` (the documented tuple of int triples). Besides: ``kernel_relation`` has
+the documented defaults (``kernel_size=3, stride=1``; lattice's are ``2, 2``), and
+``knn_relation`` / ``radius_relation`` take the documented arguments only and build over
+the tensors' coordinate buffers (``lattice.ops.build_knn_relation`` /
 ``build_radius_relation``: squared distances, the documented capacities).
 """
 
 from __future__ import annotations
 
 from lattice import ops as _ops
-from lattice.ops import (
+from lattice.core.relation_documented import documented
+from lattice.ops import gather_neighbor_features
+from mlx_lattice._missing import module_getattr
+from mlx_lattice.core.coords.builders import (
     build_generative_relation,
     build_kernel_relation,
     build_knn_relation,
@@ -20,14 +25,14 @@ from lattice.ops import (
     build_submanifold_kernel_relation,
     build_target_kernel_relation,
     build_transposed_kernel_relation,
-    gather_neighbor_features,
-    generative_kernel_relation,
-    submanifold_kernel_relation,
-    target_kernel_relation,
-    transposed_kernel_relation,
+    documented_builder,
+    kernel_offsets,
 )
-from mlx_lattice._missing import module_getattr
-from mlx_lattice.core.coords.builders import kernel_offsets
+
+generative_kernel_relation = documented_builder(_ops.generative_kernel_relation)
+submanifold_kernel_relation = documented_builder(_ops.submanifold_kernel_relation)
+target_kernel_relation = documented_builder(_ops.target_kernel_relation)
+transposed_kernel_relation = documented_builder(_ops.transposed_kernel_relation)
 
 
 def kernel_relation(x, *, kernel_size=3, stride=1, padding=0, dilation=1):
@@ -37,7 +42,9 @@ def kernel_relation(x, *, kernel_size=3, stride=1, padding=0, dilation=1):
     Maps to ``lattice.ops.kernel_relation`` with the documented defaults
     (``kernel_size=3, stride=1``; lattice's own defaults are ``kernel_size=2, stride=2``).
     """
-    return _ops.kernel_relation(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation)
+    return documented(
+        _ops.kernel_relation(x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation)
+    )
 
 
 def _pair(source, query, op: str):
@@ -57,7 +64,7 @@ def knn_relation(source, query=None, *, k):
     tensors' live rows (lattice's ``knn_relation`` reports Euclidean distances).
     """
     query = _pair(source, query, "knn_relation")
-    return build_knn_relation(
+    return build_knn_relation(  # the documented form (core.coords.builders)
         source.coords,
         query.coords,
         source_active_rows=source.active_count,
@@ -74,7 +81,7 @@ def radius_relation(source, query=None, *, radius, max_neighbors=None):
     tensors' live rows (lattice's ``radius_relation`` reports Euclidean distances).
     """
     query = _pair(source, query, "radius_relation")
-    return build_radius_relation(
+    return build_radius_relation(  # the documented form (core.coords.builders)
         source.coords,
         query.coords,
         source_active_rows=source.active_count,

@@ -21,14 +21,14 @@ def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation) 
     relations never repeat an input or an output row within one kernel offset, so the
     native scatter runs in parallel without re-checking that (it still checks the ranges).
     """
-    identity_k = rel.n_kernels // 2 if rel.kind == "submanifold" else -1
+    identity_k = rel.spec.volume // 2 if rel.kind == "submanifold" else -1
     return _ext.sparse_conv(
         feats,
         weight,
-        rel.edges.in_rows,
-        rel.edges.out_rows,
+        rel.grouped_edges.in_rows,
+        rel.grouped_edges.out_rows,
         list(rel.edge_offsets_host),
-        rel.out_count,
+        rel.n_out,
         False,
         identity_k,
         distinct=True,

@@ -41,10 +41,10 @@ def segment_reduce(
         raise ValueError(f"[segment_reduce] backward must be one of {BACKWARD_ROUTES}, got {backward!r}")
     return _ext.sparse_pool(
         feats,
-        rel.edges.in_rows,
-        rel.edges.out_rows,
+        rel.grouped_edges.in_rows,
+        rel.grouped_edges.out_rows,
         list(rel.edge_offsets_host),
-        rel.out_count,
+        rel.n_out,
         mode,
         backward,
         None if weights is None else [float(w) for w in weights],

@@ -50,7 +50,11 @@ def exclusive(manager, kind, in_key, spec, target_key, op):
             inverse = manager.downsample_inverse(in_key, spec.stride)[: table.size]
         return out_key, _edges(_ext.relation_exclusive(table, inverse, spec.stride)), None
     fwd = manager.relation(RelationKind.FORWARD, target_key, spec, op=op, device="cpu")
-    return target_key, RelationEdges(fwd.edges.out_rows, fwd.edges.in_rows, fwd.counts), None
+    return (
+        target_key,
+        RelationEdges(fwd.grouped_edges.out_rows, fwd.grouped_edges.in_rows, fwd.offset_counts),
+        None,
+    )
 
 
 @implements(routes.HASH_RELATION_SCATTER)

@@ -66,7 +66,7 @@ def _pool_fn(rel, mode: str, weights: tuple[float, ...] | None):
         def pool_vjp(primals, cotangents, outputs):
             x = primals  # one primal: MLX passes the array itself
             n_in, ch = int(x.shape[0]), int(x.shape[1])
-            n_out = rel.out_count
+            n_out = rel.n_out
             dy = cotangents[0].astype(mx.float32)
             if n_in == 0 or n_out == 0 or ch == 0:
                 return mx.zeros_like(x)

@@ -30,17 +30,17 @@ def gather_matmul_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation
     """
     c_out = int(weight.shape[2])
     with mx.stream(device or mx.gpu):
-        out = mx.zeros((rel.out_count, c_out), dtype=mx.float32)
+        out = mx.zeros((rel.n_out, c_out), dtype=mx.float32)
         # MLX's CUDA backend fails on kernels over zero elements: empty offsets are skipped.
-        if rel.edge_count == 0 or rel.out_count == 0:
+        if rel.n_edges == 0 or rel.n_out == 0:
             return out.astype(feats.dtype)
         w = weight.astype(feats.dtype)
         bounds = rel.edge_offsets_host
-        for k in range(rel.n_kernels):
+        for k in range(rel.spec.volume):
             a, b = bounds[k], bounds[k + 1]
             if a == b:
                 continue
-            rows_in, rows_out = rel.edges.in_rows[a:b], rel.edges.out_rows[a:b]
+            rows_in, rows_out = rel.grouped_edges.in_rows[a:b], rel.grouped_edges.out_rows[a:b]
             part = mx.matmul(mx.take(feats, rows_in, axis=0), w[k])
             out = out.at[rows_out].add(part.astype(mx.float32))
         return out.astype(feats.dtype)

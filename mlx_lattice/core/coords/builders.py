@@ -1,34 +1,29 @@
 """Relation builders over raw coordinate arrays (documented ``mlx_lattice.core.coords.builders``).
 
-The ``build_*`` relation builders are lattice's own
-(``lattice.ops.build_kernel_relation`` and friends: the live rows of coordinate buffers
-in, a ``KernelRelation`` / ``NeighborRelation`` whose contract records the buffers, out;
-neighbour relations report squared distances). The three implicit-GEMM builders are
-adapters over ``KernelRelation.require_implicit_gemm``. Kernel offsets are lattice's
-(odd sizes centred, even from 0, z fastest) for every relation kind; ``kernel_offsets``
-gives them as the documented tuple of ``(dx, dy, dz)`` int triples (lattice's: a (K, 3)
-int32 array).
+The ``build_*`` relation builders are lattice's (``lattice.ops.build_kernel_relation`` and
+friends: the live rows of coordinate buffers in, a relation whose contract records the
+buffers, out; neighbour relations report squared distances), each adapted to return its
+relation in the documented form (``lattice.core.relation_documented.documented``: the
+mlx_lattice ``KernelRelation`` / ``NeighborRelation``, documented counts and edges by
+output row). The three implicit-GEMM builders are adapters over
+``KernelRelation.require_implicit_gemm``. Kernel offsets are lattice's (odd sizes centred,
+even from 0, z fastest) for every relation kind; ``kernel_offsets`` gives them as the
+documented tuple of ``(dx, dy, dz)`` int triples (lattice's: a (K, 3) int32 array).
 
 The ``Native*`` aliases name the tuple shapes of the documented native builders.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TypeAlias
 
 import mlx.core as mx
 
 import lattice.core
+from lattice import ops as _ops
 from lattice.core import KernelRelation, RelationImplicitGemmView, RelationKind
-from lattice.ops import (
-    build_generative_relation,
-    build_kernel_relation,
-    build_knn_relation,
-    build_radius_relation,
-    build_submanifold_kernel_relation,
-    build_target_kernel_relation,
-    build_transposed_kernel_relation,
-)
+from lattice.core.relation_documented import documented
 
 NativeKernelRelation: TypeAlias = tuple[
     mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array, mx.array
@@ -37,6 +32,30 @@ NativeNeighborRelation: TypeAlias = tuple[mx.array, mx.array, mx.array, mx.array
 NativeImplicitGemmView: TypeAlias = tuple[mx.array, mx.array]
 
 _FORWARD_KINDS = (RelationKind.FORWARD, RelationKind.TARGET, RelationKind.SUBMANIFOLD)
+
+
+def documented_builder(build):
+    """``build`` (a lattice relation function) returning its relation in the documented form;
+    the signature (``inspect.signature``) is ``build``'s."""
+
+    @functools.wraps(build)
+    def adapter(*args, **kwargs):
+        return documented(build(*args, **kwargs))
+
+    adapter.__doc__ = (
+        f"``lattice.ops.{build.__name__}``, its relation in the documented form "
+        f"(``lattice.core.relation_documented.documented``).\n\n{build.__doc__ or ''}"
+    )
+    return adapter
+
+
+build_kernel_relation = documented_builder(_ops.build_kernel_relation)
+build_submanifold_kernel_relation = documented_builder(_ops.build_submanifold_kernel_relation)
+build_target_kernel_relation = documented_builder(_ops.build_target_kernel_relation)
+build_transposed_kernel_relation = documented_builder(_ops.build_transposed_kernel_relation)
+build_generative_relation = documented_builder(_ops.build_generative_relation)
+build_knn_relation = documented_builder(_ops.build_knn_relation)
+build_radius_relation = documented_builder(_ops.build_radius_relation)
 
 
 def kernel_offsets(kernel_size, dilation=1) -> tuple[tuple[int, int, int], ...]:
@@ -99,7 +118,7 @@ def build_target_transposed_implicit_gemm_view(
     Maps to ``lattice.ops.build_transposed_kernel_relation(..., target_coords=,
     target_active_rows=).require_implicit_gemm()``.
     """
-    relation = build_transposed_kernel_relation(
+    relation = _ops.build_transposed_kernel_relation(
         source_coords,
         source_active_rows,
         kernel_size,

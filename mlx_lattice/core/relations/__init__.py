@@ -1,9 +1,10 @@
 """Relation specifications and relation data (documented ``mlx_lattice.core.relations``).
 
 Submodules :mod:`~mlx_lattice.core.relations.specs` and
-:mod:`~mlx_lattice.core.relations.views`, all lattice's own classes. ``RelationKind`` is
-lattice's enum of relation kinds (``forward``, ``submanifold``, ``target``,
-``transposed``, ``generative``); ``RelationView`` is ``RelationCSRView``.
+:mod:`~mlx_lattice.core.relations.views`: the relation classes in their documented forms
+(subclasses of lattice's), the views lattice's own. ``RelationKind`` is lattice's enum of
+relation kinds (``forward``, ``submanifold``, ``target``, ``transposed``, ``generative``);
+``RelationView`` is ``RelationCSRView``.
 """
 
 from __future__ import annotations
