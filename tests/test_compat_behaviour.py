@@ -335,10 +335,9 @@ def test_dense_feature_forms():
     _same(rms_norm_features(f, s), lattice.ops.rms_norm(f, weight=s))
 
 
-def test_devoxelize_and_voxelize_with_quantization_are_lattice_s():
-    from mlx_lattice.ops import devoxelize, voxelize_with_quantization
+def test_devoxelize_maps_to_lattice_s():
+    from mlx_lattice.ops import devoxelize
 
-    assert voxelize_with_quantization is lattice.ops.voxelize_with_quantization
     c = _coords()
     voxels = lattice.SparseTensor(c, np.random.default_rng(4).normal(size=(len(c), 3)).astype(np.float32))
     pts = mx.array(np.random.default_rng(5).uniform(-6, 6, size=(40, 3)).astype(np.float32))
