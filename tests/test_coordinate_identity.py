@@ -136,3 +136,22 @@ def test_a_padded_input_keeps_its_key_and_the_key_s_own_array():
     np.testing.assert_array_equal(np.asarray(out.coords), c[:4])
     relu = lnn.ReLU()(x)
     assert relu.same_coords(x) and relu.same_rows(x)
+
+
+@pytest.mark.parametrize("name", list(CLOUDS))
+def test_one_array_in_one_manager_is_one_key(name):
+    x = _tensor(name)
+    m = x.coord_manager
+    same = SparseTensor(x.coords, mx.zeros((x.capacity, 1)), coord_manager=m)
+    _same_identity(same, x)
+    assert m.insert_coords(x.coords) == x.coord_key
+    # another stride, another count or another array object: another key
+    assert not SparseTensor(x.coords, x.feats, 2, coord_manager=m).same_coords(x)
+    assert not SparseTensor(mx.array(CLOUDS[name]), x.feats, coord_manager=m).same_coords(x)
+    if x.capacity:
+        fewer = SparseTensor(x.coords, x.feats, coord_manager=m, active_rows=x.capacity - 1)
+        assert not fewer.same_coords(x) and fewer.active_count == x.capacity - 1
+    # an output onto that target keeps the input's key (the target is the input's set)
+    if x.capacity:
+        out = ops.conv3d(x, mx.ones((1, 3, 1, 1, 2)), kernel_size=(3, 1, 1), coordinates=same)
+        _same_identity(out, x)

@@ -146,9 +146,9 @@ class SparseTensor:
             self._active = active_rows  # as given (None: every row), for replace()
             self._live = n if active_rows is None else self._check_active(active_rows, n, op)
             if coord_key is None:
+                # the key this array object already has in the manager (same rows, stride), else new
                 coord_manager = coord_manager or CoordinateManager()
-                live_coords = self.coords if self._live == n else self.coords[: self._live]
-                coord_key = coord_manager.insert(live_coords, self.stride, op=op)
+                coord_key = coord_manager._insert_array(self.coords, self.stride, self._live, op)
             elif coord_manager.size(coord_key) != self._live:
                 raise ValueError(
                     f"[{op}] coord_key holds {coord_manager.size(coord_key)} rows, tensor has {self._live}"
