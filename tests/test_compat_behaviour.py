@@ -518,7 +518,16 @@ def test_unsupported_dtypes_are_type_and_value_errors():
         lattice.SparseTensor(_coords().astype(np.float32), np.ones((len(_coords()), 2), np.float32))
 
 
-BEHAVIOUR_CHECKS: dict = {}
+def _normalized_pointwise_is_the_projection():
+    x = lattice.SparseTensor(
+        mx.array([[0, 0, 0, 0], [0, 1, 0, 0]], mx.int32), mx.array([[2.0, 3.0], [1.0, 0.0]])
+    )
+    w = mx.array([[[4.0], [5.0]]])  # mapped (1, C_in, C_out)
+    got = mlx_lattice.ops.normalized_subm_conv3d(x, w, kernel_size=1)
+    np.testing.assert_allclose(np.asarray(got.feats), [[23.0], [4.0]], rtol=1e-6)
+
+
+BEHAVIOUR_CHECKS: dict = {"normalized 1x1x1 kernel": _normalized_pointwise_is_the_projection}
 
 
 def test_behaviour_list_and_checks_agree():

@@ -155,3 +155,33 @@ def test_one_array_in_one_manager_is_one_key(name):
     if x.capacity:
         out = ops.conv3d(x, mx.ones((1, 3, 1, 1, 2)), kernel_size=(3, 1, 1), coordinates=same)
         _same_identity(out, x)
+
+
+# ---- conv argument forms (issue 17) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CLOUDS))
+def test_a_pointwise_weight_may_be_a_matrix(name):
+    x = _tensor(name, channels=3)
+    w = mx.array(np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32))  # (C_out, C_in)
+    b = mx.array([1.0, -1.0, 0.5, 0.0])
+    want = np.asarray(x.feats) @ np.asarray(w).T + np.asarray(b)
+    for out in (
+        ops.conv3d(x, w, b, kernel_size=1),
+        ops.subm_conv3d(x, w, b, kernel_size=1),
+        ops.conv3d(x, w.reshape(4, 1, 1, 1, 3), b, kernel_size=1),
+    ):
+        _same_identity(out, x)
+        np.testing.assert_allclose(np.asarray(out.feats), want.reshape(-1, 4), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"or \(C_out, C_in\) for a 1x1x1 kernel"):
+        ops.conv3d(x, w, kernel_size=3)
+
+
+def test_geometry_errors_come_before_weight_errors():
+    x = _tensor("line", channels=1)
+    for op in (ops.subm_conv3d, ops.normalized_subm_conv3d):
+        with pytest.raises(ValueError, match=r"needs odd kernel_size values, got \(2, 2, 2\)"):
+            op(x, mx.ones((2, 1, 1)), kernel_size=2)
+    for op in (ops.conv_transpose3d, ops.generative_conv_transpose3d, ops.normalized_conv_transpose3d):
+        with pytest.raises(ValueError, match="the transposed stride must divide the tensor stride"):
+            op(x, mx.ones((2, 1, 1)))

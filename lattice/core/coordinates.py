@@ -424,6 +424,7 @@ def transposed_level(in_stride: Triple, stride: Triple, op: str) -> Triple:
     """The level a transposed relation lands on: ``in_stride / stride`` (which must divide)."""
     if any(a % b for a, b in zip(in_stride, stride, strict=True)):
         raise ValueError(
-            f"[{op}] tensor stride {in_stride} is not divisible by the transposed stride {stride}"
+            f"[{op}] tensor stride {in_stride} is not divisible by the transposed stride {stride} "
+            "(the transposed stride must divide the tensor stride)"
         )
     return tuple(a // b for a, b in zip(in_stride, stride, strict=True))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from lattice.core._checks import dtype_name
+from lattice.core.coordinates import transposed_level
 from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
 from lattice.core.relation import KernelRelation, RelationKind
@@ -26,7 +27,8 @@ from lattice.routing.registry import dispatch
 def mapped_weight(
     weight: mx.array | QuantizedWeight, spec: KernelSpec, op: str
 ) -> mx.array | QuantizedWeight:
-    """Weight as (K, C_in, C_out) from MLX's dense (C_out, Kx, Ky, Kz, C_in) or mapped layout.
+    """Weight as (K, C_in, C_out) from MLX's dense (C_out, Kx, Ky, Kz, C_in) or mapped layout
+    (for a 1x1x1 kernel also a pointwise (C_out, C_in) matrix, as ``linear`` takes).
 
     A packed ``QuantizedWeight`` is checked against the kernel and returned as is (the
     packed routes dequantize it).
@@ -44,6 +46,8 @@ def mapped_weight(
                 f"[{op}] dense weight kernel {(kx, ky, kz)} does not match kernel_size {spec.size}"
             )
         return weight.reshape(c_out, spec.volume, c_in).transpose(1, 2, 0)
+    if weight.ndim == 2 and spec.volume == 1:  # pointwise (C_out, C_in): the one offset's matrix
+        return weight.T[None]
     if weight.ndim == 3:
         if weight.shape[0] != spec.volume:
             raise ValueError(
@@ -51,8 +55,8 @@ def mapped_weight(
             )
         return weight
     raise ValueError(
-        f"[{op}] weight must be dense (C_out, Kx, Ky, Kz, C_in) or mapped (K, C_in, C_out), "
-        f"got shape {tuple(weight.shape)}"
+        f"[{op}] weight must be dense (C_out, Kx, Ky, Kz, C_in) or mapped (K, C_in, C_out) "
+        f"(or (C_out, C_in) for a 1x1x1 kernel), got shape {tuple(weight.shape)}"
     )
 
 
@@ -130,6 +134,11 @@ class ConvPlan:
 def _plan(op, x: SparseTensor, weight, bias, kind, spec, coordinates, *, eps=None, device=None) -> ConvPlan:
     """The plan of every conv op (``eps`` given: the normalised form)."""
     _check_input(x, op)
+    # the geometry first: a kernel or stride no weight could fix is named as such
+    if kind is RelationKind.SUBMANIFOLD and not spec.is_odd:
+        raise ValueError(f"[{op}] submanifold convolution needs odd kernel_size values, got {spec.size}")
+    if kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE):
+        transposed_level(x.stride, spec.stride, op)
     normalized = eps is not None
     w = mapped_weight(weight, spec, op)
     c_in, c_out = _channels(w)
