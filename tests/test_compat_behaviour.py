@@ -335,10 +335,9 @@ def test_dense_feature_forms():
     _same(rms_norm_features(f, s), lattice.ops.rms_norm(f, weight=s))
 
 
-def test_devoxelize_and_voxelize_with_quantization_are_lattice_s():
-    from mlx_lattice.ops import devoxelize, voxelize_with_quantization
+def test_devoxelize_maps_to_lattice_s():
+    from mlx_lattice.ops import devoxelize
 
-    assert voxelize_with_quantization is lattice.ops.voxelize_with_quantization
     c = _coords()
     voxels = lattice.SparseTensor(c, np.random.default_rng(4).normal(size=(len(c), 3)).astype(np.float32))
     pts = mx.array(np.random.default_rng(5).uniform(-6, 6, size=(40, 3)).astype(np.float32))
@@ -519,7 +518,16 @@ def test_unsupported_dtypes_are_type_and_value_errors():
         lattice.SparseTensor(_coords().astype(np.float32), np.ones((len(_coords()), 2), np.float32))
 
 
-BEHAVIOUR_CHECKS: dict = {}
+def _normalized_pointwise_is_the_projection():
+    x = lattice.SparseTensor(
+        mx.array([[0, 0, 0, 0], [0, 1, 0, 0]], mx.int32), mx.array([[2.0, 3.0], [1.0, 0.0]])
+    )
+    w = mx.array([[[4.0], [5.0]]])  # mapped (1, C_in, C_out)
+    got = mlx_lattice.ops.normalized_subm_conv3d(x, w, kernel_size=1)
+    np.testing.assert_allclose(np.asarray(got.feats), [[23.0], [4.0]], rtol=1e-6)
+
+
+BEHAVIOUR_CHECKS: dict = {"normalized 1x1x1 kernel": _normalized_pointwise_is_the_projection}
 
 
 def test_behaviour_list_and_checks_agree():

@@ -189,7 +189,7 @@ def test_a_lazily_counted_set_is_checked_and_exported_by_its_live_rows():
         )
     comp = xl.export_components()  # the whole buffer and its count
     assert comp.coords.shape[0] == xl.capacity and comp.active_rows.tolist() == [x.active_count]
-    assert lattice.SparseTensor.from_components(comp).same_coords(x)
+    assert lattice.SparseTensor.from_components(comp).same_rows(x)
     np.testing.assert_array_equal(np.asarray(xl.batch_counts), np.asarray(x.batch_counts))
     assert len(xl) == x.active_count and xl.shape == x.shape
     # the CPU table a CPU route asks for holds only the live rows

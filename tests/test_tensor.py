@@ -191,12 +191,14 @@ def test_coord_key_checks():
     m1, m2 = CoordinateManager(), CoordinateManager()
     k1 = m1.insert(C)
     k2 = m2.insert(C)
-    with pytest.raises(ValueError, match=r"^\[SparseTensor\] coord_key needs the coord_manager that made it"):
+    with pytest.raises(
+        ValueError, match=r"^\[SparseTensor\] coord_manager is required when coord_key is set"
+    ):
         SparseTensor(C, _feats(), coord_key=k1)
     with pytest.raises(
         ValueError,
-        match=rf"^\[SparseTensor\] coordinate key {k2.id} \(manager {m2.id}\) "
-        rf"does not belong to manager {m1.id}",
+        match=rf"^\[SparseTensor\] coord_key {k2.id} \(manager {m2.id}\) "
+        rf"does not belong to coord_manager {m1.id}",
     ):
         SparseTensor(C, _feats(), coord_key=k2, coord_manager=m1)
     with pytest.raises(
@@ -276,7 +278,7 @@ def test_active_rows_ignores_rows_past_the_count():
     assert comps.coords.shape == (6, 4) and comps.feats.shape == (6, 3)
     assert comps.active_rows.dtype == mx.int32 and comps.active_rows.tolist() == [4]
     y = SparseTensor.from_components(comps)
-    assert (y.capacity, y.active_count) == (6, 4) and y.same_coords(x)
+    assert (y.capacity, y.active_count) == (6, 4) and y.same_rows(x) and not y.same_coords(x)
 
 
 # ---- derived tensors --------------------------------------------------------------------------
@@ -299,21 +301,44 @@ def test_replace_keeps_the_key_when_coords_are_unchanged():
 
 def test_reuse_coords_from():
     x = SparseTensor(C, _feats())
-    f = SparseTensor(C[::-1].copy(), _feats() + 1)
+    f = x.replace(feats=_feats() + 1)
     y = f.reuse_coords_from(x)
-    assert y.coord_key == x.coord_key
+    assert y.coord_key == x.coord_key and y.coord_manager is x.coord_manager and y.coords is x.coords
     np.testing.assert_array_equal(np.asarray(y.feats), _feats() + 1)
-    with pytest.raises(ValueError, match=r"^\[reuse_coords_from\] row counts differ: 3 and 4"):
-        SparseTensor(C[:3], _feats(3)).reuse_coords_from(x)
+    msg = r"^\[reuse_coords_from\] sparse tensor coordinates must match"
+    for other in (
+        SparseTensor(C.copy(), _feats() + 1),  # equal rows, another manager
+        SparseTensor(C, _feats() + 1, coord_manager=x.coord_manager),  # equal rows, another key
+        SparseTensor(C[::-1].copy(), _feats() + 1),  # other order
+        SparseTensor(C[:3], _feats(3)),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            other.reuse_coords_from(x)
 
 
-def test_same_coords():
+def test_same_coords_is_identity_and_same_rows_compares_rows():
     x = SparseTensor(C, _feats())
-    assert x.same_coords(x)
-    assert x.same_coords(SparseTensor(C.copy(), _feats(c=1)))  # another manager, same rows
-    assert not x.same_coords(SparseTensor(C[[1, 0, 2, 3]], _feats()))  # same set, other order
-    assert not x.same_coords(SparseTensor(C, _feats(), 2))
-    assert not x.same_coords(SparseTensor(C[:3], _feats(3)))
+    assert x.same_coords(x) and x.same_rows(x)
+    y = x.replace(feats=_feats(c=1))  # the same key and manager
+    assert y.same_coords(x) and y.same_rows(x)
+    for equal in (
+        SparseTensor(C.copy(), _feats(c=1)),  # another manager, same rows
+        SparseTensor(mx.array(C), _feats()),
+        SparseTensor(x.coords, _feats()),  # the same array object, another manager
+        SparseTensor(C, _feats(), coord_manager=x.coord_manager),  # same manager, another key
+    ):
+        assert not x.same_coords(equal) and x.same_rows(equal) and equal.same_rows(x)
+    for other in (
+        SparseTensor(C[[1, 0, 2, 3]], _feats()),  # same set, other order
+        SparseTensor(C, _feats(), 2),
+        SparseTensor(C[:3], _feats(3)),
+    ):
+        assert not x.same_coords(other) and not x.same_rows(other)
+    empty = SparseTensor(np.zeros((0, 4), np.int32), np.zeros((0, 2), np.float32))
+    assert empty.same_coords(empty) and not empty.same_coords(
+        empty.replace(coords=np.zeros((0, 4), np.int32))
+    )
+    assert empty.same_rows(SparseTensor(np.zeros((0, 4), np.int32), np.zeros((0, 1), np.float32)))
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32, mx.int32])
@@ -340,7 +365,7 @@ def test_export_and_from_components_round_trip():
     with pytest.raises(dataclasses.FrozenInstanceError):
         comps.stride = (1, 1, 1)
     y = SparseTensor.from_components(comps)
-    assert y.stride == (2, 4, 2) and y.same_coords(x) and y.coord_manager is not x.coord_manager
+    assert y.stride == (2, 4, 2) and y.same_rows(x) and y.coord_manager is not x.coord_manager
     np.testing.assert_array_equal(np.asarray(y.feats), _feats())
     np.testing.assert_array_equal(np.asarray(y.batch_counts), [2, 0, 2])
     # a dict of the same names still works; stride as arrays (as read back from an NPZ file)

@@ -97,6 +97,10 @@ class CoordinateManager(DocumentedNames):
         self._downsampled: dict[tuple[int, Triple], Downsample] = {}
         self._interned: dict[tuple[str, int, Triple], CoordinateMapKey] = {}
         self._by_object: dict[tuple[int, int, Triple], tuple[mx.array, CoordinateMapKey]] = {}
+        # the caller's (N, 4) int32 array of a set made by ``insert``: ``coords(key)`` returns
+        # that object, so tensors on the set (an op's output on its input's or target's
+        # support) share it
+        self._arrays: dict[int, mx.array] = {}
 
     def __repr__(self) -> str:
         lazy = ", lazy_rows=True" if self.lazy_rows else ""
@@ -117,7 +121,9 @@ class CoordinateManager(DocumentedNames):
         """
         coords = coords_array(coords, op)
         stride = int_triple(stride, "stride", op, minimum=1)
-        return self.adopt(build_set(coords, op), stride)
+        key = self.adopt(build_set(coords, op), stride)
+        self._arrays[key.id] = coords
+        return key
 
     def adopt(self, table, stride=1) -> CoordinateMapKey:
         """Registers a table made by lattice's own coordinate functions (quantize, union,
@@ -198,9 +204,11 @@ class CoordinateManager(DocumentedNames):
         return hit
 
     def coords(self, key: CoordinateMapKey) -> mx.array:
-        """The (N, 4) int32 coordinates of a set (a lazily counted set's whole buffer)."""
+        """The (N, 4) int32 coordinates of a set (a lazily counted set's whole buffer); for a
+        set made by ``insert``, the very array object it was given."""
         self.check_key(key)
-        return self._tables[key.id].coords
+        own = self._arrays.get(key.id)
+        return self._tables[key.id].coords if own is None else own
 
     def size(self, key: CoordinateMapKey) -> int:
         """Rows in the set (a lazily counted set's count is read once)."""

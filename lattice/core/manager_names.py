@@ -31,11 +31,16 @@ class DocumentedNames:
     def insert_coords(self, coords: mx.array, stride=1, active_rows=None) -> CoordinateMapKey:
         """``insert`` of the first ``active_rows`` rows (None: all) of an int32 / int64 ``(N, 4)``
         array; inserting the same array object with the same count and stride again gives
-        the same key."""
+        the same key (as a SparseTensor made on it in this manager has)."""
         validate_coords(coords)
         op = "insert_coords"
         stride = int_triple(stride, "stride", op, minimum=1)
         n = coords.shape[0] if active_rows is None else checked_count(active_rows, coords.shape[0], op)
+        return self._insert_array(coords, stride, n, op)
+
+    def _insert_array(self, coords: mx.array, stride, n: int, op: str) -> CoordinateMapKey:
+        """The key of the first ``n`` rows of the int32 array ``coords`` at ``stride``: the one
+        this array object already has here (same count and stride), else a new ``insert``."""
         hit = self._by_object.get((id(coords), n, stride))
         if hit is not None and hit[0] is coords:
             return hit[1]

@@ -119,12 +119,18 @@ class SparseTensor:
         self._count = None  # the set's RowCount where a builder returned an upper-bound buffer
         if coord_key is not None:
             if coord_manager is None:
-                raise ValueError(f"[{op}] coord_key needs the coord_manager that made it")
+                raise ValueError(f"[{op}] coord_manager is required when coord_key is set")
+            if isinstance(coord_key, CoordinateMapKey) and not coord_manager.owns(coord_key):
+                raise ValueError(
+                    f"[{op}] coord_key {coord_key.id} (manager {coord_key.manager_id}) does not "
+                    f"belong to coord_manager {coord_manager.id}"
+                )
             coord_manager.check_key(coord_key, op)
             if coord_key.stride != self.stride:
                 raise ValueError(
                     f"[{op}] coord_key stride {coord_key.stride} differs from stride {self.stride}"
                 )
+            self._check_owned(coords, coord_manager, coord_key, op)
             self._count = coord_manager.row_count(coord_key)
         if self._count is not None:
             # A set built under lazy_rows(): its whole buffer, its count not read here.
@@ -140,9 +146,9 @@ class SparseTensor:
             self._active = active_rows  # as given (None: every row), for replace()
             self._live = n if active_rows is None else self._check_active(active_rows, n, op)
             if coord_key is None:
+                # the key this array object already has in the manager (same rows, stride), else new
                 coord_manager = coord_manager or CoordinateManager()
-                live_coords = self.coords if self._live == n else self.coords[: self._live]
-                coord_key = coord_manager.insert(live_coords, self.stride, op=op)
+                coord_key = coord_manager._insert_array(self.coords, self.stride, self._live, op)
             elif coord_manager.size(coord_key) != self._live:
                 raise ValueError(
                     f"[{op}] coord_key holds {coord_manager.size(coord_key)} rows, tensor has {self._live}"
@@ -152,6 +158,20 @@ class SparseTensor:
         self._batch_counts = None if batch_counts is None else self._check_counts(batch_counts, op)
 
     # ---- validation helpers ------------------------------------------------------
+
+    def _check_owned(self, given, manager: CoordinateManager, key: CoordinateMapKey, op: str) -> None:
+        """With a key, the coordinates are the key's own: for a set made by ``insert``, the
+        array ``manager.coords(key)`` itself where ``coords`` is an mx.array of its row count
+        (another object raises, equal values or not); NumPy / list coordinates are converted
+        and must hold its rows."""
+        own = manager._arrays.get(key.id)
+        if own is None or own is self.coords or own.shape[0] != self.coords.shape[0]:
+            return
+        if isinstance(given, mx.array) or not bool(mx.array_equal(own, self.coords).item()):
+            raise ValueError(
+                f"[{op}] coords must be the manager-owned array for coord_key "
+                "(coord_manager.coords(coord_key)), got another array"
+            )
 
     @staticmethod
     def _check_active(active_rows, n: int, op: str) -> int:
@@ -299,14 +319,25 @@ class SparseTensor:
         )
 
     def reuse_coords_from(self, other: SparseTensor) -> SparseTensor:
-        """This tensor's features on ``other``'s coordinates (same row count required)."""
-        if other.capacity != self.capacity:
-            raise ValueError(f"[reuse_coords_from] row counts differ: {self.capacity} and {other.capacity}")
+        """This tensor's features on ``other``'s coordinate identity (its array, key, manager,
+        count and batch counts); both must already share it (``same_coords``)."""
+        if not self.same_coords(other):
+            raise ValueError(
+                "[reuse_coords_from] sparse tensor coordinates must match: the tensors hold "
+                "different coordinate keys (align them with sparse_alignment / reindex_sparse)"
+            )
         return other.replace(feats=self.feats)
 
     def same_coords(self, other: SparseTensor) -> bool:
-        """True when both tensors hold the same coordinate rows in the same order."""
-        if self.coord_manager is other.coord_manager and self.coord_key == other.coord_key:
+        """Whether both tensors share coordinate identity: one manager and one key (so one
+        set of rows, in one order). Equal rows held under another key or manager are not the
+        same identity; ``same_rows`` compares the rows themselves."""
+        return self.coord_manager is other.coord_manager and self.coord_key == other.coord_key
+
+    def same_rows(self, other: SparseTensor) -> bool:
+        """Whether both tensors hold the same live coordinate rows in the same order at the
+        same stride (true under ``same_coords``; else compares the rows: one host read)."""
+        if self.same_coords(other):
             return True
         if self.stride != other.stride or self.active_count != other.active_count:
             return False

@@ -59,7 +59,7 @@ def join_plan(
         join,
         len(tensors),
         tuple(t.run_rows for t in tensors),
-        all(first.same_coords(t) for t in tensors[1:]),
+        all(first.same_rows(t) for t in tensors[1:]),
         requested_device(None),
     )
     route = route_join(req)

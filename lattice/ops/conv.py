@@ -45,17 +45,17 @@ def mapped_weight(
                 f"[{op}] dense weight kernel {(kx, ky, kz)} does not match kernel_size {spec.size}"
             )
         return weight.reshape(c_out, spec.volume, c_in).transpose(1, 2, 0)
+    if weight.ndim == 2 and spec.volume == 1:  # pointwise (C_out, C_in): the one offset's matrix
+        return weight.T[None]
     if weight.ndim == 3:
         if weight.shape[0] != spec.volume:
             raise ValueError(
                 f"[{op}] mapped weight has {weight.shape[0]} offsets, kernel_size {spec.size} has {spec.volume}"
             )
         return weight
-    if weight.ndim == 2 and spec.volume == 1:
-        return weight.T[None]
     raise ValueError(
-        f"[{op}] weight must be dense (C_out, Kx, Ky, Kz, C_in) or mapped (K, C_in, C_out), "
-        f"got shape {tuple(weight.shape)}"
+        f"[{op}] weight must be dense (C_out, Kx, Ky, Kz, C_in) or mapped (K, C_in, C_out) "
+        f"(or (C_out, C_in) for a 1x1x1 kernel), got shape {tuple(weight.shape)}"
     )
 
 

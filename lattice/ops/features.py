@@ -45,8 +45,8 @@ def with_feats(x: SparseTensor, feats: mx.array) -> SparseTensor:
     if x.lazy:  # the live rows of a lazily counted set: back into its buffer
         pad = mx.zeros((x.capacity - feats.shape[0], feats.shape[1]), dtype=feats.dtype)
         return x.replace(feats=mx.concatenate([feats, pad], axis=0))
-    n = x.active_count
-    out = SparseTensor(x.coords[:n], feats, x.stride, coord_key=x.coord_key, coord_manager=x.coord_manager)
+    coords = x.coord_manager.coords(x.coord_key)  # the key's own array of the live rows
+    out = SparseTensor(coords, feats, x.stride, coord_key=x.coord_key, coord_manager=x.coord_manager)
     out._batch_counts = x._batch_counts  # same rows: already checked, not read again
     return out
 
