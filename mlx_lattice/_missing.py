@@ -82,12 +82,7 @@ LIMITED: dict[tuple[str, str], str] = {}
 
 #: Behaviour the reference pages state that lattice lacks (each is a strict-xfail test in
 #: tests/test_compat_behaviour.py, which fails once lattice has it: then drop the entry).
-BEHAVIOUR: dict[str, str] = {
-    "normalized 1x1x1 kernel": (
-        "a 1x1x1 kernel of the normalized convolutions bypasses the weight normalization "
-        "(the plain pointwise projection); lattice normalises it like any other kernel"
-    ),
-}
+BEHAVIOUR: dict[str, str] = {}
 
 
 class NotProvidedError(ImportError):

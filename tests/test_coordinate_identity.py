@@ -183,5 +183,7 @@ def test_geometry_errors_come_before_weight_errors():
         with pytest.raises(ValueError, match=r"need an odd kernel_size on every axis, got \(2, 2, 2\)"):
             op(x, mx.ones((2, 1, 1)), kernel_size=2)
     for op in (ops.conv_transpose3d, ops.generative_conv_transpose3d, ops.normalized_conv_transpose3d):
-        with pytest.raises(ValueError, match=r"the transposed stride \(2, 2, 2\) must divide the tensor stride \(1, 1, 1\)"):
+        with pytest.raises(
+            ValueError, match=r"the transposed stride \(2, 2, 2\) must divide the tensor stride \(1, 1, 1\)"
+        ):
             op(x, mx.ones((2, 1, 1)))

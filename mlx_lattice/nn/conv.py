@@ -1,6 +1,7 @@
 """Sparse convolution modules (documented ``mlx_lattice.nn.conv``).
 
-``Conv3d``, ``SubmConv3d`` and ``NormalizedSubmConv3d`` are lattice's own classes. The
+``Conv3d`` and ``SubmConv3d`` are lattice's own classes; ``NormalizedSubmConv3d`` is
+lattice's subclassed to skip the normalisation of a 1x1x1 kernel, as documented. The
 four transposed modules are lattice's subclassed to run :mod:`mlx_lattice.ops.conv`'s
 transposed adapters (odd kernel offsets numbered from 0, as 0.6.3 does); their
 ``to_quantized`` gives :mod:`mlx_lattice.nn.quantized_conv`'s twins. Called as
@@ -10,8 +11,15 @@ transposed adapters (odd kernel offsets numbered from 0, as 0.6.3 does); their
 from __future__ import annotations
 
 from lattice import nn as _nn
-from lattice.nn import Conv3d, NormalizedSubmConv3d, SubmConv3d
+from lattice.nn import Conv3d, SubmConv3d
 from mlx_lattice.ops import conv as _conv
+
+
+class NormalizedSubmConv3d(_nn.NormalizedSubmConv3d):
+    """:class:`lattice.nn.NormalizedSubmConv3d`; a 1x1x1 kernel is the plain pointwise
+    projection, as documented."""
+
+    _op = staticmethod(_conv.normalized_subm_conv3d)
 
 
 class _Indexed:
