@@ -98,31 +98,68 @@ class FeatureSpec:
     ``y_local``/``z_local`` (offset from the voxel centre in voxel units, in [-0.5, 0.5)),
     or a point attribute; ``aliases`` are other attribute names accepted for it (e.g.
     ``remission`` for ``intensity``).
+
+    For an attribute that some clouds lack (KITTI remission, say):
+
+    - ``missing``: the raw value used for every point when the cloud has neither the
+      attribute nor an alias (None, the default: such a cloud is an error);
+    - ``indicator``: the channel is not the attribute's value but whether the cloud has
+      it: 1 for every point when it does, 0 when it does not (then ``(v - mean) / std``).
+
+    A model trained with the pair ``FeatureSpec("intensity", m, s, ("remission",), missing=m)``
+    and ``FeatureSpec("intensity", aliases=("remission",), indicator=True)`` reads the
+    attribute where a cloud has it and runs on clouds without it.
     """
 
     name: str
     mean: float = 0.0
     std: float = 1.0
     aliases: tuple[str, ...] = ()
+    missing: float | None = None
+    indicator: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.indicator, bool):
+            raise BundleError(
+                f"feature {self.name!r}: indicator must be true or false, got {self.indicator!r}"
+            )
+        if self.name in GEOMETRIC_FEATURES and (self.indicator or self.missing is not None):
+            raise BundleError(
+                f"feature {self.name!r} is computed from the coordinates: it takes no 'missing' or 'indicator'"
+            )
+        if self.missing is not None:
+            object.__setattr__(self, "missing", _number(self.missing, f"feature {self.name!r} missing"))
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> FeatureSpec:
-        d = _object(d, where, {"name", "mean", "std", "aliases"})
+        d = _object(d, where, {"name", "mean", "std", "aliases", "missing", "indicator"})
         aliases = d.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise BundleError(f"{where}.aliases must be a list of names, got {aliases!r}")
-        return cls(
-            _name(d.get("name"), f"{where}.name"),
-            _number(d.get("mean", 0.0), f"{where}.mean"),
-            _number(d.get("std", 1.0), f"{where}.std", positive=True),
-            tuple(aliases),
-        )
+        missing, indicator = d.get("missing"), d.get("indicator", False)
+        if not isinstance(indicator, bool):
+            raise BundleError(f"{where}.indicator must be true or false, got {indicator!r}")
+        try:
+            return cls(
+                _name(d.get("name"), f"{where}.name"),
+                _number(d.get("mean", 0.0), f"{where}.mean"),
+                _number(d.get("std", 1.0), f"{where}.std", positive=True),
+                tuple(aliases),
+                None if missing is None else _number(missing, f"{where}.missing"),
+                indicator,
+            )
+        except BundleError as e:
+            raise BundleError(f"{where}: {e}") from None
 
     def to_json(self) -> dict:
         """The ``features`` entry of ``model.json``."""
         d: dict[str, Any] = {"name": self.name, "mean": self.mean, "std": self.std}
         if self.aliases:
             d["aliases"] = list(self.aliases)
+        if self.missing is not None:
+            d["missing"] = self.missing
+        if self.indicator:
+            d["indicator"] = True
         return d
 
 
