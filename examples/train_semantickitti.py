@@ -30,7 +30,7 @@ the channel where present and does not depend on it.
 
 Each step takes ``--batch`` scans (collated as a batch). Each is augmented: random point
 dropout (up to ``--point-dropout``), rotation about z, mirror, roll / pitch (σ ``--tilt``°),
-scale 0.9-1.1, per-point jitter (σ 1 cm), a height shift (σ ``--z-shift``); with
+scale 0.9-1.1, per-point jitter (σ 1 cm, clipped at 5 cm), a height shift (σ ``--z-shift``); with
 probability ``--mix`` it is mixed with a second scan (instance-free: the points of one on
 one side of a random vertical plane through the sensor, the other's on the other side).
 Voxels take the majority label of their points. The loss is the class-weighted
@@ -137,12 +137,14 @@ def raw_to_learning(raw: np.ndarray) -> np.ndarray:
 
 
 class Scan(NamedTuple):
-    """A labelled scan: xyz float32 (N, 3), remission float32 (N,) or None, learning ids (N,)."""
+    """A labelled scan: xyz float32 (N, 3), remission float32 (N,) or None, learning ids (N,),
+    the sensor's probable position."""
 
     name: str
     points: np.ndarray
     remission: np.ndarray | None
     labels: np.ndarray
+    sensor: np.ndarray  # (3,): where the sensor probably is (``sensor_xy``, z = 0); augment centres on it
 
     def cloud(self) -> PointCloud:
         """As ``lattice model-run`` reads it (remission as ``intensity``)."""
@@ -155,25 +157,26 @@ def load_scan(data: Path, name: str) -> Scan:
         cloud = read_points(data / f"{name}.bin")
         raw = np.fromfile(data / f"{name}.label", dtype=np.uint32)
         rem = np.asarray(cloud.attributes["intensity"], np.float32)
-        return Scan(name, np.asarray(cloud.points, np.float32), rem, raw_to_learning(raw))
+        pts = np.asarray(cloud.points, np.float32)
+        return Scan(name, pts, rem, raw_to_learning(raw), np.array([*sensor_xy(pts), 0.0], np.float32))
     prefix, number = name.rsplit("_", 1)
     pts = np.load(data / f"{prefix}_points_{number}.npy", allow_pickle=False).astype(np.float32)
     lab = np.load(data / f"{prefix}_labels_{number}.npy", allow_pickle=False).reshape(-1).astype(np.int32)
-    return Scan(name, pts, None, lab)
+    return Scan(name, pts, None, lab, np.array([*sensor_xy(pts), 0.0], np.float32))
 
 
 def sensor_xy(pts: np.ndarray) -> np.ndarray:
-    """Where the scan's sensor probably is in x, y: the origin, unless the bounding box's
-    centre is more than 20 m from it (demo_000700 spans y -157..-25), then that centre."""
-    centre = (pts[:, :2].min(axis=0) + pts[:, :2].max(axis=0)) / 2
-    return centre if np.hypot(*centre) > 20 else np.zeros(2)
+    """Where the scan's sensor probably is in x, y: the origin, unless 99 % of the points are
+    more than 10 m from it (demo_000700: 29.5 m at least, y -157..-25), then the bounding
+    box's centre."""
+    if np.percentile(np.hypot(pts[:, 0], pts[:, 1]), 1) <= 10:
+        return np.zeros(2)
+    return (pts[:, :2].min(axis=0) + pts[:, :2].max(axis=0)) / 2
 
 
 def augment(scan: Scan, rng: np.random.Generator, args) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """(points float64, remission or None, labels) of one augmented copy of ``scan``."""
-    keep = rng.random(len(scan.points)) >= rng.uniform(0, args.point_dropout)
-    pts = scan.points[keep].astype(np.float64)
-    pts[:, :2] -= sensor_xy(scan.points)
+    """(points float32, remission or None, labels) of one augmented copy of ``scan``."""
+    keep = rng.random(len(scan.points), dtype=np.float32) >= rng.uniform(0, args.point_dropout)
     a = rng.uniform(0, 2 * np.pi)
     c, s = np.cos(a), np.sin(a)
     rot = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
@@ -182,10 +185,16 @@ def augment(scan: Scan, rng: np.random.Generator, args) -> tuple[np.ndarray, np.
     tx, ty = np.radians(rng.normal(0, args.tilt, size=2))
     tilt_x = np.array([[1, 0, 0], [0, np.cos(tx), -np.sin(tx)], [0, np.sin(tx), np.cos(tx)]])
     tilt_y = np.array([[np.cos(ty), 0, np.sin(ty)], [0, 1, 0], [-np.sin(ty), 0, np.cos(ty)]])
-    pts = pts @ (tilt_x @ tilt_y @ rot).T * rng.uniform(0.9, 1.1)
-    pts += np.clip(rng.normal(0, 0.01, pts.shape), -0.05, 0.05)
-    pts[:, :2] += rng.uniform(0, args.voxel_size, size=2)
-    pts[:, 2] += rng.normal(0, args.z_shift)
+    m = (tilt_x @ tilt_y @ rot).T * rng.uniform(0.9, 1.1)
+    shift = np.array([*rng.uniform(0, args.voxel_size, size=2), rng.normal(0, args.z_shift)])
+    pts = scan.points[keep]
+    jitter = rng.standard_normal(pts.shape, dtype=np.float32)
+    np.clip(jitter, -5.0, 5.0, out=jitter)
+    pts = pts - scan.sensor
+    m, shift = m.astype(np.float32), shift.astype(np.float32)
+    # column by column: NumPy's (N, 3) @ (3, 3) took 48 ms for 120k points here, this 3 ms
+    cols = [pts[:, 0] * m[0, j] + pts[:, 1] * m[1, j] + pts[:, 2] * m[2, j] + shift[j] for j in range(3)]
+    pts = np.stack(cols, axis=1) + jitter * np.float32(0.01)
     rem = None if scan.remission is None else scan.remission[keep]
     return pts, rem, scan.labels[keep]
 
@@ -217,7 +226,7 @@ def host_batch(scans: list[Scan], pre: Preprocessing, args, step: int, stream: s
     rng = np.random.default_rng([args.seed, step, 0 if stream == "train" else 1])
     parts = [sample_scan(scans, rng, args) for _ in range(args.batch)]
     feats = [point_features(p, {} if r is None else {REMISSION[0]: r}, pre) for p, r, _ in parts]
-    pts = np.concatenate([p for p, _, _ in parts]).astype(np.float32)
+    pts = np.concatenate([p for p, _, _ in parts])
     batch = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p) for p, _, _ in parts])
     return pts, np.concatenate(feats), np.concatenate([lab for _, _, lab in parts]), batch
 
