@@ -49,7 +49,9 @@ uninterrupted one would; a DIR without a checkpoint starts afresh (one command l
 every call). When the last step is done: precise BatchNorm (running statistics averaged
 over ``--bn-passes`` augmented batches), then ``OUTPUT/final/``: ``float32/`` (the full
 bundle), ``NAME/`` (the bundle to ship, float32 if its weights are at most 10 MB, else
-int8, else int4; with README, train.log, scores), and ``scores.json``.
+int8, else int4, or as ``--ship`` says; with README, train.log, scores), and
+``scores.json``. ``--finish`` does this when the call stops, whatever the step (a run cut
+short); the scores then say at which step.
 """
 
 from __future__ import annotations
@@ -437,7 +439,7 @@ def train(args) -> None:
         pending = pool.submit(host_batch, scans, pre, args, step + 1)
         x, y = voxel_batch(*host, pre)
         rows = np.flatnonzero(y > 0).astype(np.int32)
-        optimizer.learning_rate = mx.array(learning_rate(step, max(total, args.warmup + 1), args), mx.float32)
+        optimizer.learning_rate = mx.array(learning_rate(step, total or 10**9, args), mx.float32)
         (loss, ce), grads = grad_step(model, x, mx.array(y[rows] - 1), mx.array(rows))
         optimizer.update(model, grads)
         mx.eval(loss, ce, model.parameters(), optimizer.state)
@@ -455,7 +457,7 @@ def train(args) -> None:
         if step % args.log_every == 0 or step == total:
             lo, c = np.mean(running, axis=0)
             msg = (
-                f"step {step:5d}/{total}  loss {lo:.4f} (ce {c:.4f})  lr {learning_rate(step - 1, max(total, 1), args):.2e}  "
+                f"step {step:5d}/{total}  loss {lo:.4f} (ce {c:.4f})  lr {learning_rate(step - 1, total or 10**9, args):.2e}  "
                 f"{np.mean(voxels):,.0f} voxels  {np.median(timed[-len(running) :]):.3f} s/step  {trained_seconds:6.0f} s"
             )
             if val is not None and args.eval_every and (step % args.eval_every == 0 or step == total):
@@ -469,6 +471,7 @@ def train(args) -> None:
         lines,
     )
     meta = training_metadata(args, train_names, trained_seconds, total)
+    meta["training"]["steps_done"] = step
     state = {
         "step": step,
         "total": total,
@@ -481,7 +484,7 @@ def train(args) -> None:
     save_checkpoint(ckpt, model, optimizer, state, pre, meta)
     (out / "train.log").write_text("\n".join(lines) + "\n")
     print(f"checkpoint saved: {ckpt} (step {step})", flush=True)
-    if total and step >= total:
+    if (total and step >= total) or args.finish:
         finish(args, model, pre, scans, val, lines, meta)
         (out / "train.log").write_text("\n".join(lines) + "\n")
 
@@ -496,7 +499,7 @@ def training_metadata(args, train_names, seconds: float, total: int) -> dict:
         except ValueError:
             return str(v)
 
-    skip = ("output", "resume", "overwrite", "stop_at")
+    skip = ("output", "resume", "overwrite", "stop_at", "finish")
     return {
         "training": {
             "script": "examples/train_semantickitti.py",
@@ -520,7 +523,8 @@ def finish(args, model, pre, scans, val, lines, meta) -> None:
     save = dict(preprocessing=pre, outputs=outputs(), domain=domain, metadata=meta)
     full = save_model(model, final / "float32", name=args.name, **save)
     ship, storage = final / args.name, None
-    for bits in (None, 8, 4):
+    choices = {"auto": (None, 8, 4), "float32": (None,), "int8": (8,), "int4": (4,)}[args.ship]
+    for bits in choices:
         bundle = load_model(full, quantize_bits=bits)
         shutil.rmtree(ship, ignore_errors=True)
         save_model(bundle.model, ship, name=args.name, **save)
@@ -545,7 +549,8 @@ def finish(args, model, pre, scans, val, lines, meta) -> None:
     s = segmentation_scores(target.labels, no_rem.labels, range(1, N_CLASSES + 1))
     results["float32_without_remission"] = scores_json(s, outputs().names)
     log(f"{what}, float32, remission withheld: acc {s.accuracy:.4f} mIoU {s.miou:.4f}", lines)
-    meta = {**meta, "scores": {"scan": target.name, "storage": storage, **results}}
+    scores = {"scan": target.name, "step": meta["training"]["steps_done"], "storage": storage, **results}
+    meta = {**meta, "scores": scores}
     bundle = load_model(ship)
     save_model(bundle.model, ship, name=args.name, **{**save, "metadata": meta})
     (final / "scores.json").write_text(json.dumps(meta["scores"], indent=1) + "\n")
@@ -562,7 +567,7 @@ def readme(args, meta: dict, table: str, storage: str) -> str:
         f"""# {args.name}
 
 A MinkUNet14 (width {args.width}, {args.voxel_size} m voxels) for SemanticKITTI's 19 classes,
-trained by `examples/train_semantickitti.py` (seed {args.seed}, {t["total_steps"]} steps,
+trained by `examples/train_semantickitti.py` (seed {args.seed}, {t["steps_done"]} of {t["total_steps"]} steps,
 {t["train_seconds"] / 60:.1f} min of training on {mx.default_device()}) on {", ".join(t["train_scans"])}.
 Weights stored as {storage}.
 
@@ -637,6 +642,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--minutes", type=float, default=8.0, help="wall minutes of this call")
     ap.add_argument(
         "--reserve", type=float, default=None, help="seconds kept for saving (default 60 cpu, 90 gpu)"
+    )
+    ap.add_argument(
+        "--finish",
+        action="store_true",
+        help="finish (BatchNorm, bundles, scores) when this call stops, at any step",
+    )
+    ap.add_argument(
+        "--ship",
+        choices=("auto", "float32", "int8", "int4"),
+        default="auto",
+        help="the shipped bundle's storage (auto: the first of float32, int8, int4 at most 10 MB)",
     )
     ap.add_argument(
         "--stop-at", type=int, default=None, help="stop this call after this step (testing resume)"
