@@ -407,6 +407,7 @@ def train(args) -> None:
             f"{'val ' + args.val_scan if val else 'held out ' + HELD_OUT + ' (scored once, at the end)'}", lines)  # fmt: skip
         log(f"arguments {json.dumps(run_args(args))}", lines)
         log(f"preprocessing {json.dumps(pre.to_json())}", lines)
+    log("$ python " + " ".join(sys.argv), lines)
     params = sum(v.size for _, v in tree_flatten(model.parameters()))
     log(f"MinkUNet14 width {args.width}: {params:,} values; batch {args.batch}", lines)
 
@@ -485,7 +486,8 @@ def train(args) -> None:
     (out / "train.log").write_text("\n".join(lines) + "\n")
     print(f"checkpoint saved: {ckpt} (step {step})", flush=True)
     if (total and step >= total) or args.finish:
-        finish(args, model, pre, scans, val, lines, meta)
+        # the held-out scan is scored only once the last step is done; a --val-scan at any finish
+        finish(args, model, pre, scans, val, lines, meta, score=val is not None or step >= total > 0)
         (out / "train.log").write_text("\n".join(lines) + "\n")
 
 
@@ -513,8 +515,9 @@ def training_metadata(args, train_names, seconds: float, total: int) -> dict:
     }
 
 
-def finish(args, model, pre, scans, val, lines, meta) -> None:
-    """BatchNorm recalibration, the float32 and shipped bundles, and the one held-out score."""
+def finish(args, model, pre, scans, val, lines, meta, *, score: bool = True) -> None:
+    """BatchNorm recalibration, the float32 and shipped bundles and (``score``) the scores on
+    the ``--val-scan`` or the one held-out score."""
     final = args.output / "final"
     shutil.rmtree(final, ignore_errors=True)
     recalibrate_batch_norm(model, scans, pre, args, args.bn_passes)
@@ -533,6 +536,20 @@ def finish(args, model, pre, scans, val, lines, meta) -> None:
         log(f"{storage} weights: {size / 1e6:.1f} MB", lines)
         if size <= MAX_BUNDLE_BYTES:
             break
+    if not score:
+        step = meta["training"]["steps_done"]
+        note = (
+            f"Not scored: the run stopped at step {step} of {meta['training']['total_steps']} (`--finish`), "
+            f"and the held-out {HELD_OUT} is scored only after the last step. Score it once, when this "
+            f"is the bundle kept: `python examples/evaluate_segmentation.py {args.name}`."
+        )
+        meta = {**meta, "scores": {"scan": None, "step": step, "storage": storage}}
+        bundle = load_model(ship)
+        save_model(bundle.model, ship, name=args.name, **{**save, "metadata": meta})
+        (ship / "train.log").write_text("\n".join(lines) + "\n")
+        (ship / "README.md").write_text(readme(args, meta, note, storage, lines))
+        log(f"unscored bundle (step {step}): {ship} ({storage})", lines)
+        return
     target = val if val is not None else load_scan(args.data, HELD_OUT)
     what = f"val {target.name}" if val is not None else f"held-out {target.name}"
     results = {}
@@ -555,14 +572,21 @@ def finish(args, model, pre, scans, val, lines, meta) -> None:
     save_model(bundle.model, ship, name=args.name, **{**save, "metadata": meta})
     (final / "scores.json").write_text(json.dumps(meta["scores"], indent=1) + "\n")
     (ship / "train.log").write_text("\n".join(lines) + "\n")
-    (ship / "README.md").write_text(readme(args, meta, table, storage))
+    (ship / "README.md").write_text(readme(args, meta, table, storage, lines))
     log(f"shipped bundle: {ship} ({storage})", lines)
 
 
-def readme(args, meta: dict, table: str, storage: str) -> str:
+def readme(args, meta: dict, table: str, storage: str, lines: list[str]) -> str:
     """The bundle's README: what it is, how it was made, its scores, its licence."""
     t, sc = meta["training"], meta["scores"]
-    cmd = " ".join(sys.argv)
+    cmd = "\n    ".join(line[2:] for line in lines if line.startswith("$ ")) or "python " + " ".join(sys.argv)
+    rows = "".join(
+        f"| {k} | {v['overall_accuracy']:.3f} | {v['miou_present']:.3f} |\n"
+        for k, v in sc.items()
+        if isinstance(v, dict)
+    )
+    if rows:
+        rows = "\n| weights | overall accuracy | mIoU |\n| --- | ---: | ---: |\n" + rows
     return (
         f"""# {args.name}
 
@@ -571,18 +595,11 @@ trained by `examples/train_semantickitti.py` (seed {args.seed}, {t["steps_done"]
 {t["train_seconds"] / 60:.1f} min of training on {mx.default_device()}) on {", ".join(t["train_scans"])}.
 Weights stored as {storage}.
 
-Scores on {sc["scan"]} (every point, as `lattice model-run` predicts it, float32 weights):
+Scores on {sc["scan"] or "no scan yet"} (every point, as `lattice model-run` predicts it, float32 weights):
 
 {table}
-
-| weights | overall accuracy | mIoU |
-| --- | ---: | ---: |
 """
-        + "".join(
-            f"| {k} | {v['overall_accuracy']:.3f} | {v['miou_present']:.3f} |\n"
-            for k, v in sc.items()
-            if isinstance(v, dict)
-        )
+        + rows
         + f"""
 Inputs: a constant, normalised height, sub-voxel offsets, remission (`intensity` /
 `remission`; clouds without it get the training mean) and a has-remission channel.
@@ -591,7 +608,7 @@ tilt, scale, jitter, instance-free mixing of two scans), class-weighted cross-en
 plus {args.lovasz} × Lovász-softmax, AdamW with a cosine schedule. See `train.log` and
 `docs/models.md`.
 
-Last command (a run may span several resumed calls; `train.log` has them all):
+Commands (one per call; a run may span several resumed calls, see `train.log`):
 
     {cmd}
 
