@@ -48,7 +48,7 @@ randomness is ``numpy.random.default_rng([seed, step])``, so a resumed run draws
 uninterrupted one would; a DIR without a checkpoint starts afresh (one command line serves
 every call). When the last step is done: precise BatchNorm (running statistics averaged
 over ``--bn-passes`` augmented batches), then ``OUTPUT/final/``: ``float32/`` (the full
-bundle), ``NAME/`` (the bundle to ship, float32 if its weights are at most 10 MB, else
+bundle), ``int8/`` (unless NAME is int8), ``NAME/`` (the bundle to ship, float32 if its weights are at most 10 MB, else
 int8, else int4, or as ``--ship`` says; with README, train.log, scores), and
 ``scores.json``. ``--finish`` does this when the call stops, whatever the step (a run cut
 short); the scores then say at which step.
@@ -536,6 +536,8 @@ def finish(args, model, pre, scans, val, lines, meta, *, score: bool = True) -> 
         log(f"{storage} weights: {size / 1e6:.1f} MB", lines)
         if size <= MAX_BUNDLE_BYTES:
             break
+    if storage != "int8":  # int8 too, small enough to come back from a device machine (16 MiB a file)
+        save_model(load_model(full, quantize_bits=8).model, final / "int8", name=args.name, **save)
     if not score:
         step = meta["training"]["steps_done"]
         note = (
