@@ -209,3 +209,54 @@ def test_training_resumes_exactly(tmp_path, monkeypatch):
     # a resume with other training arguments is refused
     with pytest.raises(SystemExit, match="arguments differ"):
         train.main([*common, "--output", str(tmp_path / "b"), "--resume", str(tmp_path / "b"), "--mix", "0"])
+
+
+def test_height_above_min_against_brute_force():
+    from lattice.models.neighbourhood import height_above_min
+
+    rng = np.random.default_rng(3)
+    pts = np.column_stack([rng.uniform(-20, 30, 400), rng.uniform(5, 40, 400), rng.normal(100, 5, 400)])
+    got = height_above_min(pts, 7.0)
+    cell = np.floor(pts[:, :2] / 7.0)
+    near = (np.abs(cell[:, None, :] - cell[None, :, :]) <= 1).all(axis=2)  # 3 x 3 block of cells
+    want = pts[:, 2] - np.where(near, pts[None, :, 2], np.inf).min(axis=1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    assert height_above_min(np.zeros((0, 3)), 1.0).shape == (0,)
+
+
+def test_planarity_against_brute_force():
+    from lattice.models.neighbourhood import planarity
+
+    rng = np.random.default_rng(4)
+    plane = np.column_stack([rng.uniform(0, 4, 300), rng.uniform(0, 4, 300), rng.normal(0.5, 0.01, 300)])
+    blob = rng.uniform(10, 14, size=(300, 3))
+    pts = np.concatenate([plane, blob, [[50.5, 50.5, 50.5], [50.6, 50.5, 50.5]]])
+    got = planarity(pts, 4.0)
+    keys = np.floor(pts / 4.0)
+    for i in (0, 150, 300, 450, 600):
+        same = (keys == keys[i]).all(axis=1)
+        if same.sum() < 3:
+            assert got[i] == 0.0
+            continue
+        lam = np.sort(np.linalg.eigvalsh(np.cov(pts[same].T, bias=True)))[::-1]
+        assert got[i] == pytest.approx((lam[1] - lam[2]) / lam[0], abs=1e-9)
+    assert got[:300].min() > 0.8 and got[300:600].max() < 0.5  # a plane and a volume
+
+
+def test_neighbourhood_features_in_a_bundle():
+    pre = Preprocessing(
+        1.0, (FeatureSpec("height_above_min", 2.0, 3.0, scale=10.0), FeatureSpec("planarity", scale=2))
+    )
+    assert Preprocessing.from_json(json.loads(json.dumps(pre.to_json()))) == pre
+    assert pre.to_json()["features"][0]["scale"] == 10.0
+    pts = np.random.default_rng(0).normal(scale=5, size=(200, 3))
+    from lattice.models.neighbourhood import height_above_min
+
+    f = point_features(pts, {}, pre)
+    np.testing.assert_allclose(f[:, 0], (height_above_min(pts, 10.0) - 2.0) / 3.0, rtol=1e-5, atol=1e-6)
+    with pytest.raises(BundleError, match="'scale'"):
+        FeatureSpec("planarity")
+    with pytest.raises(BundleError, match="'scale'"):
+        FeatureSpec("z", scale=1.0)
+    with pytest.raises(BundleError, match=r"features\[0\].*scale must be a positive"):
+        Preprocessing.from_json({"voxel_size": 1, "features": [{"name": "planarity", "scale": -1}]})

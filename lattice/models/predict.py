@@ -31,6 +31,7 @@ import numpy as np
 
 from lattice.io import PointCloud
 from lattice.models.bundle import ModelBundle
+from lattice.models.neighbourhood import NEIGHBOURHOOD_FEATURES
 from lattice.models.spec import INTERPOLATIONS, FeatureSpec, Preprocessing
 from lattice.ops import devoxelize, voxelize
 
@@ -105,6 +106,8 @@ def point_features(
                 u = (pts - np.asarray(pre.origin)) / np.asarray(pre.voxel_size)
                 local = u - np.floor(u) - 0.5
             v = local[:, _LOCAL[spec.name]]
+        elif spec.name in NEIGHBOURHOOD_FEATURES:
+            v = NEIGHBOURHOOD_FEATURES[spec.name](pts, spec.scale)
         elif spec.indicator:
             v = np.full(len(pts), 0.0 if attribute_key(spec, attributes) is None else 1.0)
         elif spec.missing is not None and attribute_key(spec, attributes) is None:
