@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lattice.io import PointCloud
-from lattice.models.predict import feature_attribute
+from lattice.models.predict import attribute_key, feature_attribute
 from lattice.models.spec import GEOMETRIC_FEATURES, Domain, FeatureSpec, Preprocessing, ValueStats
 
 MEAN_SIGMAS = 3.0
@@ -78,8 +78,9 @@ class _Moments:
 
 
 def attribute_features(pre: Preprocessing) -> tuple[FeatureSpec, ...]:
-    """The input features that read a point attribute (not ``ones``, coordinates or offsets)."""
-    return tuple(f for f in pre.features if f.name not in GEOMETRIC_FEATURES)
+    """The input features that read a point attribute's values (not ``ones``, coordinates,
+    offsets or ``indicator`` channels, which only say whether a cloud has the attribute)."""
+    return tuple(f for f in pre.features if f.name not in GEOMETRIC_FEATURES and not f.indicator)
 
 
 def points_per_voxel(points: np.ndarray, voxel_size, origin=(0.0, 0.0, 0.0)) -> float:
@@ -118,7 +119,9 @@ def _values(cloud: PointCloud, pre: Preprocessing, *, missing_ok: bool) -> dict[
         try:
             v = feature_attribute(spec, cloud.attributes)[finite]
         except ValueError:
-            if missing_ok:
+            # a cloud may lack an attribute the model fills in (``missing``): its statistics
+            # are then those of the clouds that have it
+            if missing_ok or (spec.missing is not None and attribute_key(spec, cloud.attributes) is None):
                 continue
             raise
         out[spec.name] = v[np.isfinite(v)]

@@ -31,6 +31,7 @@ import numpy as np
 
 from lattice.io import PointCloud
 from lattice.models.bundle import ModelBundle
+from lattice.models.neighbourhood import NEIGHBOURHOOD_FEATURES
 from lattice.models.spec import INTERPOLATIONS, FeatureSpec, Preprocessing
 from lattice.ops import devoxelize, voxelize
 
@@ -62,17 +63,24 @@ class Prediction:
         return int(self.voxel_labels.shape[0])
 
 
-def feature_attribute(spec: FeatureSpec, attributes: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The float64 values of the point attribute that feeds ``spec`` (its name or an alias)."""
+def attribute_key(spec: FeatureSpec, attributes: Mapping[str, np.ndarray]) -> str | None:
+    """The key of ``attributes`` that feeds ``spec`` (its name or an alias, any case), or None."""
     lower = {k.lower(): k for k in attributes}
     for name in (spec.name, *spec.aliases):
         key = name if name in attributes else lower.get(name.lower())
-        if key is None:
-            continue
+        if key is not None:
+            return key
+    return None
+
+
+def feature_attribute(spec: FeatureSpec, attributes: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The float64 values of the point attribute that feeds ``spec`` (its name or an alias)."""
+    key = attribute_key(spec, attributes)
+    if key is not None:
         a = np.asarray(attributes[key])
         if a.ndim != 1 or a.dtype.kind not in "biuf":
             raise ValueError(
-                f"the model's input feature {name!r} must be a numeric (N,) attribute, got {a.dtype} {a.shape}"
+                f"the model's input feature {key!r} must be a numeric (N,) attribute, got {a.dtype} {a.shape}"
             )
         return a.astype(np.float64)
     wanted = " or ".join(repr(n) for n in (spec.name, *spec.aliases))
@@ -98,6 +106,12 @@ def point_features(
                 u = (pts - np.asarray(pre.origin)) / np.asarray(pre.voxel_size)
                 local = u - np.floor(u) - 0.5
             v = local[:, _LOCAL[spec.name]]
+        elif spec.name in NEIGHBOURHOOD_FEATURES:
+            v = NEIGHBOURHOOD_FEATURES[spec.name](pts, spec.scale)
+        elif spec.indicator:
+            v = np.full(len(pts), 0.0 if attribute_key(spec, attributes) is None else 1.0)
+        elif spec.missing is not None and attribute_key(spec, attributes) is None:
+            v = np.full(len(pts), spec.missing)
         else:
             v = feature_attribute(spec, attributes)
         cols.append((v - spec.mean) / spec.std)
@@ -207,4 +221,12 @@ def predict_cloud(bundle: ModelBundle, cloud: PointCloud, **kwargs) -> Predictio
     return predict_points(bundle, cloud.points, cloud.attributes, **kwargs)
 
 
-__all__ = ["DEVICES", "Prediction", "feature_attribute", "point_features", "predict_cloud", "predict_points"]
+__all__ = [
+    "DEVICES",
+    "Prediction",
+    "attribute_key",
+    "feature_attribute",
+    "point_features",
+    "predict_cloud",
+    "predict_points",
+]

@@ -37,7 +37,9 @@ BUNDLE_FORMAT = "lattice.model/1"
 TASKS = ("segmentation", "classification")
 INTERPOLATIONS = ("nearest", "linear")
 # Feature names computed from the points themselves; any other name is a point attribute.
-GEOMETRIC_FEATURES = ("ones", "x", "y", "z", "x_local", "y_local", "z_local")
+GEOMETRIC_FEATURES = ("ones", "x", "y", "z", "x_local", "y_local", "z_local", "height_above_min", "planarity")
+# Geometric features computed over a neighbourhood of size ``scale`` (lattice.models.neighbourhood).
+NEIGHBOURHOOD_NAMES = ("height_above_min", "planarity")
 
 
 class BundleError(ValueError):
@@ -97,32 +99,83 @@ class FeatureSpec:
     ``name``: ``ones`` (a constant 1), ``x``/``y``/``z`` (the coordinate), ``x_local`` /
     ``y_local``/``z_local`` (offset from the voxel centre in voxel units, in [-0.5, 0.5)),
     or a point attribute; ``aliases`` are other attribute names accepted for it (e.g.
-    ``remission`` for ``intensity``).
+    ``remission`` for ``intensity``), or ``height_above_min`` / ``planarity``, computed over
+    a neighbourhood of size ``scale`` (:mod:`lattice.models.neighbourhood`).
+
+    For an attribute that some clouds lack (KITTI remission, say):
+
+    - ``missing``: the raw value used for every point when the cloud has neither the
+      attribute nor an alias (None, the default: such a cloud is an error);
+    - ``indicator``: the channel is not the attribute's value but whether the cloud has
+      it: 1 for every point when it does, 0 when it does not (then ``(v - mean) / std``).
+
+    A model trained with the pair ``FeatureSpec("intensity", m, s, ("remission",), missing=m)``
+    and ``FeatureSpec("intensity", aliases=("remission",), indicator=True)`` reads the
+    attribute where a cloud has it and runs on clouds without it.
     """
 
     name: str
     mean: float = 0.0
     std: float = 1.0
     aliases: tuple[str, ...] = ()
+    missing: float | None = None
+    indicator: bool = False
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.name in NEIGHBOURHOOD_NAMES) != (self.scale is not None):
+            raise BundleError(
+                f"feature {self.name!r}: 'scale' (a neighbourhood size) is needed by "
+                f"{' and '.join(NEIGHBOURHOOD_NAMES)} and taken by no other feature"
+            )
+        if self.scale is not None:
+            object.__setattr__(
+                self, "scale", _number(self.scale, f"feature {self.name!r} scale", positive=True)
+            )
+        if not isinstance(self.indicator, bool):
+            raise BundleError(
+                f"feature {self.name!r}: indicator must be true or false, got {self.indicator!r}"
+            )
+        if self.name in GEOMETRIC_FEATURES and (self.indicator or self.missing is not None):
+            raise BundleError(
+                f"feature {self.name!r} is computed from the coordinates: it takes no 'missing' or 'indicator'"
+            )
+        if self.missing is not None:
+            object.__setattr__(self, "missing", _number(self.missing, f"feature {self.name!r} missing"))
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> FeatureSpec:
-        d = _object(d, where, {"name", "mean", "std", "aliases"})
+        d = _object(d, where, {"name", "mean", "std", "aliases", "missing", "indicator", "scale"})
         aliases = d.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise BundleError(f"{where}.aliases must be a list of names, got {aliases!r}")
-        return cls(
-            _name(d.get("name"), f"{where}.name"),
-            _number(d.get("mean", 0.0), f"{where}.mean"),
-            _number(d.get("std", 1.0), f"{where}.std", positive=True),
-            tuple(aliases),
-        )
+        missing, indicator = d.get("missing"), d.get("indicator", False)
+        if not isinstance(indicator, bool):
+            raise BundleError(f"{where}.indicator must be true or false, got {indicator!r}")
+        try:
+            return cls(
+                _name(d.get("name"), f"{where}.name"),
+                _number(d.get("mean", 0.0), f"{where}.mean"),
+                _number(d.get("std", 1.0), f"{where}.std", positive=True),
+                tuple(aliases),
+                None if missing is None else _number(missing, f"{where}.missing"),
+                indicator,
+                None if d.get("scale") is None else _number(d["scale"], f"{where}.scale", positive=True),
+            )
+        except BundleError as e:
+            raise BundleError(f"{where}: {e}") from None
 
     def to_json(self) -> dict:
         """The ``features`` entry of ``model.json``."""
         d: dict[str, Any] = {"name": self.name, "mean": self.mean, "std": self.std}
         if self.aliases:
             d["aliases"] = list(self.aliases)
+        if self.missing is not None:
+            d["missing"] = self.missing
+        if self.indicator:
+            d["indicator"] = True
+        if self.scale is not None:
+            d["scale"] = self.scale
         return d
 
 
@@ -384,6 +437,7 @@ __all__ = [
     "BUNDLE_FORMAT",
     "GEOMETRIC_FEATURES",
     "INTERPOLATIONS",
+    "NEIGHBOURHOOD_NAMES",
     "TASKS",
     "DEFAULT_IGNORE",
     "BundleError",
