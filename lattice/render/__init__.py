@@ -118,7 +118,7 @@ def subsample(n: int, max_points: int | None, seed: int = 0) -> np.ndarray | Non
 
 def _auto_size(n: int, area: int, voxel_px: float | None) -> int:
     if voxel_px is not None:
-        return int(min(max(round(voxel_px), 1), 12))
+        return int(min(max(np.ceil(voxel_px - 0.05), 1), 16))
     return int(min(max(round(0.9 * np.sqrt(area / max(n, 1))), 1), 4))
 
 
@@ -170,7 +170,7 @@ def render_picture(
         caption = "perspective" if view == "perspective" else f"{view} (orthographic)"
         draw.text((lay.labels[view].x0, lay.labels[view].y0), caption, fill=(90, 90, 90), font=_font(lay))
         if proj.scale:
-            draw_scalebar(draw, lay.scalebars[view], proj.scale, about.unit or "units", lay.font_size)
+            draw_scalebar(draw, lay.scalebars[view], proj.scale, about.unit, lay.font_size)
     draw_title(draw, lay.title, list(lines), lay.font_size)
     legend = colorbar = None
     if colouring.kind == "classes":

@@ -120,7 +120,8 @@ def draw_scalebar(draw, box: Box, px_per_unit: float, unit: str, fs: int) -> Box
     draw.rectangle([x0, y, x0 + n, y + 3], fill=INK)
     draw.rectangle([x0, y - 3, x0 + 1, y + 6], fill=INK)
     draw.rectangle([x0 + n - 1, y - 3, x0 + n, y + 6], fill=INK)
-    label = f"{fmt(length)} {unit}".strip()
+    unit = unit or ("unit" if length == 1 else "units")
+    label = f"{fmt(length)} {unit}"
     f = font(fs)
     draw.text((x0 + n + 8, y - fs // 2), label, fill=INK, font=f)
     return Box(x0, y - 3, int(x0 + n + 8 + draw.textlength(label, font=f)), y + 7)
