@@ -17,11 +17,11 @@ def _hex(codes: str) -> tuple[RGB, ...]:
     return tuple(tuple(int(c[i : i + 2], 16) for i in (0, 2, 4)) for c in codes.split())
 
 
-# Tableau 10, then Kelly's 22 colours without white and black (ordered for contrast).
+# Tableau 10, then colours of Kelly's and Tableau 20 kept only where every pair of the 24
+# differs by at least 55 (RGB distance): no two classes look alike.
 QUALITATIVE: tuple[RGB, ...] = _hex(
-    "1f77b4 ff7f0e 2ca02c d62728 9467bd 8c564b e377c2 7f7f7f bcbd22 17becf "
-    "f3c300 875692 f38400 a1caf1 be0032 c2b280 848482 008856 e68fac 0067a5 "
-    "f99379 604e97 f6a600 b3446c dcd300 882d17 8db600 654522 e25822 2b3d26"
+    "1f77b4 ff7f0e 2ca02c d62728 9467bd 8c564b e377c2 7f7f7f bcbd22 17becf f3c300 a1caf1 "
+    "c2b280 008856 f99379 604e97 882d17 8db600 2b3d26 98df8a f7b6d2 637939 000080 ff1493"
 )
 
 # ASPRS LAS classification codes (lattice.io.ASPRS_CLASSES): the colours GIS tools use.
@@ -80,7 +80,7 @@ _VIRIDIS = np.array(
 
 
 def qualitative(rank: int) -> RGB:
-    """The colour of the ``rank``-th id present (0-based), cycling after 30."""
+    """The colour of the ``rank``-th id present (0-based), cycling after 24."""
     return QUALITATIVE[rank % len(QUALITATIVE)]
 
 
