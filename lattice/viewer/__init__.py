@@ -129,7 +129,7 @@ def build_page(
     if total > len(finite):
         note += f" {total - len(finite):,} points with non-finite coordinates are left out."
     n = len(shown)
-    size = point_size or (1 if n > 500_000 else 2 if n > 50_000 else 3)
+    size = point_size or (1 if n > 500_000 else 2 if n > 20_000 else 3)
     data = {
         "name": about.name, "kind": about.kind, "n": n, "total": total, "note": note.strip(),
         "up": f"{upa.axis} ({upa.reason})", "lo": lo.tolist(), "span": span.tolist(), "radius": radius,
