@@ -24,8 +24,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from lattice.data import ROOM_CLASSES, synthetic_room
 from lattice.io import PointCloud, write_points
 from lattice.render import About, read_for_render, render_picture
@@ -69,8 +67,15 @@ def main() -> None:
     out = ap.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
     room = labelled_room()
-    pic = render_picture(room, width=1100, height=480, point_size=2, about=About("demo room (no ceiling)", unit="m"))
-    print("render_room_labels.png", save_small(pic.image, out / "render_room_labels.png"), "bytes;", pic.title[1])
+    pic = render_picture(
+        room, width=1100, height=480, point_size=2, about=About("demo room (no ceiling)", unit="m")
+    )
+    print(
+        "render_room_labels.png",
+        save_small(pic.image, out / "render_room_labels.png"),
+        "bytes;",
+        pic.title[1],
+    )
     with tempfile.TemporaryDirectory() as tmp:
         from lattice.pipeline import run_demo
         from lattice.viewer import write_view
@@ -81,7 +86,12 @@ def main() -> None:
         keep = cloud.points[:, 2] < 2.9  # the ceiling's voxels would hide the floor from above
         pic = render_picture(cloud.select(keep), color="feature:intensity", width=1100,
                              height=420, about=about)  # fmt: skip
-        print("render_room_voxels.png", save_small(pic.image, out / "render_room_voxels.png"), "bytes;", pic.title[1])
+        print(
+            "render_room_voxels.png",
+            save_small(pic.image, out / "render_room_voxels.png"),
+            "bytes;",
+            pic.title[1],
+        )
         page = Path(tmp) / "room.html"
         write_points(Path(tmp) / "room_labels.ply", room)
         write_view(Path(tmp) / "room_labels.ply", page)
