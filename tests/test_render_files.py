@@ -166,3 +166,26 @@ def test_model_class_table_names_the_legend():
         ("car", (100, 150, 245)),
         ("road", (255, 0, 255)),
     ]
+
+
+def test_model_run_npz_class_table_names_the_legend(tmp_path):
+    import json
+
+    from lattice.io.npz import save_npz
+
+    rng = np.random.default_rng(1)
+    table = [
+        {"id": 0, "name": "unlabeled", "color": [0, 0, 0]},
+        {"id": 9, "name": "road", "color": [255, 0, 255]},
+    ]
+    path = tmp_path / "out.npz"
+    with open(path, "wb") as f:
+        save_npz(f, {"points": rng.normal(size=(300, 3)) * [5, 5, 0.5], "pred_label": rng.choice([0, 9], 300),
+                     "classes": np.array(json.dumps(table))})  # fmt: skip
+    cloud, about = read_for_render(path)
+    pic = render_picture(cloud, about=about, width=400, height=200)
+    assert pic.colouring.source == "model classes"
+    assert [(e.name, e.color) for e in pic.colouring.legend] == [
+        ("unlabeled", (0, 0, 0)),
+        ("road", (255, 0, 255)),
+    ]

@@ -95,7 +95,30 @@ def read_for_render(
         edge = float(np.max(sf.voxel_size * sf.stride))
         return cloud, About(os.path.basename(label), "voxels", edge, _unit(cloud))
     cloud = read_points(src, format=format, columns=columns)
+    if cloud.format == "npz":
+        cloud = _with_npz_classes(cloud, src)
     return cloud, About(os.path.basename(label), "points", None, _unit(cloud))
+
+
+def _with_npz_classes(cloud: PointCloud, src) -> PointCloud:
+    """``cloud`` with the class table of a ``model-run`` NPZ (its JSON ``classes`` member) as the
+    ``class ID NAME R G B`` comments a ``model-run`` PLY carries, so both draw the same legend."""
+    import json
+    import zipfile
+    from dataclasses import replace
+
+    try:
+        if hasattr(src, "seek"):
+            src.seek(0)
+        with zipfile.ZipFile(src) as zf, zf.open("classes.npy") as f:
+            table = json.loads(str(np.lib.format.read_array(f, allow_pickle=False).reshape(())))
+        rows = [f"class {int(c['id'])} {str(c['name']).replace(' ', '_')} {' '.join(str(int(v)) for v in c['color'])}"
+                for c in table]  # fmt: skip
+    except (KeyError, OSError, ValueError, TypeError, zipfile.BadZipFile):
+        return cloud
+    field = "pred_label" if "pred_label" in cloud.attributes else "label"
+    comments = [*cloud.metadata.get("comments", []), f"lattice model-run labels: {field}", *rows]
+    return replace(cloud, metadata={**cloud.metadata, "comments": comments})
 
 
 def _unit(cloud: PointCloud) -> str:
