@@ -104,3 +104,21 @@ def test_voxel_page_draws_in_chromium(tmp_path):
     dom = dump_dom(page)
     body = re.search(r"<body[^>]*>", dom.stdout).group(0)
     assert f'data-drawn="{s["shown"]}"' in body and 'data-errors=""' in body, body
+
+
+def test_open_opens_the_page_in_the_browser(tmp_path, monkeypatch):
+    import webbrowser
+
+    from typer.testing import CliRunner
+
+    from lattice_cli.main import app
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    src = tmp_path / "c.npz"
+    from lattice.io import write_points
+
+    write_points(src, _cloud(500))
+    res = CliRunner().invoke(app, ["view", str(src), "-o", str(tmp_path / "c.html"), "--open"])
+    assert res.exit_code == 0, res.output
+    assert opened == [(tmp_path / "c.html").resolve().as_uri()]
