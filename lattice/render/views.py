@@ -116,12 +116,16 @@ def _screen(enu: np.ndarray, view: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def project(points: np.ndarray, up: str, view: str, width: int, height: int) -> Projection:
-    """Project finite ``points`` (N, 3) for ``view`` into a ``width x height`` pixel area; the
-    0.5..99.5 percentile box of the points fills it (outliers fall outside and are not drawn)."""
+    """Project finite ``points`` (N, 3) for ``view`` into a ``width x height`` pixel area. Every
+    point is framed, unless an axis has far outliers (its full range over 1.5 x its 0.5..99.5
+    percentile range): then that percentile range fills the area and the outliers fall outside."""
     centre = np.median(points, axis=0) if len(points) else np.zeros(3)
     enu = (points - centre) @ frame(up).T
     uv, depth = _screen(enu, view)
     lo, hi = np.percentile(uv, [0.5, 99.5], axis=0) if len(uv) else (np.zeros(2), np.ones(2))
+    full_lo, full_hi = (uv.min(axis=0), uv.max(axis=0)) if len(uv) else (lo, hi)
+    whole = (full_hi - full_lo) <= 1.5 * (hi - lo)  # no far outliers on that axis: frame every point
+    lo, hi = np.where(whole, full_lo, lo), np.where(whole, full_hi, hi)
     span = np.maximum(hi - lo, 1e-12) * 1.06
     scale = float(min(width / span[0], height / span[1]))
     mid = (lo + hi) / 2
