@@ -26,7 +26,7 @@ _NAMES = {
     "explain": "lattice.routing.explain",
 }
 _SUBPACKAGES = (
-    "_ext", "backends", "core", "data", "errors", "io", "models", "nn", "ops", "pipeline", "render", "routing", "settings",
+    "_ext", "backends", "core", "data", "errors", "io", "models", "nn", "ops", "pipeline", "render", "routing", "settings", "viewer",
 )  # fmt: skip
 
 __all__ = [

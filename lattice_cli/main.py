@@ -12,6 +12,7 @@ from lattice_cli.commands import model_run as model_run_cmd
 from lattice_cli.commands import pool as pool_cmd
 from lattice_cli.commands import render as render_cmd
 from lattice_cli.commands import upsample as upsample_cmd
+from lattice_cli.commands import view as view_cmd
 from lattice_cli.commands import voxelize as voxelize_cmd
 from lattice_cli.common import EXIT_USAGE
 
@@ -65,6 +66,7 @@ app.command("convert")(convert_cmd.convert)
 app.command("info")(info_cmd.info)
 app.command("model-run")(model_run_cmd.model_run)
 app.command("render")(render_cmd.render)
+app.command("view")(view_cmd.view)
 app.command("explain")(explain_cmd.explain)
 app.command("backend")(info_cmd.backend)
 

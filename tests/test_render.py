@@ -61,6 +61,10 @@ def test_cli_render(tmp_path):
     assert res.exit_code == 0, res.output
     with Image.open(out) as im:
         assert im.size == (300, 150)
-    assert runner.invoke(app, ["render", str(src), "-o", str(tmp_path / "view.jpg")]).exit_code == 2
+    assert runner.invoke(app, ["render", str(src), "-o", str(tmp_path / "view.gif")]).exit_code == 2
+    res = runner.invoke(app, ["render", str(src), "-o", str(tmp_path / "view.jpg"), "--size", "320x160"])
+    assert res.exit_code == 0, res.output
+    with Image.open(tmp_path / "view.jpg") as im:
+        assert im.format == "JPEG" and im.size == (320, 160)
     res = runner.invoke(app, ["render", str(tmp_path / "missing.ply"), "-o", str(tmp_path / "x.png")])
     assert res.exit_code == 1 and not (tmp_path / "x.png").exists()
