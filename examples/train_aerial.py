@@ -3,6 +3,7 @@
     python examples/train_aerial.py --output runs/aerial          # ~10 min on 2 cores
     python examples/train_aerial.py --steps 4 --output /tmp/a     # a smoke run
     python examples/train_aerial.py --output examples/models/minkunet14-aerial-ground --overwrite
+    python examples/train_aerial.py --evaluate examples/models/minkunet14-aerial-ground   # scores only
 
 Data (``../shared/data``, see its SOURCES.md; ``--data`` names that folder):
 
@@ -191,10 +192,15 @@ def filter_scores(truth: np.ndarray, pred: np.ndarray) -> dict:
     g, ng = t == GROUND, t == NON_GROUND
     type1 = float(((p != GROUND) & g).sum() / max(g.sum(), 1))
     type2 = float(((p == GROUND) & ng).sum() / max(ng.sum(), 1))
+    acc = float((p == t).mean())
+    pg = float((p == GROUND).mean())
+    chance = g.mean() * pg + ng.mean() * (1 - pg)  # Cohen's kappa, as Pingel et al. report SMRF
+    kappa = (acc - chance) / (1 - chance) if chance < 1 else 0.0
     return {
         "points": int(m.sum()),
         "ground": int(g.sum()),
-        "accuracy": round(float((p == t).mean()), 4),
+        "accuracy": round(acc, 4),
+        "kappa": round(float(kappa), 4),
         "type_I": round(type1, 4),
         "type_II": round(type2, 4),
         "total_error": round(float((p != t).mean()), 4),
@@ -230,7 +236,31 @@ def main() -> None:
     ap.add_argument("--bn-passes", type=int, default=20)
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--evaluate", type=Path, default=None, help="only score this bundle on the held-out scans"
+    )
+    ap.add_argument("--update", action="store_true", help="with --evaluate: write the scores into the bundle")
     args = ap.parse_args()
+    if args.evaluate is not None:
+        bundle = load_model(args.evaluate)
+        scores = {}
+        for rel, f in HELD_OUT.items():
+            s = load(args.data, rel, f)
+            t0 = time.perf_counter()
+            pred = predict_cloud(bundle, PointCloud(s.points, s.attributes))
+            ms = 1e3 * (time.perf_counter() - t0)
+            scores[s.name] = filter_scores(s.labels, pred.labels)
+            print(f"{s.name}: {json.dumps(scores[s.name])} ({ms:.0f} ms)")
+        if args.update:  # the scores into model.json and README (weights untouched)
+            meta, t = dict(bundle.metadata), bundle.metadata["training"]
+            meta["held_out_scores"] = scores
+            doc = json.loads((args.evaluate / "model.json").read_text())
+            doc["metadata"] = meta
+            (args.evaluate / "model.json").write_text(json.dumps(doc, indent=2) + "\n")
+            load_model(args.evaluate, require_checksum=True)
+            run = argparse.Namespace(**{**t["arguments"], "name": bundle.name})
+            (args.evaluate / "README.md").write_text(readme(run, scores, t["steps"], t["wall_seconds"]))
+        return
     out = args.output or Path("runs") / f"aerial-{time.strftime('%Y%m%d-%H%M%S')}"
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         sys.exit(f"train_aerial.py: {out} exists and is not empty; pass --overwrite to replace it")
@@ -309,7 +339,7 @@ def main() -> None:
 
 def readme(args, scores: dict, steps: int, seconds: float) -> str:
     rows = "".join(
-        f"| {n} | {s['points']:,} | {s['accuracy']:.3f} | {s['type_I']:.3f} | {s['type_II']:.3f} | {s['total_error']:.3f} |\n"
+        f"| {n} | {s['points']:,} | {s['accuracy']:.3f} | {s['kappa']:.3f} | {s['type_I']:.3f} | {s['type_II']:.3f} | {s['total_error']:.3f} |\n"
         for n, s in scores.items()
     )
     return f"""# {args.name}
@@ -323,8 +353,8 @@ Held-out scans (never trained on; every labelled point, as `lattice model-run` p
 Type I = ground called non-ground / ground, Type II = non-ground called ground /
 non-ground, as in the ISPRS filter test):
 
-| scan | points | accuracy | Type I | Type II | total error |
-| --- | ---: | ---: | ---: | ---: | ---: |
+| scan | points | accuracy | kappa | Type I | Type II | total error |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: |
 {rows}
 Inputs: height above the local minimum (30 m and 8 m cells), planarity (3 m cells),
 sub-voxel height, return number and count where the file has them. No absolute
