@@ -353,6 +353,8 @@ def run_batch(
     from lattice.pipeline.executors import InProcessExecutor
 
     start = time.time()
+    if isinstance(inputs, str | os.PathLike | Task):
+        inputs = [inputs]
     if all(isinstance(i, Task) for i in inputs):
         tasks = list(inputs)
     elif output_dir is None:
