@@ -10,6 +10,7 @@ a worker on another machine must see the same file system at the same paths.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator, Sequence
@@ -70,8 +71,12 @@ class DaskExecutor:
             n = self.local_workers or os.cpu_count() or 1
             with (
                 worker_threads(n),
-                distributed.LocalCluster(
-                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+                distributed.LocalCluster(  # quiet: a file's errors come back with its result
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.CRITICAL,
                 ) as cluster,
                 distributed.Client(cluster) as client,
             ):
