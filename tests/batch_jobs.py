@@ -55,6 +55,18 @@ def _die(how: str) -> None:
     raise RuntimeError("asked to fail")
 
 
+def worker_pids(pid: int) -> list[int]:
+    """The pids of ``pid``'s multiprocessing workers (``spawn_main``; not its resource tracker)."""
+    found = []
+    for child in children(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def children(pid: int) -> list[int]:
     """The pids of the live child processes of ``pid`` (from /proc)."""
     found = []

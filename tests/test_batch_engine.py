@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from batch_jobs import children, digest_job, expected_bytes, temps, wait_for
+from batch_jobs import digest_job, expected_bytes, temps, wait_for, worker_pids
 from cli_helpers import LATTICE, data_file, lattice
 
 from lattice.pipeline import (
@@ -167,8 +167,9 @@ def test_cli_worker_killed_mid_batch_finishes_every_file(tmp_path):
     scans, out = _kitti_dir(tmp_path, 8), tmp_path / "vox"
     cli = subprocess.Popen([*LATTICE, "voxelize", scans, "-d", out, "-s", "0.05", "--workers", "2", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert wait_for(lambda: len(children(cli.pid)) >= 2 and any(out.glob("*.npz")), timeout=120)
-    os.kill(children(cli.pid)[0], signal.SIGKILL)
+    assert wait_for(lambda: len(worker_pids(cli.pid)) == 2 and any(out.glob("*.npz")), timeout=120)
+    os.kill(worker_pids(cli.pid)[0], signal.SIGKILL)
+    assert len(list(out.glob("*.npz"))) < 8  # mid-batch
     stdout, stderr = cli.communicate(timeout=300)
     assert cli.returncode == 0, stderr
     s = json.loads(stdout)
