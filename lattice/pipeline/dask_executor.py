@@ -66,7 +66,7 @@ class DaskExecutor:
             yield self.client
             return
         if self.address is None:
-            from lattice.pipeline.executors import worker_threads
+            from lattice.settings import worker_threads
 
             n = self.local_workers or os.cpu_count() or 1
             with (

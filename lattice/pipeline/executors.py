@@ -21,14 +21,13 @@ import os
 import signal
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
 from lattice.pipeline.batch import BatchUsageError, FileResult, Job, Task, run_one
+from lattice.settings import worker_threads
 
 OnStart = Callable[[int], None]
-_THREAD_VARS = ("LATTICE_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 class Executor(Protocol):
@@ -52,23 +51,6 @@ class InProcessExecutor:
             yield k, run_one(job, task)
 
 
-@contextmanager
-def worker_threads(workers: int) -> Iterator[None]:
-    """Give each worker process ``cpu_count // workers`` threads (unless the user set them)."""
-    threads = str(max(1, (os.cpu_count() or 1) // workers))
-    saved = {k: os.environ.get(k) for k in _THREAD_VARS}
-    for k in _THREAD_VARS:
-        os.environ.setdefault(k, threads)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def death_reason(exitcode: int | None) -> str:
     """``SIGKILL`` for a process killed by a signal, else ``exit code N``."""
     if exitcode is not None and exitcode < 0:
@@ -90,7 +72,11 @@ def _serve(conn, job: Job) -> None:
             if message is None:
                 return
             k, task = message
-            conn.send((k, run_one(job, task)))
+            result = run_one(job, task)
+            try:
+                conn.send((k, result))
+            except OSError:  # the parent is gone (killed): nobody to answer
+                return
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the parent reports it
         return
 
@@ -246,5 +232,4 @@ __all__ = [
     "ProcessExecutor",
     "death_reason",
     "executor_for",
-    "worker_threads",
 ]
