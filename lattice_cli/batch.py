@@ -78,7 +78,9 @@ class _Bar:
             else:
                 error(event.result.error)
         if self.progress is not None:
-            name = Path(event.result.input if finished else event.task.src).name
+            from rich.markup import escape
+
+            name = escape(Path(event.result.input if finished else event.task.src).name)
             self.progress.update(self.bar, total=event.total, description=name, advance=int(finished))
 
     def __enter__(self):

@@ -159,3 +159,15 @@ def test_run_batch_with_progress_events(tmp_path, scans):
 def test_no_progress_bar_in_pipes(tmp_path, scans):
     r = run("voxelize", scans / "a.ply", scans / "b.pcd", "-d", tmp_path / "o", "-s", "0.3")
     assert r.stderr == "" and "━" not in r.output
+
+
+def test_progress_bar_shows_the_current_file_and_prints_failures(capsys):
+    from lattice.pipeline import FileFinished, FileResult, FileStarted, Task
+    from lattice_cli.batch import _Bar
+
+    with _Bar(True) as bar:
+        bar(FileStarted(0, 2, Task("in/[a].ply", "out/[a].npz")))
+        assert bar.progress.tasks[0].description == "\\[a].ply" and bar.progress.tasks[0].total == 2
+        bar(FileFinished(0, 2, FileResult("in/[a].ply", "out/[a].npz", "failed", error="in/[a].ply: bad")))
+        assert bar.progress.tasks[0].completed == 1
+    assert "lattice: error: in/[a].ply: bad" in capsys.readouterr().err
