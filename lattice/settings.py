@@ -21,11 +21,16 @@ each saying when it is read; ``lattice.settings.current()`` gives each with its 
 - ``MLX_ENABLE_TF32``: MLX's own switch (default on; ``0`` off), followed by lattice's CUDA
   convolution kernels so float32 rounds as MLX's matmuls do. Read at every routing decision
   that depends on it.
+
+``worker_threads(workers)`` is the one place that writes the environment: for the worker
+processes a batch starts (``lattice.pipeline.executors``), so that they share the CPUs.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 NUM_THREADS = "LATTICE_NUM_THREADS"
 CONV_TILE_FLOATS = "LATTICE_CONV_TILE_FLOATS"
@@ -36,6 +41,28 @@ TF32 = "MLX_ENABLE_TF32"
 
 DEFAULT_CONV_TILE_FLOATS = 1 << 14
 DEFAULT_MAX_POINTS = 2**31 - 1
+
+
+_WORKER_THREAD_VARS = (NUM_THREADS, "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+@contextmanager
+def worker_threads(workers: int) -> Iterator[None]:
+    """While processes are started in this block, give each ``cpu_count // workers`` threads
+    (``LATTICE_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``; any the user set
+    are kept); the environment is restored after."""
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    saved = {k: os.environ.get(k) for k in _WORKER_THREAD_VARS}
+    for k in _WORKER_THREAD_VARS:
+        os.environ.setdefault(k, threads)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _get(name: str) -> str:

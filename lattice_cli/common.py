@@ -61,7 +61,23 @@ OverwriteOpt = Annotated[
     bool, typer.Option("--overwrite", help="Batch mode: replace existing outputs (default: skip them).")
 ]
 WorkersOpt = Annotated[
-    int, typer.Option("--workers", "-j", min=1, help="Batch mode: files processed in parallel (processes).")
+    int | None,
+    typer.Option(
+        "--workers",
+        "-j",
+        min=1,
+        help="Batch mode: files processed in parallel by N local processes (a dead worker's file is retried once).",
+        show_default=False,
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="Batch mode on Dask (pip install 'lattice[dask]'): local:N starts N worker processes for the run; "
+        "tcp://HOST:PORT submits to a running scheduler.",
+        show_default=False,
+    ),
 ]
 FormatOpt = Annotated[
     str | None,
@@ -105,18 +121,9 @@ def warn(message: str) -> None:
 
 def error_message(err: BaseException) -> str:
     """The one-line text for an exception: the message of input errors, the file and reason of OS errors."""
-    if isinstance(err, OSError) and err.strerror:
-        where = err.filename if err.filename is not None else ""
-        return f"{where}: {err.strerror}" if where else err.strerror
-    from lattice.io import PointCloudError
+    from lattice.pipeline.batch import error_text
 
-    if isinstance(err, PointCloudError):
-        text = err.cli_message
-    elif isinstance(err, ValueError | TypeError):
-        text = str(err)
-    else:
-        text = f"{type(err).__name__}: {err}"
-    return " ".join(text.split()) or type(err).__name__
+    return error_text(err)
 
 
 def _is_terminal(name: str) -> bool:

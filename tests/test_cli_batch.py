@@ -12,8 +12,7 @@ from typer.testing import CliRunner
 
 from lattice.data import synthetic_room
 from lattice.io import PointCloud, read_sparse, write_points
-from lattice.pipeline import VoxelizeOptions, voxelize_file
-from lattice_cli.batch import Task, run_batch
+from lattice.pipeline import Task, VoxelizeOptions, run_batch, voxelize_file
 from lattice_cli.main import app
 
 runner = CliRunner()
@@ -144,17 +143,31 @@ def test_batch_usage_errors(tmp_path, scans, args, message):
     assert not (tmp_path / "o").exists()
 
 
-def test_run_batch_with_progress_bar(tmp_path, scans):
+def test_run_batch_with_progress_events(tmp_path, scans):
     job = functools.partial(voxelize_file, options=VoxelizeOptions(0.5))
     tasks = [
         Task(str(scans / "a.ply"), str(tmp_path / "a.npz")),
         Task(str(scans / "bad.ply"), str(tmp_path / "b.npz")),
     ]
-    s = run_batch(job, tasks, progress=True)
-    assert (s["done"], s["failed"]) == (1, 1) and (tmp_path / "a.npz").exists()
-    assert s["files"][0]["summary"]["voxels"] > 0
+    events = []
+    s = run_batch(job, tasks, on_progress=events.append)
+    assert (s.done, s.failed) == (1, 1) and (tmp_path / "a.npz").exists()
+    assert s.files[0].summary["voxels"] > 0
+    assert [type(e).__name__ for e in events] == ["FileStarted", "FileFinished"] * 2
 
 
 def test_no_progress_bar_in_pipes(tmp_path, scans):
     r = run("voxelize", scans / "a.ply", scans / "b.pcd", "-d", tmp_path / "o", "-s", "0.3")
     assert r.stderr == "" and "━" not in r.output
+
+
+def test_progress_bar_shows_the_current_file_and_prints_failures(capsys):
+    from lattice.pipeline import FileFinished, FileResult, FileStarted, Task
+    from lattice_cli.batch import _Bar
+
+    with _Bar(True) as bar:
+        bar(FileStarted(0, 2, Task("in/[a].ply", "out/[a].npz")))
+        assert bar.progress.tasks[0].description == "\\[a].ply" and bar.progress.tasks[0].total == 2
+        bar(FileFinished(0, 2, FileResult("in/[a].ply", "out/[a].npz", "failed", error="in/[a].ply: bad")))
+        assert bar.progress.tasks[0].completed == 1
+    assert "lattice: error: in/[a].ply: bad" in capsys.readouterr().err

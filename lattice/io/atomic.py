@@ -47,10 +47,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
+def remove_stale_temps(directory: str | os.PathLike, *, older_than: float | None = None) -> list[Path]:
     """Remove the temp files that lattice writers left in ``directory`` when they were killed
     (SIGKILL, a power cut): files named ``.<name>.lattice-<pid>-<random>.tmp`` whose writer
-    process no longer exists. Returns what was removed; anything unreadable is left alone."""
+    process no longer exists (and, with ``older_than``, last modified before that time, in
+    seconds since the epoch: a batch passes its start). Returns what was removed; anything
+    unreadable is left alone."""
     removed = []
     try:
         entries = list(os.scandir(directory))
@@ -61,6 +63,8 @@ def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
         if not m or _alive(int(m.group(1))):
             continue
         try:
+            if older_than is not None and entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                continue
             if entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))

@@ -10,7 +10,10 @@ prints the summary dict it returns:
   tensor files through ``lattice.ops.pool3d``, ``trilinear_upsample3d`` and
   ``pool_transpose3d``;
 - ``describe_file``: what a point-cloud or sparse-tensor file holds;
-- ``run_demo``: voxelize -> pool -> upsample on the bundled synthetic sample.
+- ``run_demo``: voxelize -> pool -> upsample on the bundled synthetic sample;
+- ``run_batch`` (``BatchSummary``, ``FileResult``, ``Expect``): one of those file functions
+  over many inputs, with the parameter-aware skip, on an executor: ``InProcessExecutor``,
+  ``ProcessExecutor`` (local processes that survive a dead worker) or ``DaskExecutor``.
 
 Each name is imported from its module the first time it is used (PEP 562), so
 ``describe_file`` (``lattice info``) does not load MLX or the native core.
@@ -21,6 +24,20 @@ from __future__ import annotations
 from lattice._lazy import lazy_attributes
 
 _MODULES = {
+    "batch": (
+        "BatchError",
+        "BatchSummary",
+        "BatchUsageError",
+        "Expect",
+        "FileFinished",
+        "FileResult",
+        "FileStarted",
+        "Task",
+        "plan_tasks",
+        "run_batch",
+    ),
+    "dask_executor": ("DaskExecutor",),
+    "executors": ("InProcessExecutor", "ProcessExecutor", "executor_for"),
     "demo": ("run_demo",),
     "describe": ("describe_cloud", "describe_file", "describe_sparse"),
     "sources": ("DEFAULT_CHUNK_POINTS", "PointSource", "memory_source", "open_source"),
@@ -48,6 +65,20 @@ _MODULES = {
 
 __all__ = [
     "DEFAULT_CHUNK_POINTS",
+    "BatchError",
+    "BatchSummary",
+    "BatchUsageError",
+    "DaskExecutor",
+    "Expect",
+    "FileFinished",
+    "FileResult",
+    "FileStarted",
+    "InProcessExecutor",
+    "ProcessExecutor",
+    "Task",
+    "executor_for",
+    "plan_tasks",
+    "run_batch",
     "POOL_MODES",
     "REDUCTIONS",
     "UPSAMPLE_METHODS",

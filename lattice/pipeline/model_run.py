@@ -65,11 +65,28 @@ class DomainError(ValueError):
         )
 
 
-@functools.lru_cache(maxsize=4)
 def cached_bundle(path: str, quantize: str | None = None) -> ModelBundle:
-    """``load_model`` once per process for a bundle path and ``quantize`` (``int8``/``int4``/None)."""
+    """``load_model`` once per process (a batch worker loads a bundle once, not per file) for
+    a bundle path, ``quantize`` (``int8``/``int4``/None) and the size and modification time of
+    its files: a bundle rewritten at the same path is loaded again."""
     if quantize is not None and quantize not in QUANTIZE:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
+    return _load_bundle(path, quantize, _bundle_stamp(path))
+
+
+def _bundle_stamp(path: str) -> tuple:
+    stamp = []
+    for name in ("model.json", "weights.safetensors"):
+        try:
+            st = os.stat(os.path.join(path, name))
+            stamp.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append(None)
+    return tuple(stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_bundle(path: str, quantize: str | None, stamp: tuple) -> ModelBundle:  # noqa: ARG001 (the key)
     return load_model(path, quantize_bits=None if quantize is None else QUANTIZE[quantize])
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, Outputs, run_files
+from lattice_cli.batch import Outputs, run_files
 from lattice_cli.common import (
     ColumnsOpt,
     FormatOpt,
@@ -16,6 +16,7 @@ from lattice_cli.common import (
     OutputFormatOpt,
     OverwriteOpt,
     PositionOpt,
+    SchedulerOpt,
     WorkersOpt,
     check_output,
     check_position,
@@ -48,7 +49,8 @@ def convert(
     fmt: FormatOpt = None,
     columns: ColumnsOpt = None,
     overwrite: OverwriteOpt = False,
-    workers: WorkersOpt = 1,
+    workers: WorkersOpt = None,
+    scheduler: SchedulerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert point clouds between PLY, LAS/LAZ, PCD, NPZ, text, NPY and KITTI .bin (PDAL's translate).
@@ -64,6 +66,8 @@ def convert(
     where = check_position(position)
     out_fmt = check_output(output, output_format, output_dir)
     job = functools.partial(convert_file, format=fmt, output_format=out_fmt, position=where, columns=columns)
+    from lattice.pipeline.batch import Expect
+
     expect = Expect("convert", convert_parameters(where, out_fmt, columns))
-    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json, scheduler)
     run_files(job, inputs, outputs, describe=describe, accept=is_point_input, expect=expect)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, Outputs, run_files
+from lattice_cli.batch import Outputs, run_files
 from lattice_cli.common import (
     EXIT_USAGE,
     ColumnsOpt,
@@ -17,6 +17,7 @@ from lattice_cli.common import (
     JsonOpt,
     OutputDirOpt,
     OverwriteOpt,
+    SchedulerOpt,
     WorkersOpt,
     error_message,
     fail,
@@ -53,19 +54,18 @@ def describe(s: dict) -> str:
 
 
 def run_and_warn(src, dst, **kwargs) -> dict:
-    """``model_run_file`` plus one ``lattice: warning:`` line per training-domain warning."""
+    """``model_run_file``, with one ``lattice: warning:`` line per training-domain warning of an
+    input it refuses (``--strict-domain``); those of a run are in its summary, printed by the
+    caller (``domain_warnings``), so a Dask worker's reach the terminal too."""
     from lattice.pipeline.model_run import DomainError, model_run_file
 
-    name = "<stdin>" if src == "-" else str(src)
     try:
-        summary = model_run_file(src, dst, **kwargs)
+        return model_run_file(src, dst, **kwargs)
     except DomainError as err:
+        name = "<stdin>" if src == "-" or hasattr(src, "read") else str(src)
         for line in err.warnings:
             warn(f"{name}: {line}")
         raise
-    for line in summary["domain_warnings"]:
-        warn(f"{name}: {line}")
-    return summary
 
 
 def check_usage(output: str | None, output_format: str | None, to_classification: bool) -> None:
@@ -172,7 +172,8 @@ def model_run(
     fmt: FormatOpt = None,
     columns: ColumnsOpt = None,
     overwrite: OverwriteOpt = False,
-    workers: WorkersOpt = 1,
+    workers: WorkersOpt = None,
+    scheduler: SchedulerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a model bundle on point clouds: preprocess as model.json says, predict, map back to every point.
@@ -229,6 +230,8 @@ def model_run(
         run_and_warn, model=str(model), format=fmt, columns=columns, output_format=output_format, **options
     )
     parameters = model_run_parameters(model=str(model), output_format=output_format or "npz", **options)
+    from lattice.pipeline.batch import Expect
+
     expect = Expect("model-run", parameters)
-    outputs = Outputs(output, output_dir, output_format or "npz", overwrite, workers, as_json)
+    outputs = Outputs(output, output_dir, output_format or "npz", overwrite, workers, as_json, scheduler)
     run_files(job, inputs, outputs, describe=describe, accept=is_point_input, expect=expect)

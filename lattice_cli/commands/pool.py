@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, Outputs, run_files
+from lattice_cli.batch import Outputs, run_files
 from lattice_cli.common import (
     InputsArg,
     JsonOpt,
@@ -17,6 +17,7 @@ from lattice_cli.common import (
     OutputOpt,
     OverwriteOpt,
     PositionOpt,
+    SchedulerOpt,
     WorkersOpt,
     check_output,
     check_position,
@@ -57,7 +58,8 @@ def pool(
     position: PositionOpt = "centre",
     output_format: OutputFormatOpt = None,
     overwrite: OverwriteOpt = False,
-    workers: WorkersOpt = 1,
+    workers: WorkersOpt = None,
+    scheduler: SchedulerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Pool a sparse tensor: output support unique(floor(coords / stride)), sum / max / avg per channel.
@@ -66,6 +68,7 @@ def pool(
     The output's extension chooses the format: .npz the tensor, other point formats the voxels as points.
     """
     from lattice.pipeline import POOL_MODES, pool_file
+    from lattice.pipeline.batch import Expect
     from lattice.pipeline.sparse import pool_parameters
 
     if mode not in POOL_MODES:
@@ -83,5 +86,5 @@ def pool(
         expect = Expect("pool", pool_parameters(mode, k, s, where, out_fmt))
     except ValueError as err:  # the library's range checks: one line, exit 1
         fail(error_message(err))
-    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json, scheduler)
     run_files(job, inputs, outputs, describe=describe, accept=is_sparse_file, expect=expect)

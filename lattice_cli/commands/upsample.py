@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, Outputs, run_files
+from lattice_cli.batch import Outputs, run_files
 from lattice_cli.commands.pool import is_sparse_file, rows_change
 from lattice_cli.common import (
     InputsArg,
@@ -18,6 +18,7 @@ from lattice_cli.common import (
     OutputOpt,
     OverwriteOpt,
     PositionOpt,
+    SchedulerOpt,
     WorkersOpt,
     check_output,
     check_position,
@@ -61,11 +62,13 @@ def upsample(
     position: PositionOpt = "centre",
     output_format: OutputFormatOpt = None,
     overwrite: OverwriteOpt = False,
-    workers: WorkersOpt = 1,
+    workers: WorkersOpt = None,
+    scheduler: SchedulerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Upsample a sparse tensor by a stride, by trilinear interpolation or a transposed pool."""
     from lattice.pipeline import UPSAMPLE_METHODS, upsample_file
+    from lattice.pipeline.batch import Expect
     from lattice.pipeline.sparse import upsample_parameters
 
     if method not in UPSAMPLE_METHODS:
@@ -92,5 +95,5 @@ def upsample(
         expect = Expect("upsample", upsample_parameters(s, tgt, method, k, where, out_fmt))
     except ValueError as err:  # the library's range checks: one line, exit 1
         fail(error_message(err))
-    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json, scheduler)
     run_files(job, inputs, outputs, describe=describe, accept=is_sparse_file, expect=expect)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.batch import Expect, Outputs, run_files
+from lattice_cli.batch import Outputs, run_files
 from lattice_cli.common import (
     ColumnsOpt,
     FormatOpt,
@@ -18,6 +18,7 @@ from lattice_cli.common import (
     OutputOpt,
     OverwriteOpt,
     PositionOpt,
+    SchedulerOpt,
     StrictOpt,
     WorkersOpt,
     check_output,
@@ -80,7 +81,8 @@ def voxelize(
     columns: ColumnsOpt = None,
     strict: StrictOpt = False,
     overwrite: OverwriteOpt = False,
-    workers: WorkersOpt = 1,
+    workers: WorkersOpt = None,
+    scheduler: SchedulerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Voxelize point clouds: voxel index floor((p - origin) / voxel_size), one row per occupied voxel.
@@ -107,6 +109,8 @@ def voxelize(
     job = functools.partial(
         voxelize_file, options=options, format=fmt, output_format=out_fmt, position=where, columns=columns
     )
+    from lattice.pipeline.batch import Expect
+
     expect = Expect("voxelize", voxelize_parameters(options, where, out_fmt))
-    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json)
+    outputs = Outputs(output, output_dir, out_fmt, overwrite, workers, as_json, scheduler)
     run_files(job, inputs, outputs, describe=describe, accept=is_point_input, expect=expect)

@@ -1,0 +1,125 @@
+"""``DaskExecutor``: the files of a batch as tasks on a Dask cluster (the ``lattice[dask]`` extra).
+
+Each file is one task (``client.submit(run_one, job, task, pure=False, key=...)``), and
+results stream back as they complete (``as_completed``). A worker lost mid-task makes the
+scheduler run the task again elsewhere (up to ``distributed.scheduler.allowed-failures``
+times, default 3; then the file fails with ``KilledWorker``); outputs are written
+atomically, so a re-run never leaves a partial or a second file. Workers get absolute paths:
+a worker on another machine must see the same file system at the same paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+
+from lattice.pipeline.batch import BatchError, FileResult, Job, Task, error_text, run_one
+
+EXTRA = "pip install 'lattice[dask]'"
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError as err:
+        raise BatchError(f"--scheduler needs Dask's distributed scheduler: {EXTRA} ({err})") from err
+    return distributed
+
+
+def _absolute(task: Task) -> Task:
+    return replace(
+        task, src=os.path.abspath(task.src), dst=None if task.dst is None else os.path.abspath(task.dst)
+    )
+
+
+def _local_names(result: FileResult, task: Task, sent: Task) -> FileResult:
+    """The result under the names the caller gave (the worker saw absolute paths)."""
+    error = result.error
+    if error is not None and error.startswith(sent.src):
+        error = task.src + error[len(sent.src) :]
+    return replace(result, input=task.src, output=task.dst, error=error)
+
+
+class DaskExecutor:
+    """Run a batch on Dask: a ``client`` of your own (a notebook's ``Client``; left open), a
+    scheduler ``address`` (``tcp://HOST:8786``; a client for the run), or ``local_workers``
+    (a ``LocalCluster`` of that many single-threaded worker processes for the run, each with
+    ``cpu_count // local_workers`` MLX / BLAS threads)."""
+
+    def __init__(self, client=None, address: str | None = None, *, local_workers: int | None = None):
+        if sum(x is not None for x in (client, address, local_workers)) > 1:
+            raise ValueError("[DaskExecutor] give one of client, address or local_workers")
+        if local_workers is not None and local_workers < 1:
+            raise ValueError(f"[DaskExecutor] local_workers must be at least 1, got {local_workers}")
+        if client is None:
+            _distributed()  # a missing extra is an error now, before any planning
+        self.client, self.address, self.local_workers = client, address, local_workers
+
+    @contextmanager
+    def _connect(self):
+        distributed = _distributed()
+        if self.client is not None:
+            yield self.client
+            return
+        if self.address is None:
+            from lattice.settings import worker_threads
+
+            n = self.local_workers or os.cpu_count() or 1
+            with (
+                worker_threads(n),
+                distributed.LocalCluster(  # quiet: a file's errors come back with its result
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.CRITICAL,
+                ) as cluster,
+                distributed.Client(cluster) as client,
+            ):
+                yield client
+            return
+        try:
+            client = distributed.Client(self.address, timeout="10s")
+        except (OSError, TimeoutError) as err:
+            raise BatchError(f"cannot connect to the Dask scheduler at {self.address}: {err}") from err
+        with client:
+            yield client
+
+    def execute(self, job: Job, tasks: Sequence[Task], on_start=None) -> Iterator[tuple[int, FileResult]]:  # noqa: ARG002 (Dask does not say when a task starts)
+        """Submit every task, then yield ``(k, FileResult)`` as the futures complete."""
+        if not tasks:
+            return
+        distributed = _distributed()
+        with self._connect() as client:
+            run = f"lattice-batch-{uuid.uuid4().hex[:12]}"
+            sent = [_absolute(t) for t in tasks]
+            futures = {
+                client.submit(run_one, job, s, key=f"{run}-{k}", pure=False): k for k, s in enumerate(sent)
+            }
+            finished = False
+            try:
+                for future in distributed.as_completed(futures):
+                    k = futures[future]
+                    try:
+                        result = _local_names(future.result(), tasks[k], sent[k])
+                    except Exception as err:  # KilledWorker: the task's workers all died
+                        why = (
+                            "worker died too often (KilledWorker)"
+                            if type(err).__name__ == "KilledWorker"
+                            else error_text(err)
+                        )
+                        result = FileResult(
+                            tasks[k].src, tasks[k].dst, "failed", error=f"{tasks[k].src}: {why}"
+                        )
+                    yield k, result
+                finished = True
+            finally:
+                if not finished:
+                    client.cancel(list(futures))
+
+
+__all__ = ["EXTRA", "DaskExecutor"]
