@@ -135,14 +135,22 @@ def test_worker_death_is_rerun_by_dask_then_reported(tmp_path, client):
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
-    }
+    """``dask scheduler`` / ``dask worker`` as a user starts them: it imports the installed lattice.
+    ``-P`` and a cwd outside the checkout, or a non-editable install (CI's) would import the source
+    tree, which has no compiled extension, and every task would fail to load."""
     return subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_" + args[0], *args[1:]],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        [sys.executable, "-P", "-m", "distributed.cli.dask_" + args[0], *args[1:]],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, cwd=log.parent,
     )  # fmt: skip
+
+
+def _logs(tmp_path: Path, cli: subprocess.Popen | None = None) -> str:
+    """What the helpers (and a finished CLI) printed, for an assertion message."""
+    parts = [f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("*.log"))]
+    if cli is not None and cli.poll() is not None:
+        out, err = cli.communicate()
+        parts.append(f"--- lattice exited {cli.returncode}\n{out[-3000:]}\n{err[-3000:]}")
+    return "\n".join(parts)
 
 
 def test_dask_scheduler_and_workers_with_one_killed_mid_batch(tmp_path):
@@ -176,7 +184,8 @@ def test_dask_scheduler_and_workers_with_one_killed_mid_batch(tmp_path):
             [*LATTICE, "voxelize", scans, "-d", out, "-s", "0.02", "--scheduler", address, "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        assert wait_for(lambda: any(out.glob("*.npz")), timeout=120)
+        started = wait_for(lambda: any(out.glob("*.npz")) or cli.poll() is not None, timeout=120)
+        assert started and cli.poll() is None, _logs(tmp_path, cli)
         os.killpg(helpers[1].pid, signal.SIGKILL)  # worker w0 and its nanny
         assert len(list(out.glob("*.npz"))) < 12  # mid-batch
         stdout, stderr = cli.communicate(timeout=300)
