@@ -80,7 +80,9 @@ class _Bar:
         if self.progress is not None:
             from rich.markup import escape
 
-            name = escape(Path(event.result.input if finished else event.task.src).name)
+            from lattice.io import storage
+
+            name = escape(storage.basename(event.result.input if finished else event.task.src))
             self.progress.update(self.bar, total=event.total, description=name, advance=int(finished))
 
     def __enter__(self):
@@ -103,7 +105,7 @@ class Outputs:
     and ``--scheduler``."""
 
     output: str | None
-    output_dir: Path | None
+    output_dir: str | None
     format: str = "npz"
     overwrite: bool = False
     workers: int | None = None
@@ -134,7 +136,9 @@ def run_files(
         _run_single(job, inputs[0], output, describe, as_json)
         return
     if output_dir is None:
-        if len(inputs) > 1 or any(Path(i).is_dir() or (_GLOB & set(i)) for i in inputs):
+        from lattice.io.storage import is_dir
+
+        if len(inputs) > 1 or any(is_dir(i) or (_GLOB & set(i)) for i in inputs):
             fail("several inputs, a directory or a pattern need --output-dir", EXIT_USAGE)
         fail("missing -o/--output (a file, or - for stdout); use --output-dir for batch mode", EXIT_USAGE)
     summary = _run_batch(job, inputs, outputs, accept, expect)
@@ -185,7 +189,9 @@ def _warnings(summary: dict) -> None:
 
 
 def _run_single(job: Job, src: str, dst: str, describe: Callable[[dict], str], as_json: bool) -> None:
-    if src != STDIO and Path(src).is_dir():
+    from lattice.io.storage import is_dir
+
+    if src != STDIO and is_dir(src):
         fail(f"{src}: is a directory, expected a file (use --output-dir to process the files in it)")
     refuse_input_as_output(dst, [src])
     target = output_target(dst)

@@ -51,9 +51,11 @@ PositionOpt = Annotated[
     ),
 ]
 OutputDirOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
-        "--output-dir", "-d", help="Batch mode: one output per input in this directory (created if needed)."
+        "--output-dir",
+        "-d",
+        help="Batch mode: one output per input in this directory (created if needed), or an s3://bucket/prefix/.",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")]
@@ -178,7 +180,7 @@ def emit(summary: dict, text: str, *, as_json: bool, data_on_stdout: bool = Fals
 # ---- parsing --------------------------------------------------------------------------
 
 
-def is_point_input(path: Path) -> bool | str:
+def is_point_input(path: str) -> bool | str:
     """Directory scans of the point commands: True for a file to try, else why it is skipped
     (``lattice.io.formats.scan_reason``)."""
     from lattice.io.formats import scan_reason
@@ -212,7 +214,7 @@ def parse_reductions(values: list[str] | None, known: tuple[str, ...]) -> tuple[
     return everything, per_name
 
 
-def check_output(output: str | None, output_format: str | None, output_dir: Path | None) -> str:
+def check_output(output: str | None, output_format: str | None, output_dir: str | None) -> str:
     """The output format (a usage error, exit 2, for an extension or format no writer knows)."""
     from lattice.pipeline.export import OutputFormatError
     from lattice.pipeline.export import output_format as resolve
@@ -222,7 +224,9 @@ def check_output(output: str | None, output_format: str | None, output_dir: Path
             "--output-format applies to -o -, a FIFO or device, and batch mode; with -o FILE the extension decides",
             EXIT_USAGE,
         )
-    if output not in (None, STDIO) and Path(output).is_dir():
+    from lattice.io.storage import is_url
+
+    if output not in (None, STDIO) and not is_url(output) and Path(output).is_dir():
         fail(f"cannot write {output}: it is a directory")
     stream = output is None or is_stream_output(output)
     try:
@@ -306,7 +310,11 @@ def output_target(name: str) -> str | BinaryIO:
             return open(name, "wb")  # noqa: SIM115 (closed at exit; a stream, never renamed over)
         except OSError as err:
             fail(f"cannot write {name}: {err.strerror}")
-    path = Path(name)
+    from lattice.io.storage import is_url, local_path
+
+    if is_url(name):  # written through fsspec: the store says what is wrong, at the upload
+        return name
+    path = Path(local_path(name))
     if path.is_dir():
         fail(f"cannot write {name}: it is a directory")
     parent = path.parent if str(path.parent) else Path(".")

@@ -10,13 +10,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from lattice.io import storage
 from lattice.io.atomic import atomic_write
 from lattice.pipeline.provenance import make_record, write_sidecar
 
 
 def expected_bytes(src: str | os.PathLike) -> bytes:
-    """What :func:`digest_job` writes for ``src``."""
-    data = Path(src).read_bytes()
+    """What :func:`digest_job` writes for ``src`` (a path or a URL)."""
+    with storage.open_read(src) as f:
+        data = f.read()
     return hashlib.sha256(data).hexdigest().encode() + b"\n" + data[::-1]
 
 
@@ -27,14 +29,14 @@ def digest_job(
     """Write ``expected_bytes(src)`` to ``dst`` atomically. For the input named ``kill``, the
     worker dies halfway through the write (``how``: sigkill, segv, exit, raise): every time,
     or with ``marker`` (a file path) only the first time. ``sidecar`` records the provenance."""
-    if os.path.basename(os.fspath(src)) == "bad.dat":
+    if storage.basename(os.fspath(src)) == "bad.dat":
         raise ValueError(f"{src}: not a good input")
     data = expected_bytes(src)
     time.sleep(delay)
     with atomic_write(dst) as f:
         f.write(data[: len(data) // 2])
         f.flush()
-        if kill is not None and os.path.basename(os.fspath(src)) == kill:
+        if kill is not None and storage.basename(os.fspath(src)) == kill:
             if marker is None or not os.path.exists(marker):
                 if marker is not None:
                     Path(marker).write_text("died once")

@@ -164,10 +164,23 @@ def output_label(dst: PathOrFile) -> str:
     return os.fspath(dst)
 
 
-def check_readable_path(path: str | os.PathLike, label: str | None = None) -> Path:
-    """Raise ``PointCloudError`` unless ``path`` is an existing, non-empty regular file; the
-    errors name ``label`` (default: the path as a ``Path`` prints it)."""
-    p = Path(path)
+def check_readable_path(path: str | os.PathLike, label: str | None = None) -> Path | str:
+    """Raise ``PointCloudError`` unless ``path`` is an existing, non-empty regular file (a URL:
+    an object); the errors name ``label`` (default: the path as a ``Path`` prints it). Returns
+    the ``Path``, or the URL as given."""
+    from lattice.io import storage
+
+    if storage.is_url(path):
+        label = os.fspath(path) if label is None else label
+        size = storage.file_size(path)
+        if size is None:
+            raise PointCloudError(
+                f"{label}: " + ("is a prefix, expected a file" if storage.is_dir(path) else "no such file")
+            )
+        if size == 0:
+            raise PointCloudError(f"{label}: file is empty")
+        return os.fspath(path)
+    p = Path(storage.local_path(path))
     label = str(p) if label is None else label
     if not p.exists():
         raise PointCloudError(f"{label}: no such file")
@@ -194,8 +207,10 @@ def open_input(path_or_file: PathOrFile) -> Iterator[tuple[BinaryIO, str]]:
             raise PointCloudError(f"{label}: input is empty")
         yield io.BytesIO(data), label
         return
+    from lattice.io import storage
+
     path = check_readable_path(path_or_file)
-    with open(path, "rb") as f:
+    with storage.open_read(path) as f:
         yield f, label
 
 

@@ -129,12 +129,14 @@ def scan_reason(path: str | os.PathLike) -> str | None:
     text file whose first lines are not a table of points (``calib.txt``, ``times.txt``).
     Files given one by one are always tried; only directory and pattern scans skip.
     """
+    from lattice.io import storage
+
     fmt = format_from_name(path)
     if fmt is None:
         return "not a point-cloud extension"
     try:
         if fmt == "npy":
-            with open(path, "rb") as f:
+            with storage.open_read(path) as f:
                 version = np.lib.format.read_magic(f)
                 read = {
                     (1, 0): np.lib.format.read_array_header_1_0,
@@ -144,7 +146,7 @@ def scan_reason(path: str | os.PathLike) -> str | None:
             if dtype.names is None and (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
                 return "a .npy of one value per row (per-point labels?), not points"
         elif fmt == "text":
-            with open(path, "rb") as f:
+            with storage.open_read(path) as f:
                 head = f.read(1 << 16).decode("utf-8", errors="replace").splitlines()
             text.sniff(iter(head[:-1] if len(head) > 1 else head), os.fspath(path), None)
     except PointCloudError as e:

@@ -336,7 +336,9 @@ def is_sparse_npz(path_or_file: PathOrFile) -> bool:
                     return "format.npy" in zf.namelist()
             finally:
                 path_or_file.seek(start)
-        with zipfile.ZipFile(path_or_file) as zf:
+        from lattice.io import storage
+
+        with storage.open_read(path_or_file) as f, zipfile.ZipFile(f) as zf:  # a URL: ranged reads
             return "format.npy" in zf.namelist()
     except (OSError, AttributeError, *HOSTILE_ERRORS):
         return False

@@ -9,14 +9,13 @@ this process, whatever the executor), hands the rest to an executor
 fails that file only. Errors of the plan itself (two inputs writing one output, stdin in a
 batch, an output directory that cannot be written) raise :class:`BatchError`.
 
-Every file the engine touches goes through the few functions of the "files" section
-(``_is_dir``, ``_exists``, ``_list_files``, ``_glob``, ``prepare_output_dir``), the place
-where URLs (fsspec) are to be added.
+Inputs and the output directory may be URLs (``s3://bucket/prefix/``; see
+``lattice.io.storage``): every file the engine touches goes through the few functions of the
+"files" section, which reach local paths and URLs alike.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import tempfile
 import time
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 Job = Callable[..., dict]
-Accept = Callable[[Path], "bool | str"]
+Accept = Callable[[str], "bool | str"]  # given an input file (path or URL)
 STATUSES = ("done", "skipped", "redone", "failed")
 _GLOB = set("*?[")
 _SIDECAR = ".lattice.json"  # lattice.pipeline.provenance.SIDECAR (provenance records are not inputs)
@@ -160,35 +159,29 @@ def run_one(job: Job, task: Task) -> FileResult:
 # ---- files (the one place that touches the file system; URLs go here) -----------------------
 
 
-def _is_dir(item: str) -> bool:
-    return Path(item).is_dir()
+def _list_files(directory: str) -> list[tuple[str, str]]:
+    """``(file, path relative to directory)`` of the files to consider: not hidden, not sidecars."""
+    from lattice.io import storage
 
-
-def _exists(item: str) -> bool:
-    return os.path.exists(item)
-
-
-def _list_files(directory: str) -> list[Path]:
-    root = Path(directory)
-    return sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file()
-        and not any(part.startswith(".") for part in p.relative_to(root).parts)
-        and not p.name.endswith(_SIDECAR)
-    )
-
-
-def _glob(pattern: str) -> list[Path]:
-    return sorted(p for p in map(Path, glob.glob(pattern, recursive=True)) if p.is_file())
+    return [
+        (full, rel)
+        for full, rel in storage.list_files(directory)
+        if not any(part.startswith(".") for part in rel.split("/")) and not rel.endswith(_SIDECAR)
+    ]
 
 
 def prepare_output_dir(directory: str | os.PathLike, *, older_than: float | None = None) -> None:
     """Create ``directory``, prove it can be written, and remove the temp files that killed
     runs left anywhere in it (``lattice.io.atomic.remove_stale_temps``); ``BatchError`` if it
-    cannot be written."""
+    cannot be written. A URL prefix is proved by writing and deleting an empty probe key."""
+    from lattice.io import storage
     from lattice.io.atomic import remove_stale_temps
 
+    if storage.is_url(directory):
+        _prove_writable_prefix(os.fspath(directory))
+        remove_stale_temps(directory, older_than=older_than)
+        return
+    directory = storage.local_path(directory)
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
@@ -199,65 +192,100 @@ def prepare_output_dir(directory: str | os.PathLike, *, older_than: float | None
         remove_stale_temps(folder, older_than=older_than)
 
 
+def _prove_writable_prefix(url: str) -> None:
+    from lattice.io import storage
+    from lattice.io.atomic import temp_prefix
+
+    try:
+        fs, path = storage.filesystem(url)
+        storage.make_dirs(url)
+        probe = f"{path.rstrip('/')}/{temp_prefix('probe')}0.tmp"
+        with storage.remote_errors(url, "cannot write"):
+            fs.pipe_file(probe, b"")
+            fs.rm_file(probe)
+    except FileNotFoundError as err:
+        raise BatchError(f"cannot write to output directory {url}: no such bucket") from err
+    except OSError as err:
+        raise BatchError(f"cannot write to output directory {url}: {err.strerror or err}") from err
+    except storage.StorageError as err:
+        raise BatchError(str(err)) from err
+
+
+def _output_folders(tasks: Sequence[Task]) -> list[str]:
+    from lattice.io import storage
+
+    return sorted({storage.dirname(t.dst) or "." for t in tasks if t.dst is not None})
+
+
 def _make_folders(tasks: Sequence[Task], output_dir, start: float) -> None:
     """The folders of the outputs (sub-folders mirrored), cleaned of stale temps where
     ``prepare_output_dir`` did not already walk them."""
+    from lattice.io import storage
     from lattice.io.atomic import remove_stale_temps
 
-    root = None if output_dir is None else os.path.realpath(output_dir)
-    for folder in sorted({os.path.dirname(t.dst) or "." for t in tasks if t.dst is not None}):
+    root = None if output_dir is None else os.fspath(output_dir)
+    for folder in _output_folders(tasks):
+        if storage.is_url(folder):
+            if root is None or not storage.is_url(root) or not folder.startswith(root.rstrip("/")):
+                remove_stale_temps(folder, older_than=start)
+            continue
         Path(folder).mkdir(parents=True, exist_ok=True)
-        if root is None or not os.path.realpath(folder).startswith(root):
+        inside = root is not None and not storage.is_url(root)
+        if not inside or not os.path.realpath(folder).startswith(os.path.realpath(storage.local_path(root))):
             remove_stale_temps(folder, older_than=start)
 
 
 def _remove_dead_temps(tasks: Sequence[Task]) -> None:
     from lattice.io.atomic import remove_stale_temps
 
-    for folder in sorted({os.path.dirname(t.dst) or "." for t in tasks if t.dst is not None}):
+    for folder in _output_folders(tasks):  # other hosts' dead writers: at the next run's start
         remove_stale_temps(folder)
 
 
 # ---- planning -----------------------------------------------------------------------------
 
 
-def output_name(p: Path, extension: str) -> str:
-    """``scan.pcd.bin`` -> ``scan`` + extension; ``scan.ply`` -> ``scan`` + extension."""
-    name = p.name
+def output_name(name: str, extension: str) -> str:
+    """``scan.pcd.bin`` -> ``scan`` + extension; ``scan.ply`` -> ``scan`` + extension (a path or URL's last part)."""
+    from lattice.io import storage
+
+    name = storage.basename(name)
     for double in (".pcd.bin",):
         if name.lower().endswith(double):
             return name[: -len(double)] + extension
-    return p.stem + extension
+    stem, _ = os.path.splitext(name)
+    return (stem or name) + extension
 
 
-def _reason(accept: Accept, p: Path) -> str | None:
-    verdict = accept(p)
+def _reason(accept: Accept, item: str) -> str | None:
+    verdict = accept(item)
     if verdict is True:
         return None
-    return (
-        verdict
-        if isinstance(verdict, str)
-        else f"not a file this command reads ({p.suffix or 'no extension'})"
-    )
+    if isinstance(verdict, str):
+        return verdict
+    return f"not a file this command reads ({os.path.splitext(item)[1] or 'no extension'})"
 
 
-def _expand(item: str, output_dir: Path, accept: Accept, extension: str) -> list[Task]:
-    if _is_dir(item):
+def _expand(item: str, output_dir: str, accept: Accept, extension: str) -> list[Task]:
+    from lattice.io import storage
+
+    if storage.is_dir(item):
         found = _list_files(item)
-        if not any(_reason(accept, p) is None for p in found):
+        if not any(_reason(accept, full) is None for full, _ in found):
             return [Task(item, None, f"{item}: no input files in this directory")]
         tasks = []
-        for p in found:
-            why = _reason(accept, p)
-            out = output_dir / p.relative_to(item).parent / output_name(p, extension)
-            tasks.append(Task(str(p), None if why else str(out), skip=why))
+        for full, rel in found:
+            why = _reason(accept, full)
+            folder = rel.rpartition("/")[0]
+            out = storage.join(output_dir, *folder.split("/"), output_name(full, extension))
+            tasks.append(Task(full, None if why else out, skip=why))
         return tasks
-    if not _exists(item) and _GLOB & set(item):
-        found = _glob(item)
+    if not storage.exists(item) and _GLOB & set(item):
+        found = storage.glob(item)
         if not found:
             return [Task(item, None, f"{item}: no files match this pattern")]
-        return [Task(str(p), str(output_dir / output_name(p, extension))) for p in found]
-    return [Task(item, str(output_dir / output_name(Path(item), extension)))]
+        return [Task(p, storage.join(output_dir, output_name(p, extension))) for p in found]
+    return [Task(item, storage.join(output_dir, output_name(item, extension)))]
 
 
 def plan_tasks(
@@ -272,18 +300,20 @@ def plan_tasks(
     skipped tasks; explicit files are always tried. ``BatchUsageError`` for ``-`` (stdin),
     an output that would replace its input, or two inputs that would write one output.
     """
+    from lattice.io import storage
+
     accept = accept or (lambda p: True)
     tasks: list[Task] = []
     for item in map(str, inputs):
         if item == "-":
             raise BatchUsageError("- (stdin) cannot be used in batch mode; give one input and -o")
-        tasks += _expand(item, Path(output_dir), accept, extension)
+        tasks += _expand(item, os.fspath(output_dir), accept, extension)
     seen: dict[str, str] = {}
     for t in tasks:
         if t.dst is None:
             continue
-        key = os.path.realpath(t.dst)
-        if key == os.path.realpath(t.src):
+        key = t.dst.rstrip("/") if storage.is_url(t.dst) else os.path.realpath(storage.local_path(t.dst))
+        if storage.same_location(t.dst, t.src):
             raise BatchUsageError(f"output {t.dst} would replace its input; choose another --output-dir")
         if key in seen:
             raise BatchUsageError(f"inputs {seen[key]} and {t.src} would both write {t.dst}")
@@ -293,9 +323,10 @@ def plan_tasks(
 
 def existing_state(t: Task, expect: Expect | None, overwrite: bool) -> tuple[str, str] | None:
     """``("skipped" | "redone", reason)`` for a task whose output exists, else None."""
+    from lattice.io import storage
     from lattice.pipeline.provenance import make_record, matches, read_record
 
-    if t.dst is None or not _exists(t.dst):
+    if t.dst is None or not storage.exists(t.dst):
         return None
     if overwrite:
         return "redone", "--overwrite"

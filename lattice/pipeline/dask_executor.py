@@ -3,9 +3,12 @@
 Each file is one task (``client.submit(run_one, job, task, pure=False, key=...)``), and
 results stream back as they complete (``as_completed``). A worker lost mid-task makes the
 scheduler run the task again elsewhere (up to ``distributed.scheduler.allowed-failures``
-times, default 3; then the file fails with ``KilledWorker``); outputs are written
-atomically, so a re-run never leaves a partial or a second file. Workers get absolute paths:
-a worker on another machine must see the same file system at the same paths.
+times, default 3); a task that still ends in ``KilledWorker`` (the scheduler also counts
+deaths against tasks merely queued on the dying worker) is submitted once more under a new
+key, then the file fails with ``KilledWorker``. Outputs are written atomically, so a re-run
+never leaves a partial or a second file. Workers get absolute paths (a worker on another
+machine must see the same file system at the same paths) or URLs, which every worker reads
+and writes itself (``s3://``: give the workers the AWS environment).
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from dataclasses import replace
 from lattice.pipeline.batch import BatchError, FileResult, Job, Task, error_text, run_one
 
 EXTRA = "pip install 'lattice[dask]'"
+# A KilledWorker task is submitted this many times more: the scheduler counts a death against
+# every task assigned to the worker, queued ones too, so a file can be a bystander of another
+# file that kills its workers.
+RESUBMIT = 1
 
 
 def _distributed():
@@ -31,9 +38,12 @@ def _distributed():
 
 
 def _absolute(task: Task) -> Task:
-    return replace(
-        task, src=os.path.abspath(task.src), dst=None if task.dst is None else os.path.abspath(task.dst)
-    )
+    from lattice.io import storage
+
+    def where(item: str) -> str:
+        return item if storage.is_url(item) else os.path.abspath(storage.local_path(item))
+
+    return replace(task, src=where(task.src), dst=None if task.dst is None else where(task.dst))
 
 
 def _local_names(result: FileResult, task: Task, sent: Task) -> FileResult:
@@ -100,18 +110,24 @@ class DaskExecutor:
             futures = {
                 client.submit(run_one, job, s, key=f"{run}-{k}", pure=False): k for k, s in enumerate(sent)
             }
+            resubmitted: dict[int, int] = {}
             finished = False
             try:
-                for future in distributed.as_completed(futures):
+                stream = distributed.as_completed(futures)
+                for future in stream:
                     k = futures[future]
                     try:
                         result = _local_names(future.result(), tasks[k], sent[k])
                     except Exception as err:  # KilledWorker: the task's workers all died
-                        why = (
-                            "worker died too often (KilledWorker)"
-                            if type(err).__name__ == "KilledWorker"
-                            else error_text(err)
-                        )
+                        killed = type(err).__name__ == "KilledWorker"
+                        if killed and resubmitted.get(k, 0) < RESUBMIT:
+                            resubmitted[k] = resubmitted.get(k, 0) + 1  # perhaps only a bystander
+                            again = f"{run}-{k}-again{resubmitted[k]}"
+                            retry = client.submit(run_one, job, sent[k], key=again, pure=False)
+                            futures[retry] = k
+                            stream.add(retry)
+                            continue
+                        why = "worker died too often (KilledWorker)" if killed else error_text(err)
                         result = FileResult(
                             tasks[k].src, tasks[k].dst, "failed", error=f"{tasks[k].src}: {why}"
                         )
@@ -122,4 +138,4 @@ class DaskExecutor:
                     client.cancel(list(futures))
 
 
-__all__ = ["EXTRA", "DaskExecutor"]
+__all__ = ["EXTRA", "RESUBMIT", "DaskExecutor"]

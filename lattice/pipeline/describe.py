@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from lattice.io import PointCloud, SparseFile, format_from_name, read_points, read_sparse
+from lattice.io import PointCloud, SparseFile, format_from_name, read_points, read_sparse, storage
 from lattice.io.classes import asprs_class_name
 from lattice.io.kinds import AttributeInfo
 from lattice.io.las_records import is_las_metadata
@@ -252,7 +252,7 @@ def describe_file(
     is_npz = (format or "").lower().lstrip(".") == "npz" or (
         format is None and format_from_name(label) == "npz"
     )
-    if is_npz and os.path.isfile(src) and os.path.getsize(src) > 0 and is_sparse_npz(src):
+    if is_npz and (storage.file_size(src) or 0) > 0 and is_sparse_npz(src):
         return {"file": label, **describe_sparse(read_sparse(src))}
     return {"file": label, **describe_cloud(read_points(src, format=format, columns=columns))}
 

@@ -18,7 +18,9 @@ neither ``multiprocessing`` nor Dask.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -61,15 +63,23 @@ def death_reason(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def _serve(conn, job: Job) -> None:
-    """A worker process: run the tasks that come down ``conn`` until None or the pipe closes."""
+def _serve(conn, job_bytes: bytes, stopping) -> None:
+    """A worker process: run the tasks that come down ``conn`` until None, the pipe closes, or
+    ``stopping`` (an Event) is set.
+
+    It starts with SIGINT ignored (``_start_worker``), so a Ctrl-C during its start-up (the
+    imports) cannot print a traceback; Ctrl-C is enabled first thing here, then ``stopping``
+    is checked before each task: a parent interrupted meanwhile set it before signalling."""
     try:
-        while True:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        job = pickle.loads(job_bytes)
+        while not stopping.is_set():
             try:
                 message = conn.recv()
             except (EOFError, OSError):
                 return
-            if message is None:
+            if message is None or stopping.is_set():
                 return
             k, task = message
             result = run_one(job, task)
@@ -79,6 +89,24 @@ def _serve(conn, job: Job) -> None:
                 return
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the parent reports it
         return
+
+
+def _start_worker(context, job_bytes: bytes, stopping) -> _Worker:
+    """A new worker process, started with SIGINT ignored (inherited through spawn's exec) when
+    this is the main thread; the parent's own handler is back as soon as it is launched."""
+    parent, child = context.Pipe()
+    process = context.Process(target=_serve, args=(child, job_bytes, stopping), daemon=True)
+    previous = signal.getsignal(signal.SIGINT)  # None: set outside Python, cannot be put back
+    main = threading.current_thread() is threading.main_thread() and previous is not None
+    if main:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process.start()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    child.close()
+    return _Worker(process, parent)
 
 
 @dataclass
@@ -113,26 +141,24 @@ class ProcessExecutor:
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")  # no fork of a process that runs MLX threads
+        job_bytes = pickle.dumps(job)  # a job that cannot be pickled fails here, not in a worker
+        stopping = context.Event()
         pool: list[_Worker] = []
         clean = False
         with worker_threads(self.workers):
             try:
-                yield from self._run(context, job, tasks, pool, on_start)
+                yield from self._run(context, job_bytes, stopping, tasks, pool, on_start)
                 clean = True
             finally:
-                _shut_down(pool, clean)
+                _shut_down(pool, clean, stopping)
 
-    def _run(self, context, job, tasks, pool, on_start) -> Iterator[tuple[int, FileResult]]:
+    def _run(self, context, job_bytes, stopping, tasks, pool, on_start) -> Iterator[tuple[int, FileResult]]:
         from multiprocessing.connection import wait
 
         queue, tries, left = deque(range(len(tasks))), [0] * len(tasks), len(tasks)
         while left:
             while len(pool) < min(self.workers, left):
-                parent, child = context.Pipe()
-                process = context.Process(target=_serve, args=(child, job), daemon=True)
-                process.start()
-                child.close()
-                pool.append(_Worker(process, parent))
+                pool.append(_start_worker(context, job_bytes, stopping))
             for w in pool:
                 if w.current is None and queue:
                     w.current = queue.popleft()
@@ -180,9 +206,12 @@ class ProcessExecutor:
                 )
 
 
-def _shut_down(pool: list[_Worker], clean: bool) -> None:
-    """Stop the workers: a None each after a clean run; SIGINT (they unwind, removing their
-    temp files) after an interrupt or an error; SIGKILL for any still there after 10 s."""
+def _shut_down(pool: list[_Worker], clean: bool, stopping) -> None:
+    """Stop the workers: a None each after a clean run; ``stopping`` then SIGINT (they unwind,
+    removing their temp files; one still starting up stops before its first task) after an
+    interrupt or an error; SIGKILL for any still there after 10 s."""
+    if not clean:
+        stopping.set()
     for w in pool:
         try:
             if clean:

@@ -19,14 +19,15 @@ SIDECAR = ".lattice.json"
 
 
 def input_stamp(src: str | os.PathLike | BinaryIO) -> dict | None:
-    """The input's name, size and modification time (None for a stream)."""
+    """The input's name, size and modification time, or a URL's ETag (None for a stream)."""
+    from lattice.io import storage
+
     if hasattr(src, "read"):
         return None
     try:
-        st = os.stat(src)
-    except OSError:
+        return storage.stamp(src)
+    except (OSError, storage.StorageError):
         return None
-    return {"name": os.path.basename(os.fspath(src)), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def make_record(command: str, parameters: dict, src: str | os.PathLike | BinaryIO | None = None) -> dict:
@@ -63,22 +64,24 @@ def write_sidecar(dst: str | os.PathLike, record: dict) -> None:
 
 def read_record(dst: str | os.PathLike) -> dict | None:
     """The provenance recorded for an existing output (sidecar or NPZ key), or None when it has none."""
+    from lattice.io import storage
+
     path = os.fspath(dst)
     side = sidecar_path(path)
     try:
-        if os.path.exists(side):
-            with open(side, encoding="utf-8") as f:
-                record = json.load(f)
+        if storage.exists(side):
+            with storage.open_read(side) as f:
+                record = json.loads(f.read().decode("utf-8"))
             return record if isinstance(record, dict) else None
         if path.lower().endswith(".npz"):
-            with zipfile.ZipFile(path) as zf:
+            with storage.open_read(path) as f, zipfile.ZipFile(f) as zf:  # a URL: ranged reads
                 if "provenance.npy" not in zf.namelist():
                     return None
                 with zf.open("provenance.npy") as m:
                     a = np.lib.format.read_array(m, allow_pickle=False)
             record = json.loads(str(a.reshape(())))
             return record if isinstance(record, dict) else None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # StorageError is a ValueError
         return None
     return None
 

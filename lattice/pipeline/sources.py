@@ -15,8 +15,9 @@ Streamed (read chunk by chunk from disk; memory is one chunk, whatever the file 
 
 Everything else (ascii PLY, PLY with list properties or elements before ``vertex``, PCD,
 LAS/LAZ, any stream such as stdin) is read whole with ``lattice.io.read_points`` and
-sliced. Whatever the path, the points and attribute names are exactly what
-``read_points`` gives, and every problem is a one-line ``PointCloudError``.
+sliced. A URL (``s3://...``, ``lattice.io.storage``) streams the same way, in ranged reads
+(a ``.npy`` URL is read whole). Whatever the path, the points and attribute names are exactly
+what ``read_points`` gives, and every problem is a one-line ``PointCloudError``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from lattice.io import PointCloud, PointCloudError, format_from_name, read_points
+from lattice.io import PointCloud, PointCloudError, format_from_name, read_points, storage
 from lattice.io._common import check_points, check_readable_path, reading
 from lattice.io.columns import SKIP, XYZ, parse_columns, split_columns
 from lattice.io.formats import FORMATS, canonical_format, reader_with_columns
@@ -43,6 +44,7 @@ from lattice.io.text import CHUNK_LINES, ColumnStats, TextTable, check_count
 
 DEFAULT_CHUNK_POINTS = 1_000_000  # 20 M points at 0.05 m: 838 MiB peak (2 M: 918 MiB), 2 % slower
 Chunk = tuple[np.ndarray, dict[str, np.ndarray]]
+Location = Path | str  # a local path, or a URL read in ranges (lattice.io.storage)
 
 _PLY_TYPES = {
     "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
@@ -126,7 +128,7 @@ def open_source(
     return source or memory_source(read_points(path, format=format, columns=names), label)
 
 
-def _streamed_source(path: Path, label: str, fmt: str | None, names) -> PointSource | None:
+def _streamed_source(path: Location, label: str, fmt: str | None, names) -> PointSource | None:
     """The streamed source of a format that has one, else None (read whole by ``read_points``)."""
     if fmt in LAYOUTS:
         return _scan_source(path, label, fmt, names)
@@ -139,6 +141,18 @@ def _streamed_source(path: Path, label: str, fmt: str | None, names) -> PointSou
     if fmt == "npz":
         return _npz_source(path, label)
     return None
+
+
+def _fromfile(f: BinaryIO, dtype: np.dtype, count: int) -> np.ndarray:
+    """Up to ``count`` items of ``dtype`` read from ``f``: ``np.fromfile`` for an OS file,
+    ``readinto`` a new array for a URL's file (no file descriptor)."""
+    try:
+        f.fileno()
+    except (AttributeError, OSError):
+        out = np.empty(count, dtype)
+        got = f.readinto(out.view(np.uint8)) or 0
+        return out[: got // dtype.itemsize]
+    return np.fromfile(f, dtype=dtype, count=count)
 
 
 def _guarded(chunks: Iterator[Chunk], label: str, what: str) -> Iterator[Chunk]:
@@ -154,10 +168,10 @@ def _attribute_names(names: tuple[str, ...]) -> list[str]:
 # ---- KITTI / nuScenes / raw float32 columns ---------------------------------------------
 
 
-def _scan_source(path: Path, label: str, layout: str, names: tuple[str, ...] | None) -> PointSource:
-    size = path.stat().st_size
+def _scan_source(path: Location, label: str, layout: str, names: tuple[str, ...] | None) -> PointSource:
+    size = storage.file_size(path) or 0
     if names is None:
-        with open(path, "rb") as f:
+        with storage.open_read(path) as f:
             check_scan(f, label, layout)
         names = layout_columns(layout)
     width = len(names)
@@ -169,13 +183,13 @@ def _scan_source(path: Path, label: str, layout: str, names: tuple[str, ...] | N
     n = check_points(size // (4 * width), label, f"a float32 scan of {size} bytes in rows of {width}")
 
     def chunk(f: BinaryIO, s: int, m: int) -> Chunk:
-        raw = np.fromfile(f, dtype="<f4", count=m * width)
+        raw = _fromfile(f, np.dtype("<f4"), m * width)
         if raw.size != m * width:
             raise PointCloudError(f"{label}: file shrank while reading ({s + raw.size // width} of {n})")
         return split_columns(raw.reshape(m, width).astype(np.float32, copy=False), names)
 
     def read(k: int) -> Iterator[Chunk]:
-        with open(path, "rb") as f:
+        with storage.open_read(path) as f:
             for s in range(0, n, k):
                 yield chunk(f, s, min(k, n - s))  # the raw rows are freed before the chunk is used
 
@@ -186,9 +200,9 @@ def _scan_source(path: Path, label: str, layout: str, names: tuple[str, ...] | N
 # ---- text tables -------------------------------------------------------------------------
 
 
-def _text_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointSource:
+def _text_source(path: Location, label: str, names: tuple[str, ...] | None) -> PointSource:
     """Two passes: one to check every line, count the rows and type the columns; one per ``chunks``."""
-    with open(path, "rb") as f, TextTable(f, label, names) as table:
+    with storage.open_read(path) as f, TextTable(f, label, names) as table:
         layout = table.layout
         stats = ColumnStats(len(layout.names))
         for block in table.blocks():
@@ -197,7 +211,7 @@ def _text_source(path: Path, label: str, names: tuple[str, ...] | None) -> Point
     dtypes = stats.dtypes(layout.names)
 
     def read(k: int) -> Iterator[Chunk]:
-        with open(path, "rb") as f, TextTable(f, label, names) as t:
+        with storage.open_read(path) as f, TextTable(f, label, names) as t:
             for block in t.blocks(min(k, CHUNK_LINES)):
                 yield split_columns(block, layout.names, dtypes)
 
@@ -208,8 +222,11 @@ def _text_source(path: Path, label: str, names: tuple[str, ...] | None) -> Point
 # ---- .npy --------------------------------------------------------------------------------
 
 
-def _npy_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointSource | None:
-    """A memory-mapped ``.npy`` (None when it cannot be mapped: ``read_points`` explains)."""
+def _npy_source(path: Location, label: str, names: tuple[str, ...] | None) -> PointSource | None:
+    """A memory-mapped ``.npy`` (None when it cannot be mapped: ``read_points`` explains, and
+    reads a URL's array whole)."""
+    if storage.is_url(path):
+        return None
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError):  # a header NumPy cannot parse
@@ -235,7 +252,7 @@ def _npy_source(path: Path, label: str, names: tuple[str, ...] | None) -> PointS
 
 def _ply_header(path: Path) -> tuple[int, str, list[list[str]]] | None:
     """``(header bytes, format word, header lines as words)``, or None when this is not a PLY."""
-    with open(path, "rb") as f:
+    with storage.open_read(path) as f:
         if f.readline(64).rstrip(b"\r\n") != b"ply":
             return None
         words, size = [], 0
@@ -251,7 +268,7 @@ def _ply_header(path: Path) -> tuple[int, str, list[list[str]]] | None:
     return offset, fmt, words
 
 
-def _ply_source(path: Path, label: str) -> PointSource | None:
+def _ply_source(path: Location, label: str) -> PointSource | None:
     """A streamed source for a binary PLY that starts with a list-free ``vertex`` element, else None."""
     header = _ply_header(path)
     if header is None:
@@ -277,7 +294,7 @@ def _ply_source(path: Path, label: str) -> PointSource | None:
     if not {"x", "y", "z"} <= set(names) or len(set(names)) != len(names) or n < 0:
         return None
     dtype = np.dtype(fields)
-    present = (path.stat().st_size - offset) // dtype.itemsize
+    present = ((storage.file_size(path) or 0) - offset) // dtype.itemsize
     if present < n:
         raise PointCloudError(
             f"{label}: truncated PLY: header declares {n} vertex rows but only {present} are present"
@@ -287,10 +304,10 @@ def _ply_source(path: Path, label: str) -> PointSource | None:
     attrs = [a for a in names if a not in ("x", "y", "z")]
 
     def read(k: int) -> Iterator[Chunk]:
-        with open(path, "rb") as f:
+        with storage.open_read(path) as f:
             f.seek(offset)
             for s in range(0, n, k):
-                rec = np.fromfile(f, dtype=dtype, count=min(k, n - s))
+                rec = _fromfile(f, dtype, min(k, n - s))
                 pts = np.stack([rec[a] for a in "xyz"], axis=1).astype(pdtype)
                 yield pts, {a: rec[a].astype(rec[a].dtype.newbyteorder("=")) for a in attrs}
 
@@ -311,15 +328,15 @@ def _npy_header(
         return shape, dtype, m.tell()
 
 
-def _npz_layout(path: Path, label: str) -> tuple[int, tuple, dict[str, tuple]] | None:
+def _npz_layout(path: Location, label: str) -> tuple[int, tuple, dict[str, tuple]] | None:
     """``(N, points header, {attribute: header})`` of a streamable points NPZ, or None.
 
     A header is ``(shape, dtype, data offset)``. The members are checked as ``read_points``
     checks them (``lattice.io.npz.check_members``, ``member_header``) before any is read.
     """
     try:
-        with zipfile.ZipFile(path) as zf:
-            check_members(zf.infolist(), path.stat().st_size, label)
+        with storage.open_read(path) as f, zipfile.ZipFile(f) as zf:
+            check_members(zf.infolist(), storage.file_size(path) or 0, label)
             headers = {
                 i.filename[:-4]: _npy_header(zf, i, label)
                 for i in zf.infolist()
@@ -344,7 +361,7 @@ def _npz_layout(path: Path, label: str) -> tuple[int, tuple, dict[str, tuple]] |
     return n, points, attrs
 
 
-def _npz_source(path: Path, label: str) -> PointSource | None:
+def _npz_source(path: Location, label: str) -> PointSource | None:
     layout = _npz_layout(path, label)
     if layout is None:
         return None
@@ -362,7 +379,7 @@ def _npz_source(path: Path, label: str) -> PointSource | None:
 
     def read(k: int) -> Iterator[Chunk]:
         try:
-            with zipfile.ZipFile(path) as zf, contextlib.ExitStack() as stack:
+            with storage.open_read(path) as f, zipfile.ZipFile(f) as zf, contextlib.ExitStack() as stack:
                 members = {a: stack.enter_context(zf.open(f"{a}.npy")) for a in arrays}
                 for a, member in members.items():
                     member.read(arrays[a][2])  # skip the .npy header

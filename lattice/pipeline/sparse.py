@@ -253,7 +253,7 @@ def upsample_parameters(
     k = None if kernel_size is None else list(_ints(kernel_size, "kernel size"))
     return {
         "stride": list(_ints(stride, "stride")),
-        "target": None if target is None else os.path.abspath(os.fspath(target)),
+        "target": None if target is None else _absolute(target),
         "method": method,
         "kernel_size": k,
         "position": position,
@@ -269,6 +269,12 @@ def _write_recorded(command, params, out, summary, src, dst, fmt, position, side
     summary["output"] = write_result(dst, out, format=fmt, position=position, sidecar=sidecar)
     summary["output_format"] = fmt
     return summary
+
+
+def _absolute(location: str | os.PathLike) -> str:
+    from lattice.io import storage
+
+    return os.fspath(location) if storage.is_url(location) else os.path.abspath(storage.local_path(location))
 
 
 def _label(src: PathOrStream) -> str:

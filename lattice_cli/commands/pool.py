@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,9 +27,9 @@ from lattice_cli.common import (
 )
 
 
-def is_sparse_file(path: Path) -> bool | str:
-    """Directory scans for sparse-tensor commands take ``*.npz`` files."""
-    return path.suffix.lower() == ".npz" or "not a sparse-tensor NPZ (.npz)"
+def is_sparse_file(path: str) -> bool | str:
+    """Directory scans for sparse-tensor commands take ``*.npz`` files (a path or URL)."""
+    return str(path).lower().endswith(".npz") or "not a sparse-tensor NPZ (.npz)"
 
 
 def rows_change(s: dict) -> str:

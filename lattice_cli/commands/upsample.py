@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -44,7 +43,7 @@ def upsample(
         str, typer.Option("--stride", "-s", help="S or SX,SY,SZ; output stride = input stride / S.")
     ] = "2",
     target: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--target", "-t", help="Sparse NPZ whose rows (and order) the output takes; at the finer stride."
         ),
