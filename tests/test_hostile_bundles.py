@@ -68,13 +68,27 @@ def assert_refused(result: subprocess.CompletedProcess, bundle: Path, out: Path,
     assert not out.exists()
 
 
+@pytest.fixture(scope="module")
+def float_bundle(tmp_path_factory) -> Path:
+    """A float32 MinkUNet14 bundle at width 8 with the shipped bundle's preprocessing and
+    classes (the shipped one stores packed int4 weights; these tests damage float ones)."""
+    from lattice.models import minkunet, save_model
+
+    shipped = load_model(SHIPPED)
+    mx.random.seed(0)
+    model = minkunet(14, len(shipped.preprocessing.features), len(shipped.outputs.classes), width=8)
+    path = tmp_path_factory.mktemp("float") / "bundle"
+    save_model(model, path, preprocessing=shipped.preprocessing, outputs=shipped.outputs)
+    return path
+
+
 @pytest.fixture
-def bundle(tmp_path) -> Path:
-    """A copy of the shipped bundle (model.json + weights.safetensors) to damage."""
+def bundle(tmp_path, float_bundle) -> Path:
+    """A copy of the float32 bundle (model.json + weights.safetensors) to damage."""
     dst = tmp_path / "bundle"
     dst.mkdir()
     for name in ("model.json", "weights.safetensors"):
-        shutil.copy(SHIPPED / name, dst / name)
+        shutil.copy(float_bundle / name, dst / name)
     return dst
 
 
@@ -354,7 +368,7 @@ def test_building_is_lazy_and_cheap():
     assert math.prod(model.stem.conv.weight.shape) == 4096 * 5**3 * 5
 
 
-def test_nothing_is_built_before_the_weights_fit(bundle, monkeypatch):
+def test_nothing_is_built_before_the_weights_fit(bundle, float_bundle, monkeypatch):
     built = []
     original = MinkUNet.__init__
     monkeypatch.setattr(MinkUNet, "__init__", lambda self, c: (built.append(c), original(self, c))[1])
@@ -365,16 +379,16 @@ def test_nothing_is_built_before_the_weights_fit(bundle, monkeypatch):
     with pytest.raises(BundleError, match="missing tensor 'stem.conv.scales'"):
         load_model(bundle)
     assert built == []
-    shutil.copy(SHIPPED / FILE, bundle / FILE)
+    shutil.copy(float_bundle / FILE, bundle / FILE)
     edit_json(bundle, lambda d: d.update(quantization=None))
     assert load_model(bundle).checksum_verified and len(built) == 1
 
 
-def test_a_packed_bundle_is_loaded_without_quantizing(tmp_path, monkeypatch):
+def test_a_packed_bundle_is_loaded_without_quantizing(tmp_path, float_bundle, monkeypatch):
     from lattice.models import save_model
     from lattice.nn import quantized as nq
 
-    shipped = load_model(SHIPPED, quantize_bits=4)
+    shipped = load_model(float_bundle, quantize_bits=4)
     path = save_model(
         shipped.model, tmp_path / "q4", preprocessing=shipped.preprocessing, outputs=shipped.outputs
     )
@@ -443,13 +457,16 @@ def test_every_config_field_has_a_bound():
         assert fields <= set(CONFIG_BOUNDS), fields - set(CONFIG_BOUNDS)
 
 
-def test_read_header_agrees_with_mlx():
-    header = read_header(SHIPPED / FILE)
-    tensors = mx.load(str(SHIPPED / FILE))
+@pytest.mark.parametrize("which", ["shipped", "float"])
+def test_read_header_agrees_with_mlx(which, float_bundle):
+    folder = SHIPPED if which == "shipped" else float_bundle  # packed int4 (uint32 + float32), float32
+    header = read_header(folder / FILE)
+    tensors = mx.load(str(folder / FILE))
     assert set(header.tensors) == set(tensors) and header.metadata == {"format": "lattice.model/1"}
-    names = {"F32": mx.float32}
-    raw = (SHIPPED / FILE).read_bytes()
+    names = {"F32": (mx.float32, np.float32), "U32": (mx.uint32, np.uint32)}
+    raw = (folder / FILE).read_bytes()
     for name, entry in header.tensors.items():
-        assert entry.shape == tuple(tensors[name].shape) and names[entry.dtype] == tensors[name].dtype
-        values = np.frombuffer(raw[entry.begin : entry.end], np.float32).reshape(entry.shape)
+        dtype, np_dtype = names[entry.dtype]
+        assert entry.shape == tuple(tensors[name].shape) and dtype == tensors[name].dtype
+        values = np.frombuffer(raw[entry.begin : entry.end], np_dtype).reshape(entry.shape)
         assert np.array_equal(values, np.asarray(tensors[name]))

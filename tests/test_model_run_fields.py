@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from cli_helpers import data_file, lattice
 
-from lattice.io import read_points, write_points
+from lattice.io import PointCloud, read_points, write_points
 from lattice.models import load_model
 from lattice.pipeline.model_fields import asprs_classes, class_colours
 from lattice.render import label_field, point_colors
@@ -176,6 +176,15 @@ def test_render_draws_pred_label_by_default(base_run, outputs, tmp_path):
     assert {name.split(" (")[0] for name, _ in legend} <= set(outputs.names)
     src = tmp_path / "out.ply"
     write_points(src, out)
-    r = lattice("render", src, "-o", tmp_path / "view.png", "--width", "300", "--height", "150", cwd=tmp_path)
+    size = ["--width", "300", "--height", "150"]
+    r = lattice("render", src, "-o", tmp_path / "view.png", "--color", "label", *size, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "colour label (pred_label)" in r.stdout and (tmp_path / "view.png").stat().st_size > 0
+    # by default the prediction is drawn whenever it holds more than one class (a street model
+    # may give an indoor scan one class everywhere; a constant label falls back to rgb)
+    two = out.attributes["pred_label"].copy()
+    two[: len(two) // 2], two[len(two) // 2 :] = outputs.classes[0].id, outputs.classes[1].id
+    write_points(src, PointCloud(out.points, {**out.attributes, "pred_label": two}, dict(out.metadata)))
+    r = lattice("render", src, "-o", tmp_path / "view.png", *size, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "colour label (pred_label)" in r.stdout

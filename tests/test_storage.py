@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from lattice.pipeline.executors import ProcessExecutor  # noqa: E402
 from lattice.pipeline.provenance import read_record  # noqa: E402
 from lattice.pipeline.sources import open_source  # noqa: E402
 
+BUNDLE = Path(__file__).resolve().parents[1] / "examples" / "models" / "minkunet14-semantickitti"
 SAMPLES = [
     "semantickitti/sqsv3_seq00_000000.bin",  # KITTI, streamed
     "nuscenes/n015-2018-07-24-11-22-45_LIDAR_TOP_1532402927647951.pcd.bin",
@@ -356,3 +358,21 @@ def test_reading_a_provenance_record_costs_ranges_not_the_object(bucket, tmp_pat
     )
     assert read_record(f"s3://{b}/big.npz") == {"command": "x"}
     assert 0 < sum(fetched) <= 3 * storage.BLOCK < (tmp_path / "big.npz").stat().st_size
+
+
+def test_dask_workers_and_model_run_read_and_write_s3(bucket, tmp_path):
+    pytest.importorskip("distributed")
+    fs, b = bucket
+    local_in = _upload_scans(fs, b, tmp_path)
+    ref = lattice("voxelize", local_in, "-d", tmp_path / "ref", "-s", "0.05")
+    assert ref.returncode == 0, ref.stderr
+    r = lattice("voxelize", f"s3://{b}/in/", "-d", f"s3://{b}/dask/", "-s", "0.05", "--scheduler", "local:2")
+    assert r.returncode == 0 and "done 4, skipped 1" in r.stdout, r.stdout + r.stderr
+    for rel in ["s0.npz", "s1.npz", "sub/s2.npz", "sub/bunny.npz"]:
+        _same_arrays(fs, f"s3://{b}/dask/{rel}", tmp_path / "ref" / rel)
+    bundle = BUNDLE if BUNDLE.exists() else pytest.skip("no shipped model bundle")
+    m = lattice("model-run", bundle, f"s3://{b}/in/*.bin", "-d", f"s3://{b}/labels", "--workers", "2")
+    assert m.returncode == 0 and "done 2" in m.stdout, m.stdout + m.stderr
+    local = lattice("model-run", bundle, local_in / "s0.bin", "-o", tmp_path / "s0.npz")
+    assert local.returncode == 0, local.stderr
+    _same_arrays(fs, f"s3://{b}/labels/s0.npz", tmp_path / "s0.npz")

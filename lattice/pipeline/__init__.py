@@ -63,46 +63,7 @@ _MODULES = {
     ),
 }
 
-__all__ = [
-    "DEFAULT_CHUNK_POINTS",
-    "BatchError",
-    "BatchSummary",
-    "BatchUsageError",
-    "DaskExecutor",
-    "Expect",
-    "FileFinished",
-    "FileResult",
-    "FileStarted",
-    "InProcessExecutor",
-    "ProcessExecutor",
-    "Task",
-    "executor_for",
-    "plan_tasks",
-    "run_batch",
-    "POOL_MODES",
-    "REDUCTIONS",
-    "UPSAMPLE_METHODS",
-    "PointSource",
-    "StreamingVoxelizer",
-    "VoxelizeOptions",
-    "describe_cloud",
-    "describe_file",
-    "describe_sparse",
-    "feature_columns",
-    "from_tensor",
-    "memory_source",
-    "open_source",
-    "pool_file",
-    "pool_sparse",
-    "run_demo",
-    "to_tensor",
-    "upsample_file",
-    "upsample_sparse",
-    "voxelize_cloud",
-    "voxelize_file",
-    "voxelize_source",
-    "write_sparse_file",
-]
+__all__ = sorted(name for names in _MODULES.values() for name in names)
 
 
 __getattr__, __dir__ = lazy_attributes(
