@@ -16,7 +16,6 @@ import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import typer
 
@@ -29,13 +28,14 @@ from lattice_cli.common import (
     error_message,
     fail,
     input_stream,
+    is_directory,
     output_target,
     refuse_input_as_output,
     warn,
 )
 
 Job = Callable[..., dict]
-Accept = Callable[[Path], "bool | str"]
+Accept = Callable[[str], "bool | str"]
 _GLOB = set("*?[")
 
 
@@ -136,9 +136,7 @@ def run_files(
         _run_single(job, inputs[0], output, describe, as_json)
         return
     if output_dir is None:
-        from lattice.io.storage import is_dir
-
-        if len(inputs) > 1 or any(is_dir(i) or (_GLOB & set(i)) for i in inputs):
+        if len(inputs) > 1 or any(is_directory(i) or (_GLOB & set(i)) for i in inputs):
             fail("several inputs, a directory or a pattern need --output-dir", EXIT_USAGE)
         fail("missing -o/--output (a file, or - for stdout); use --output-dir for batch mode", EXIT_USAGE)
     summary = _run_batch(job, inputs, outputs, accept, expect)
@@ -158,15 +156,25 @@ def run_files(
 
 def _run_batch(job: Job, inputs: list[str], outputs: Outputs, accept: Accept, expect):
     """``lattice.pipeline.run_batch`` with the executor of the options; its errors as exit codes."""
+    from lattice.pipeline.export import extension_of
+
+    if expect is not None:  # outputs record their parameters beside them, for the next re-run
+        job = functools.partial(job, sidecar=True)
+    return _execute(job, inputs, outputs, accept, expect, extension_of(outputs.format))
+
+
+def run_reads(job: Job, inputs: list[str], outputs: Outputs, accept: Accept):
+    """A batch of a job that writes nothing (``lattice info`` over many files): its summary."""
+    return _execute(job, inputs, outputs, accept, None, "")
+
+
+def _execute(job: Job, inputs: list[str], outputs: Outputs, accept: Accept, expect, extension: str):
     from lattice.pipeline.batch import BatchError, BatchUsageError, plan_tasks, run_batch
     from lattice.pipeline.executors import executor_for
-    from lattice.pipeline.export import extension_of
 
     try:
         executor = executor_for(outputs.scheduler, outputs.workers)
-        tasks = plan_tasks(inputs, outputs.output_dir, accept, extension_of(outputs.format))
-        if expect is not None:  # outputs record their parameters beside them, for the next re-run
-            job = functools.partial(job, sidecar=True)
+        tasks = plan_tasks(inputs, outputs.output_dir, accept, extension)
         with _Bar(sys.stderr.isatty()) as bar:
             return run_batch(
                 job, tasks, outputs.output_dir, executor=executor, overwrite=outputs.overwrite, expect=expect,
@@ -189,9 +197,7 @@ def _warnings(summary: dict) -> None:
 
 
 def _run_single(job: Job, src: str, dst: str, describe: Callable[[dict], str], as_json: bool) -> None:
-    from lattice.io.storage import is_dir
-
-    if src != STDIO and is_dir(src):
+    if is_directory(src):
         fail(f"{src}: is a directory, expected a file (use --output-dir to process the files in it)")
     refuse_input_as_output(dst, [src])
     target = output_target(dst)

@@ -283,6 +283,19 @@ def parse_names(text: str | None) -> tuple[str, ...] | None:
 # ---- stdin / stdout -------------------------------------------------------------------
 
 
+def is_directory(name: str) -> bool:
+    """Whether an input names a directory (a URL: a prefix); a store that cannot be reached is
+    an error line, exit 1."""
+    from lattice.io.storage import is_dir
+
+    if name == STDIO:
+        return False
+    try:
+        return is_dir(name)
+    except (OSError, ValueError) as err:
+        fail(error_message(err))
+
+
 def input_stream(name: str) -> str | BinaryIO:
     """``-`` is stdin (binary); anything else is returned as the path."""
     return sys.stdin.buffer if name == STDIO else name

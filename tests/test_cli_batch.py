@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import data_file, lattice
 from typer.testing import CliRunner
 
 from lattice.data import synthetic_room
@@ -171,3 +174,34 @@ def test_progress_bar_shows_the_current_file_and_prints_failures(capsys):
         bar(FileFinished(0, 2, FileResult("in/[a].ply", "out/[a].npz", "failed", error="in/[a].ply: bad")))
         assert bar.progress.tasks[0].completed == 1
     assert "lattice: error: in/[a].ply: bad" in capsys.readouterr().err
+
+
+def test_info_over_many_files_runs_through_the_batch_engine(tmp_path):
+    """``lattice info DIR`` / a glob / several files: each description in input order, as
+    ``lattice info FILE`` gives it; ``--workers 2`` the same; a bad file fails alone."""
+    d = tmp_path / "in"
+    d.mkdir()
+    for rel in ("semantickitti/sqsv3_seq00_000000.bin", "stanford_bunny/bun_zipper_res4.ply",
+                "semantickitti/demo_labels_000700.npy"):  # fmt: skip
+        shutil.copy(data_file(rel), d)
+    (d / "bad.ply").write_bytes(b"ply\nformat nonsense\n")
+    r = lattice("info", d, "--json")
+    assert r.returncode == 1, r.stderr  # bad.ply failed
+    s = json.loads(r.stdout)
+    assert (s["done"], s["skipped"], s["failed"]) == (2, 1, 1)
+    by_name = {Path(f["input"]).name: f for f in s["files"]}
+    assert by_name["bad.ply"]["error"].startswith(str(d / "bad.ply"))
+    assert "per-point labels" in by_name["demo_labels_000700.npy"]["reason"]
+    for name in ("sqsv3_seq00_000000.bin", "bun_zipper_res4.ply"):
+        one = json.loads(lattice("info", d / name, "--json").stdout)
+        assert {**by_name[name]["summary"], "file": str(d / name)} == one
+    parallel = json.loads(lattice("info", d, "--json", "--workers", "2").stdout)
+    assert [f.get("summary") for f in parallel["files"]] == [f.get("summary") for f in s["files"]]
+    text = lattice("info", str(d / "*.ply"), d / "sqsv3_seq00_000000.bin")
+    assert text.returncode == 1 and text.stdout.rstrip().endswith(
+        "described 2, skipped 0, failed 1 (3 inputs)"
+    )
+    assert f"{d / 'bun_zipper_res4.ply'}: point cloud (ply)" in text.stdout
+    assert text.stderr.startswith(f"lattice: error: {d / 'bad.ply'}: ")
+    usage = lattice("info", d / "bun_zipper_res4.ply", "--workers", "2")
+    assert usage.returncode == 2 and "apply to several inputs" in usage.stderr

@@ -376,3 +376,20 @@ def test_dask_workers_and_model_run_read_and_write_s3(bucket, tmp_path):
     local = lattice("model-run", bundle, local_in / "s0.bin", "-o", tmp_path / "s0.npz")
     assert local.returncode == 0, local.stderr
     _same_arrays(fs, f"s3://{b}/labels/s0.npz", tmp_path / "s0.npz")
+
+
+def test_an_unreachable_store_is_one_line_per_input(tmp_path):
+    pytest.importorskip("s3fs")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1"}  # fmt: skip
+    for args in (["info", "s3://bkt/in/"], ["voxelize", "s3://bkt/in/", "-d", str(tmp_path / "o"), "-s", "1"],
+                 ["voxelize", "s3://bkt/a.bin", "-o", str(tmp_path / "a.npz"), "-s", "1"]):  # fmt: skip
+        r = subprocess.run([*LATTICE, *args], capture_output=True, text=True, env=env, timeout=120)
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("lattice: error: ")]
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+        assert len(errors) == 1 and "s3://bkt/" in errors[0] and "Could not connect" in errors[0], r.stderr

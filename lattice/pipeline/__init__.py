@@ -39,7 +39,7 @@ _MODULES = {
     "dask_executor": ("DaskExecutor",),
     "executors": ("InProcessExecutor", "ProcessExecutor", "executor_for"),
     "demo": ("run_demo",),
-    "describe": ("describe_cloud", "describe_file", "describe_sparse"),
+    "describe": ("describe_cloud", "describe_file", "describe_job", "describe_sparse"),
     "sources": ("DEFAULT_CHUNK_POINTS", "PointSource", "memory_source", "open_source"),
     "sparse": (
         "POOL_MODES",

@@ -290,15 +290,17 @@ def _expand(item: str, output_dir: str, accept: Accept, extension: str) -> list[
 
 def plan_tasks(
     inputs: Iterable[str],
-    output_dir: str | os.PathLike,
+    output_dir: str | os.PathLike | None,
     accept: Accept | None = None,
     extension: str = ".npz",
 ) -> list[Task]:
     """Tasks for explicit files, directories (recursive, mirrored) and globs, in input order.
 
     Files of a directory that ``accept`` refuses (it returns False or the reason) become
-    skipped tasks; explicit files are always tried. ``BatchUsageError`` for ``-`` (stdin),
-    an output that would replace its input, or two inputs that would write one output.
+    skipped tasks; explicit files are always tried. ``output_dir=None`` plans a job that
+    writes nothing (``lattice info`` over many files): every task's ``dst`` is None.
+    ``BatchUsageError`` for ``-`` (stdin), an output that would replace its input, or two
+    inputs that would write one output.
     """
     from lattice.io import storage
 
@@ -307,7 +309,13 @@ def plan_tasks(
     for item in map(str, inputs):
         if item == "-":
             raise BatchUsageError("- (stdin) cannot be used in batch mode; give one input and -o")
-        tasks += _expand(item, os.fspath(output_dir), accept, extension)
+        try:
+            tasks += _expand(item, "." if output_dir is None else os.fspath(output_dir), accept, extension)
+        except (OSError, storage.StorageError) as err:  # a store that cannot be reached or listed
+            message = error_text(err)
+            tasks.append(Task(item, None, message if message.startswith(item) else f"{item}: {message}"))
+    if output_dir is None:
+        return [replace(t, dst=None) for t in tasks]
     seen: dict[str, str] = {}
     for t in tasks:
         if t.dst is None:

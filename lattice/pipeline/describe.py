@@ -257,8 +257,16 @@ def describe_file(
     return {"file": label, **describe_cloud(read_points(src, format=format, columns=columns))}
 
 
+def describe_job(src: str | os.PathLike, dst: None = None, **options) -> dict:
+    """``describe_file`` as a batch job (``run_batch`` over tasks without outputs: ``dst`` is None)."""
+    if dst is not None:
+        raise ValueError(f"describe_job writes nothing; got an output {dst}")
+    return describe_file(src, **options)
+
+
 __all__ = [
     "HISTOGRAM_VALUES",
+    "describe_job",
     "describe_cloud",
     "describe_file",
     "describe_sparse",

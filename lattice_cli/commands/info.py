@@ -2,7 +2,8 @@
 
 ``info`` prints ``lattice.pipeline.describe_file``'s dict: as JSON with ``--json`` (full
 precision), else as aligned text, one fact per line, never wrapped (pipes and logs get the
-same lines a terminal does).
+same lines a terminal does). Over several files it runs ``describe_job`` through the batch
+engine (``run_batch``, any executor) and prints each description in input order.
 """
 
 from __future__ import annotations
@@ -14,7 +15,22 @@ from typing import Annotated
 
 import typer
 
-from lattice_cli.common import ColumnsOpt, FormatOpt, JsonOpt, error_message, fail, input_stream
+from lattice_cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    STDIO,
+    ColumnsOpt,
+    FormatOpt,
+    JsonOpt,
+    SchedulerOpt,
+    WorkersOpt,
+    error_message,
+    fail,
+    input_stream,
+    is_directory,
+    is_point_input,
+    warn,
+)
 
 
 def backend(
@@ -32,13 +48,33 @@ def backend(
 
 
 def info(
-    input: Annotated[str, typer.Argument(help="A point-cloud or sparse-tensor file; - reads stdin.")],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Point-cloud or sparse-tensor files, directories, quoted globs or s3:// URLs; - reads stdin."
+        ),
+    ],
     fmt: FormatOpt = None,
     columns: ColumnsOpt = None,
+    workers: WorkersOpt = None,
+    scheduler: SchedulerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what a file holds: points, bounds, attribute kinds, statistics and class counts, a LAS
-    header and its CRS; or a sparse tensor's rows, stride, channels, provenance and source."""
+    header and its CRS; or a sparse tensor's rows, stride, channels, provenance and source.
+    Several files, a directory or a glob are described one after the other (--workers / --scheduler
+    spread them out), then counted."""
+    if len(inputs) == 1 and not (set("*?[") & set(inputs[0])) and not is_directory(inputs[0]):
+        if workers is not None or scheduler is not None:
+            fail("--workers and --scheduler apply to several inputs, a directory or a pattern", EXIT_USAGE)
+        _one(inputs[0], fmt, columns, as_json)
+        return
+    if STDIO in inputs:
+        fail("- (stdin) cannot be described with other inputs; give it alone", EXIT_USAGE)
+    _many(inputs, fmt, columns, workers, scheduler, as_json)
+
+
+def _one(input: str, fmt, columns, as_json: bool) -> None:
     from lattice.pipeline import describe_file
 
     try:
@@ -49,7 +85,38 @@ def info(
     if as_json:
         typer.echo(json.dumps(d))
         return
-    typer.echo("\n".join(points_text(d) if d["kind"] == "points" else sparse_text(d)))
+    typer.echo("\n".join(describe_text(d)))
+
+
+def describe_text(d: dict) -> list[str]:
+    """The text lines of one ``describe_file`` dict."""
+    return points_text(d) if d["kind"] == "points" else sparse_text(d)
+
+
+def _many(inputs: list[str], fmt, columns, workers, scheduler, as_json: bool) -> None:
+    """Every file through ``lattice.pipeline.run_batch`` (no outputs): the descriptions in input
+    order, then the counts; ``--json``: the batch summary, each file's description as its summary."""
+    import functools
+
+    from lattice.pipeline.describe import describe_job
+    from lattice_cli.batch import Outputs, run_reads
+
+    job = functools.partial(describe_job, format=fmt, columns=columns)
+    outputs = Outputs(None, None, workers=workers, as_json=as_json, scheduler=scheduler)
+    summary = run_reads(job, inputs, outputs, is_point_input)
+    if as_json:
+        typer.echo(json.dumps(summary.to_dict()))
+    else:
+        for f in summary.files:
+            if f.status == "skipped":
+                warn(f"skipped {f.input}: {f.reason}")
+            elif f.summary is not None:
+                typer.echo("\n".join(describe_text({**f.summary, "file": f.input})) + "\n")
+        typer.echo(
+            f"described {summary.done}, skipped {summary.skipped}, failed {summary.failed} ({len(summary.files)} inputs)"
+        )
+    if summary.failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 # ---- text -------------------------------------------------------------------------------
