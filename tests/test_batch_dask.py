@@ -43,11 +43,12 @@ def client():
 
 
 def _scans(tmp_path, n: int) -> Path:
-    scan = data_file("semantickitti/sqsv3_seq00_000000.bin")
+    """``n`` KITTI-size scans: the three sqsv3 scans (121-125 k points, remission) in turn."""
+    scans = [data_file(f"semantickitti/sqsv3_seq00_00000{k}.bin") for k in range(3)]
     d = tmp_path / "scans"
     d.mkdir(exist_ok=True)
     for i in range(n):
-        shutil.copy(scan, d / f"scan{i:02d}.bin")
+        shutil.copy(scans[i % 3], d / f"scan{i:02d}.bin")
     return d
 
 
@@ -61,7 +62,7 @@ def _same_tree(a: Path, b: Path) -> None:
 
 
 def test_local_scheduler_writes_the_files_a_local_run_writes(tmp_path):
-    scans = _scans(tmp_path, 3)
+    scans = _scans(tmp_path, 20)
     shutil.copy(data_file("stanford_bunny/bun_zipper_res4.ply"), scans / "bunny.ply")
     for fmt in ("npz", "ply"):
         local = lattice("voxelize", scans, "-d", tmp_path / f"local-{fmt}", "-s", "0.1", "-F", fmt, "--json")
@@ -80,25 +81,25 @@ def test_local_scheduler_writes_the_files_a_local_run_writes(tmp_path):
         )
         assert local.returncode == dask.returncode == 0, dask.stderr
         s = json.loads(dask.stdout)
-        assert (s["done"], s["failed"]) == (4, 0) and [f["input"] for f in s["files"]] == [
+        assert (s["done"], s["failed"]) == (21, 0) and [f["input"] for f in s["files"]] == [
             f["input"] for f in json.loads(local.stdout)["files"]
         ]
         _same_tree(tmp_path / f"local-{fmt}", tmp_path / f"dask-{fmt}")
     again = lattice(
         "voxelize", scans, "-d", tmp_path / "dask-ply", "-s", "0.1", "-F", "ply", "--scheduler", "local:2"
     )
-    assert again.returncode == 0 and "done 0, skipped 4" in again.stdout
+    assert again.returncode == 0 and "done 0, skipped 21" in again.stdout
 
 
 def test_notebook_client_model_run_loads_the_bundle_once_per_worker(tmp_path, client):
     from lattice.pipeline.model_run import model_run_file
 
-    scans = _scans(tmp_path, 4)
+    scans = _scans(tmp_path, 20)
     job = functools.partial(model_run_file, model=str(BUNDLE))
     s = run_batch(job, [scans], tmp_path / "dask", executor=DaskExecutor(client))
     ref = run_batch(job, [scans], tmp_path / "local")
-    assert s.done == ref.done == 4 and s.failed == 0
-    for i in range(4):
+    assert s.done == ref.done == 20 and s.failed == 0
+    for i in range(20):
         a, b = (
             np.load(tmp_path / "dask" / f"scan{i:02d}.npz"),
             np.load(tmp_path / "local" / f"scan{i:02d}.npz"),
