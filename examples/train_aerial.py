@@ -21,9 +21,11 @@ Data (``../shared/data``, see its SOURCES.md; ``--data`` names that folder):
 
 Inputs (``model.json`` ``preprocessing``; ``lattice model-run`` computes them the same
 way): a constant, ``z_local``, the height above the lowest point of the surrounding
-30 m and 8 m cells (``height_above_min``), the planarity of the 3 m cell (``planarity``),
-``return_number`` and ``number_of_returns`` (1 where a cloud has none) and whether the
-cloud has returns. No absolute coordinate. **Coordinates must be in metres**: a scan in
+30 m, 8 m and 3 m cells (``height_above_min``; the 3 m one still separates ground on
+steep sites), the planarity of the 3 m cell (``planarity``), ``return_number`` and
+``number_of_returns`` (1 where a cloud has none) and whether the cloud has returns; a
+window is shown without its returns with probability ``--returns-dropout`` (0.3), so an
+xyz-only scan is not an input the model never saw. No absolute coordinate. **Coordinates must be in metres**: a scan in
 feet (autzen) has heights 3.3 times too large for the model.
 
 Each step takes ``--batch`` tiles, each a random square window of ``--window`` metres,
@@ -136,6 +138,7 @@ def preprocessing() -> Preprocessing:
             FeatureSpec("z_local"),
             FeatureSpec("height_above_min", 3.0, 5.0, scale=30.0),
             FeatureSpec("height_above_min", 1.0, 3.0, scale=8.0),
+            FeatureSpec("height_above_min", 0.5, 1.0, scale=3.0),  # slope-robust: steep sites
             FeatureSpec("planarity", 0.5, 0.3, scale=3.0),
             FeatureSpec(ret[0], 1.2, 0.5, missing=1.0),
             FeatureSpec(ret[1], 1.4, 0.8, missing=1.0),
@@ -169,6 +172,8 @@ def sample(scan: Scan, rng: np.random.Generator, args):
     p = np.column_stack([xy, p[:, 2] - p[:, 2].min()]) * rng.uniform(0.95, 1.05)
     p[:, :2] += rng.uniform(0, 1, 2)
     attrs = {k: v[keep] for k, v in scan.attributes.items()}
+    if rng.random() < args.returns_dropout:  # as a scan without returns (xyz only) shows them
+        attrs = {}
     return p, attrs, scan.labels[keep]
 
 
@@ -233,6 +238,12 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--lovasz", type=float, default=1.0)
+    ap.add_argument(
+        "--returns-dropout",
+        type=float,
+        default=0.3,
+        help="probability that a window is shown without returns",
+    )
     ap.add_argument("--bn-passes", type=int, default=20)
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
