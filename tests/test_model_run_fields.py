@@ -188,3 +188,44 @@ def test_render_draws_pred_label_by_default(base_run, outputs, tmp_path):
     r = lattice("render", src, "-o", tmp_path / "view.png", *size, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "colour label (pred_label)" in r.stdout
+
+
+def test_las_output_names_its_classes_for_render(labelled, outputs, tmp_path):
+    """A LAS prediction carries the class table in lattice's comments VLR: read back as
+    ``comments``, drawn with the model's class names, and rewritten once, not twice."""
+    laspy = pytest.importorskip("laspy")
+    out = tmp_path / "pred.las"
+    r = lattice("model-run", SHIPPED, labelled[0], "-o", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    vlrs = [(v.user_id, v.record_id) for v in laspy.read(out).header.vlrs]
+    assert vlrs.count(("lattice", 1)) == 1
+    cloud = read_points(out)
+    rows = [c for c in cloud.metadata["comments"] if c.startswith("class ")]
+    table = (*outputs.classes, outputs.ignore)
+    assert rows == [f"class {c.id} {c.name} {' '.join(map(str, c.color))}" for c in table]
+    _, legend = point_colors(cloud, "label")
+    assert legend and {name.split(" (")[0] for name, _ in legend} <= set(outputs.names)
+    again = tmp_path / "again.las"
+    write_points(again, cloud)
+    assert [(v.user_id, v.record_id) for v in laspy.read(again).header.vlrs].count(("lattice", 1)) == 1
+    assert read_points(again).metadata["comments"] == cloud.metadata["comments"]
+    size = ["--width", "300", "--height", "150"]
+    r = lattice("render", out, "-o", tmp_path / "v.png", "--color", "label", *size, cwd=tmp_path)
+    assert r.returncode == 0 and "colour label (pred_label)" in r.stdout, r.stderr
+
+
+def test_ply_comments_survive_a_las_round_trip(tmp_path):
+    pytest.importorskip("laspy")
+    pts = np.arange(12, dtype=np.float64).reshape(4, 3)
+    src = PointCloud(pts, {}, metadata={"comments": ["scanned by hand", "unit metre"]})
+    write_points(tmp_path / "a.ply", src)
+    write_points(tmp_path / "a.las", read_points(tmp_path / "a.ply"))
+    write_points(tmp_path / "b.ply", read_points(tmp_path / "a.las"))
+    assert read_points(tmp_path / "b.ply").metadata["comments"] == ["scanned by hand", "unit metre"]
+    las = read_points(tmp_path / "a.las")
+    write_points(tmp_path / "u.las", PointCloud(pts, {}, metadata={**las.metadata, "comments": ["Zürich"]}))
+    assert read_points(tmp_path / "u.las").metadata["comments"] == ["Zürich"]  # a VLR holds UTF-8
+    write_points(tmp_path / "u.ply", read_points(tmp_path / "u.las"))
+    assert read_points(tmp_path / "u.ply").metadata["comments"] == ["Z?rich"]  # a PLY header ASCII
+    write_points(tmp_path / "plain.las", PointCloud(pts, {}))
+    assert "comments" not in read_points(tmp_path / "plain.las").metadata

@@ -31,7 +31,7 @@ from lattice.io._common import PointCloudError, one_line
 from lattice.io._points import PointCloud
 from lattice.io.kinds import colour_scale, convert_colour
 from lattice.io.las_header import check_las_header
-from lattice.io.las_records import is_las_metadata, las_metadata, records_of
+from lattice.io.las_records import COMMENTS, comments_record, is_las_metadata, las_metadata, records_of
 
 _LAZ_HINT = "reading or writing LAZ needs the lazrs backend: pip install 'laspy[lazrs]'"
 _FORMAT_PREFERENCE = (0, 1, 2, 3, 6, 7, 8, 4, 5, 9, 10)
@@ -290,6 +290,9 @@ def _new_header(laspy, cloud: PointCloud):
     version = _version(laspy, fmt, meta.get("version"))
     header = laspy.LasHeader(point_format=fmt, version=version)
     _keep_header_fields(laspy, header, meta, version)
+    text = comments_record((cloud.metadata or {}).get("comments"))
+    if text is not None:
+        header.vlrs.append(laspy.VLR(COMMENTS[0], COMMENTS[1], b"comments", text))
     extra = [n for n in cloud.attributes if n not in _standard_names(laspy, fmt)]
     params, field_of = _extra_params(laspy, cloud, extra, meta)
     if params:

@@ -25,7 +25,13 @@ key                      value
                          dimensions' names as stored (attributes are named in lower case)
 ``crs``                  ``lattice.io.crs.CRS.to_json()`` or None
 ``crs_error``            present only when a CRS record could not be parsed (one line)
+``comments``             present when the file has lattice's comments record (``lattice`` 1,
+                         UTF-8 lines): the text comments of a PLY kept through LAS, and the
+                         class table ``lattice model-run`` writes (``class ID NAME R G B``)
 =======================  =====================================================================
+
+``write_las`` writes a cloud's ``comments`` (of any format) as that record, so a PLY's
+comments survive a LAS round trip and ``lattice render`` names a LAS prediction's classes.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from typing import Any, BinaryIO
 
 from lattice.io.crs import crs_from_records
 
-REGENERATED = frozenset({("LASF_Spec", 4), ("laszip encoded", 22204)})
+COMMENTS = ("lattice", 1)  # user id, record id of the comments VLR (written from ``comments``)
+REGENERATED = frozenset({("LASF_Spec", 4), ("laszip encoded", 22204), COMMENTS})
+_VLR_MAX = 65535  # a VLR's length field is 16 bits
 _VLR_HEAD = struct.Struct("<H16sHH32s")  # reserved, user id, record id, length, description
 _EVLR_HEAD = struct.Struct("<H16sHQ32s")
 
@@ -148,7 +156,22 @@ def las_metadata(las, f: BinaryIO) -> dict:
     }
     if crs_error:
         meta["crs_error"] = crs_error
+    comments = [r.data for r in vlrs + evlrs if (r.user_id, r.record_id) == COMMENTS]
+    if comments:
+        meta["comments"] = comments[0].decode("utf-8", "replace").split("\n")
     return meta
+
+
+def comments_record(comments) -> bytes | None:
+    """The data of lattice's comments VLR for the text lines ``comments`` (whole lines, at most
+    64 KiB), or None when there are none."""
+    data = b""
+    for line in comments or []:
+        raw = str(line).replace("\n", " ").encode("utf-8")
+        if len(data) + len(raw) + 1 > _VLR_MAX:
+            break
+        data += (b"\n" if data else b"") + raw
+    return data or None
 
 
 def is_las_metadata(meta: Mapping[str, Any]) -> bool:
@@ -162,4 +185,13 @@ def records_of(meta: Mapping[str, Any], key: str) -> list[Record]:
     return [r for r in records if (r.user_id, r.record_id) not in REGENERATED]
 
 
-__all__ = ["REGENERATED", "Record", "is_las_metadata", "las_metadata", "read_records", "records_of"]
+__all__ = [
+    "COMMENTS",
+    "REGENERATED",
+    "Record",
+    "comments_record",
+    "is_las_metadata",
+    "las_metadata",
+    "read_records",
+    "records_of",
+]

@@ -247,10 +247,17 @@ def _vertex_array(cloud: PointCloud) -> np.ndarray:
     return out
 
 
+def _ascii_line(comment) -> str:
+    """A comment as one ASCII header line (PLY headers are ASCII: others become ``?``)."""
+    return str(comment).replace("\n", " ").replace("\r", " ").encode("ascii", "replace").decode("ascii")
+
+
 def write_ply(f: BinaryIO, cloud: PointCloud, *, binary: bool = True) -> None:
     """Write ``cloud`` as a PLY ``vertex`` element (binary little-endian, or ascii)."""
     plyfile = _plyfile()
-    comments = [str(c) for c in cloud.metadata.get("comments", [])] if cloud.format == "ply" else []
+    # a PLY's comments, or a LAS's lattice comments record (the formats whose ``comments`` are text lines)
+    kept = cloud.format in (None, "ply", "las", "laz")
+    comments = [_ascii_line(c) for c in cloud.metadata.get("comments", [])] if kept else []
     try:
         element = plyfile.PlyElement.describe(_vertex_array(cloud), "vertex")
         ply = plyfile.PlyData([element], text=not binary, byte_order="<", comments=comments)

@@ -15,7 +15,8 @@ nothing written.
 
 Also: for LAS/LAZ, a fractional float ``intensity`` (KITTI's remission in [0, 1], which
 LAS's uint16 intensity cannot hold) is kept as the extra-bytes dimension ``remission``;
-the class table goes to PLY comments ``class <id> <name> <r> <g> <b>`` and, in NPZ, to a
+the class table goes to PLY comments ``class <id> <name> <r> <g> <b>`` (in LAS/LAZ, the same
+lines in lattice's comments VLR) and, in NPZ, to a
 JSON string ``classes`` and ``class_names`` (K,).
 
 Outputs are PLY, NPZ, LAS/LAZ or PCD (KITTI / nuScenes ``.bin`` cannot hold labels),
@@ -101,7 +102,7 @@ def labelled_cloud(
             attrs = {("remission" if k == "intensity" else k): a for k, a in attrs.items()}
     same = cloud.format == fmt or {cloud.format, fmt} <= {"las", "laz"}  # a LAS header fits LAZ too
     meta = dict(cloud.metadata) if same else {}
-    if fmt == "ply":
+    if fmt == "ply" or fmt in LAS_FORMATS:  # PLY comments; LAS: lattice's comments VLR
         rows = [
             f"class {c.id} {c.name} {' '.join(map(str, c.color))}" for c in (*outputs.classes, outputs.ignore)
         ]
