@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -84,6 +85,29 @@ def loso_table(folds: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+CURVE = re.compile(r"^step\s+(\d+)/\d+ .* val \S+ acc ([\d.]+) mIoU ([\d.]+)")
+
+
+def learning_curves(root: Path, names) -> str:
+    """Markdown: each fold's ``--eval-every`` scores from its train.log (before the final
+    BatchNorm recalibration), accuracy / mIoU by step; empty when no fold logged any."""
+    curves = {}
+    for name in names:
+        log = root / f"fold-{name}" / "train.log"
+        if log.exists():
+            points = [CURVE.match(line) for line in log.read_text().splitlines()]
+            curves[name] = {int(m[1]): (float(m[2]), float(m[3])) for m in points if m}
+    steps = sorted({k for c in curves.values() for k in c})
+    if not steps:
+        return ""
+    lines = ["| left-out scan | " + " | ".join(f"step {k}" for k in steps) + " |"]
+    lines.append("| --- |" + " ---: |" * len(steps))
+    for name, c in curves.items():
+        cells = [f"{c[k][0]:.3f} / {c[k][1]:.3f}" if k in c else "" for k in steps]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def loso(args, extra: list[str]) -> None:
     root: Path = args.loso
     folds = {}
@@ -113,6 +137,9 @@ def loso(args, extra: list[str]) -> None:
     if not folds:
         sys.exit("evaluate_segmentation.py: no fold has scores yet")
     table = loso_table(folds)
+    curves = learning_curves(root, folds)
+    if curves:
+        table += "\n\nValidation accuracy / mIoU during training (`--eval-every`):\n\n" + curves
     print(table)
     (root / "loso.md").write_text(table + "\n")
     (root / "loso.json").write_text(json.dumps(folds, indent=1) + "\n")
