@@ -184,7 +184,9 @@ def test_render_draws_pred_label_by_default(base_run, outputs, tmp_path):
     # may give an indoor scan one class everywhere; a constant label falls back to rgb)
     two = out.attributes["pred_label"].copy()
     two[: len(two) // 2], two[len(two) // 2 :] = outputs.classes[0].id, outputs.classes[1].id
-    write_points(src, PointCloud(out.points, {**out.attributes, "pred_label": two}, dict(out.metadata)))
+    write_points(
+        src, PointCloud(out.points, {**out.attributes, "pred_label": two}, metadata=dict(out.metadata))
+    )
     r = lattice("render", src, "-o", tmp_path / "view.png", *size, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "colour label (pred_label)" in r.stdout
@@ -212,6 +214,11 @@ def test_las_output_names_its_classes_for_render(labelled, outputs, tmp_path):
     size = ["--width", "300", "--height", "150"]
     r = lattice("render", out, "-o", tmp_path / "v.png", "--color", "label", *size, cwd=tmp_path)
     assert r.returncode == 0 and "colour label (pred_label)" in r.stdout, r.stderr
+    # a re-run over its own output replaces the table instead of stacking a second one
+    rerun = tmp_path / "rerun.las"
+    r = lattice("model-run", SHIPPED, out, "-o", rerun, "--replace-field", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert read_points(rerun).metadata["comments"] == cloud.metadata["comments"]
 
 
 def test_ply_comments_survive_a_las_round_trip(tmp_path):

@@ -255,9 +255,7 @@ def _ascii_line(comment) -> str:
 def write_ply(f: BinaryIO, cloud: PointCloud, *, binary: bool = True) -> None:
     """Write ``cloud`` as a PLY ``vertex`` element (binary little-endian, or ascii)."""
     plyfile = _plyfile()
-    # a PLY's comments, or a LAS's lattice comments record (the formats whose ``comments`` are text lines)
-    kept = cloud.format in (None, "ply", "las", "laz")
-    comments = [_ascii_line(c) for c in cloud.metadata.get("comments", [])] if kept else []
+    comments = [_ascii_line(c) for c in cloud.metadata.get("comments", [])]  # text lines (io.md)
     try:
         element = plyfile.PlyElement.describe(_vertex_array(cloud), "vertex")
         ply = plyfile.PlyData([element], text=not binary, byte_order="<", comments=comments)

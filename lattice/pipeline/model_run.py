@@ -103,12 +103,25 @@ def labelled_cloud(
     same = cloud.format == fmt or {cloud.format, fmt} <= {"las", "laz"}  # a LAS header fits LAZ too
     meta = dict(cloud.metadata) if same else {}
     if fmt == "ply" or fmt in LAS_FORMATS:  # PLY comments; LAS: lattice's comments VLR
-        rows = [
-            f"class {c.id} {c.name} {' '.join(map(str, c.color))}" for c in (*outputs.classes, outputs.ignore)
-        ]
-        meta["comments"] = [*meta.get("comments", []), f"lattice model-run labels: {opts.label_field}", *rows]
+        meta["comments"] = with_class_table(meta.get("comments", []), opts.label_field, outputs)
     kinds = {k: v for k, v in cloud.kinds.items() if k in attrs}
     return PointCloud(cloud.points, attrs, format=fmt, metadata=meta, kinds=kinds)
+
+
+def with_class_table(comments: list, field: str, outputs: Outputs) -> list[str]:
+    """``comments`` with the class table of ``field`` (``lattice model-run labels: FIELD`` and a
+    ``class ID NAME R G B`` row per class) at the end; an earlier table of that field, as a
+    re-run over its own output carries, is replaced rather than repeated."""
+    head = f"lattice model-run labels: {field}"
+    kept, in_old = [], False
+    for line in map(str, comments):
+        in_old = line == head or (in_old and line.startswith("class "))
+        if not in_old:
+            kept.append(line)
+    rows = [
+        f"class {c.id} {c.name} {' '.join(map(str, c.color))}" for c in (*outputs.classes, outputs.ignore)
+    ]
+    return [*kept, head, *rows]
 
 
 def resolve_output_format(dst: PathOrStream, requested: str | None) -> str:
