@@ -84,6 +84,38 @@ def test_temp_names_carry_the_host_and_only_this_hosts_dead_writers_are_judged_b
     assert not stale("a.npz", 0.0, 100.0)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")
+def test_a_zombie_writers_temp_is_stale(tmp_path):
+    """A SIGKILLed writer nobody has reaped yet (its parent died too; PID 1 in a container is often
+    no init) still answers kill(pid, 0): its temp must count as dead all the same."""
+    child = subprocess.Popen(["sleep", "0"])
+    assert wait_for_zombie(child.pid)
+    try:
+        name = f".a.npz.lattice-{host_tag()}-{child.pid}-x.tmp"
+        (tmp_path / name).write_bytes(b"")
+        assert stale(name, 0.0, None)
+        assert remove_stale_temps(tmp_path) == [str(tmp_path / name)]
+    finally:
+        child.wait()
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not stale(f".a.npz.lattice-{host_tag()}-{live.pid}-x.tmp", 0.0, None)
+    finally:
+        live.kill()
+        live.wait()
+
+
+def wait_for_zombie(pid: int, timeout: float = 10.0) -> bool:
+    """Until ``pid`` (a child not yet waited for) has exited: its /proc state reads Z."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def test_a_shared_directory_keeps_another_hosts_fresh_temps(tmp_path):
     fresh = tmp_path / ".a.npz.lattice-otherhost-1-x.tmp"
     old = tmp_path / ".b.npz.lattice-otherhost-1-y.tmp"

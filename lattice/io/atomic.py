@@ -57,7 +57,10 @@ def temp_prefix(name: str) -> str:
 
 
 def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (another user's counts as alive)."""
+    """Whether a process ``pid`` exists and can still write (another user's counts as alive).
+
+    A zombie counts as dead: a SIGKILLed writer whose parent died too stays a zombie until
+    something reaps it, and in a container whose PID 1 is not an init that is forever."""
     if pid == os.getpid():
         return True
     try:
@@ -68,7 +71,18 @@ def _alive(pid: int) -> bool:
         return True
     except OSError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited but not been reaped (Linux ``/proc``; False where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]  # the field after "(comm)"
+    return state in (b"Z", b"X")
 
 
 def stale(name: str, modified: float | None, older_than: float | None, *, local: bool = True) -> bool:
