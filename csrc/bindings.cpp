@@ -237,7 +237,11 @@ NB_MODULE(_ext, m) {
         },
         "coords"_a, release);
   m.def("intersection_rows", &lattice::intersection_rows, "lhs"_a, "rhs"_a, release);
-  m.def("segment_sum", &lattice::segment_sum, "feats"_a, "inverse"_a, "m"_a, release);
+  m.def("segment_sum",
+        [](const mx::array& feats, const mx::array& inverse, int64_t m, std::optional<mx::array> counts) {
+          return lattice::segment_sum(feats, inverse, m, counts ? &*counts : nullptr);
+        },
+        "feats"_a, "inverse"_a, "m"_a, "counts"_a = nb::none(), release);
   m.def("morton_codes", &lattice::morton_codes, "coords"_a, release);
   m.def("morton_order", &lattice::morton_order, "coords"_a, release);
   m.def("sparse_quantize",

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lattice
-from lattice.ops import build_point_voxel_map, devoxelize, voxelize
+from lattice.ops import build_point_voxel_map, devoxelize, voxelize, voxelize_features
 
 
 def _ref_voxelize(points, feats, voxel, reduction):
@@ -118,6 +118,14 @@ def test_voxelize_mean_is_differentiable():
     counts = np.bincount(np.array(inv))
     g = mx.grad(lambda f: voxelize(pts, f, 1.0).feats.sum())(feats)
     np.testing.assert_allclose(np.array(g)[:, 0], 1.0 / counts[np.array(inv)], rtol=1e-6)
+    # a cotangent that differs per voxel and channel: grad_i = w[inv_i] / count[inv_i]
+    w = mx.array(rng.normal(size=(x.feats.shape[0], 2)).astype(np.float32))
+    g = mx.grad(lambda f: (voxelize(pts, f, 1.0).feats * w).sum())(feats)
+    want = np.array(w)[np.array(inv)] / counts[np.array(inv)][:, None]
+    np.testing.assert_allclose(np.array(g), want, rtol=1e-6)
+    # the native mean against MLX's scatter route (voxelize_features) on the same quantization
+    scatter = voxelize_features(feats, lattice.sparse_quantize(pts, 1.0))
+    np.testing.assert_allclose(np.array(x.feats), np.array(scatter), rtol=1e-6, atol=1e-6)
 
 
 def test_voxelize_batches_origin_and_stride():
@@ -293,6 +301,15 @@ def test_native_segment_sum_equals_float64_bincount(n, m, c):
     np.testing.assert_allclose(got, np.broadcast_to(want, (m, c)).astype(np.float32), rtol=1e-6, atol=1e-4)
     half = np.asarray(_ext.segment_sum(mx.array(feats).astype(mx.bfloat16), mx.array(inv), m))
     assert half.shape == (m, c)
+    # with counts: the mean, divided in float64 (a voxel of no point reads 0)
+    counts = np.bincount(inv, minlength=m).astype(np.int32)
+    mean = np.asarray(_ext.segment_sum(mx.array(feats), mx.array(inv), m, mx.array(counts)))
+    want_mean = np.broadcast_to(want, (m, c)) / np.maximum(counts, 1)[:, None]
+    assert mean.shape == (m, c) and mean.dtype == np.float32
+    np.testing.assert_allclose(mean, want_mean.astype(np.float32), rtol=1e-6, atol=1e-5)
+    if m:
+        with pytest.raises(ValueError, match="counts must have one row per voxel"):
+            _ext.segment_sum(mx.array(feats), mx.array(inv), m, mx.array(counts[:-1]))
 
 
 def test_native_segment_sum_rejects_rows_outside_the_voxels():

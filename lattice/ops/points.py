@@ -37,36 +37,40 @@ from lattice.routing.points import REDUCTIONS, PointsRequest, route_points
 from lattice.routing.registry import dispatch_or_cpu
 
 
-def _host_segment_sum(feats: mx.array, inverse: mx.array, m: int) -> mx.array:
+def _host_segment_sum(feats: mx.array, inverse: mx.array, m: int, counts: mx.array | None = None) -> mx.array:
     """float32 ``(m, C)`` sums of ``feats`` rows per ``inverse`` row, summed in float64 by the
-    native core (``_ext.segment_sum``; MLX's CPU scatter-add costs ~25 ns per index row).
+    native core (``_ext.segment_sum``; MLX's CPU scatter-add costs ~25 ns per index row); with
+    ``counts`` the means (sums over ``max(count, 1)``, divided in float64 in the same pass).
 
-    Differentiable (the VJP is the gather ``cotangent[inverse]``, the JVP the segment sum
-    of the tangent). It evaluates its inputs, so it is used only by ``voxelize`` (which
-    evaluates anyway in the native quantizer); under ``mx.compile`` / ``mx.vmap``, where
-    evaluating is refused, it sums with MLX's scatter-add instead.
+    Differentiable (the VJP is the gather ``cotangent[inverse]``, over the counts for the
+    mean; the JVP the segment sum of the tangent). It evaluates its inputs, so it is used
+    only by ``voxelize`` (which evaluates anyway in the native quantizer); under
+    ``mx.compile`` / ``mx.vmap``, where evaluating is refused, it sums with MLX's scatter-add.
     """
+    per_voxel = None if counts is None else mx.maximum(counts, 1).astype(mx.float32)[:, None]
 
-    def scatter_sum(x, inv):
-        return mx.zeros((m, x.shape[1]), mx.float32).at[inv].add(x.astype(mx.float32))
+    def scatter(x, inv):
+        total = mx.zeros((m, x.shape[1]), mx.float32).at[inv].add(x.astype(mx.float32))
+        return total if per_voxel is None else total / per_voxel
 
     @mx.custom_function
     def segment_sum(x, inv):
         try:
-            return _ext.segment_sum(x, inv, m)
+            return _ext.segment_sum(x, inv, m, counts)
         except ValueError as err:  # traced inputs (compile / vmap) cannot be evaluated
             if "function transformations" not in str(err):
                 raise
-            return scatter_sum(x, inv)
+            return scatter(x, inv)
 
     @segment_sum.vjp
     def segment_sum_vjp(primals, cotangent, output):
         x, inv = primals
-        return cotangent[inv].astype(x.dtype), mx.zeros_like(inv)
+        grad = cotangent if per_voxel is None else cotangent / per_voxel
+        return grad[inv].astype(x.dtype), mx.zeros_like(inv)
 
     @segment_sum.jvp
     def segment_sum_jvp(primals, tangents):
-        return scatter_sum(tangents[0], primals[1])
+        return scatter(tangents[0], primals[1])
 
     return segment_sum(feats, inverse)
 
@@ -218,9 +222,9 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
         # accumulate in float32 (float64 stays float64); the mean of integers is float32
         acc_dtype = mx.float64 if feats.dtype == mx.float64 else mx.float32
         if host_sums and feats.dtype in (mx.float32, mx.float16, mx.bfloat16):
-            acc = _host_segment_sum(feats, inv, m)
-        else:
-            acc = mx.zeros((m, c), dtype=acc_dtype).at[inv].add(feats.astype(acc_dtype))
+            out = _host_segment_sum(feats, inv, m, counts if reduction == "mean" else None)
+            return out if feats.dtype == mx.float32 else out.astype(feats.dtype)
+        acc = mx.zeros((m, c), dtype=acc_dtype).at[inv].add(feats.astype(acc_dtype))
         if reduction == "sum":
             return acc.astype(feats.dtype)
         mean = acc / mx.maximum(counts, 1).astype(acc_dtype)[:, None]

@@ -15,7 +15,7 @@ namespace lattice {
 
 static constexpr const char* kOp = "voxelize";
 
-mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, int64_t m) {
+mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, int64_t m, const mx::array* counts_in) {
   const char* op = "voxelize";
   check_feats(feats_in, op, "feats");
   check_index_array(inverse_in, op, "inverse");
@@ -31,6 +31,17 @@ mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, in
   const int32_t* inv = inverse.data<int32_t>();
   const float* f = feats.data<float>();
   check_rows(inv, n, m, op, "inverse", "the voxels");
+  mx::array counts = mx::zeros({0}, mx::int32);
+  if (counts_in) {
+    check_index_array(*counts_in, op, "counts");
+    counts = materialize(mx::astype(*counts_in, mx::int32, mx::Device::cpu));
+    if (static_cast<int64_t>(counts.size()) != m) {
+      Message msg;
+      msg << "[" << op << "] counts must have one row per voxel (" << m << "), got " << counts.size();
+      invalid(msg);
+    }
+  }
+  const int32_t* cnt = counts_in ? counts.data<int32_t>() : nullptr;
   OutArray<float> out({static_cast<int>(m), static_cast<int>(c)}, mx::float32);
   float* o = out.data();
   const int64_t mc = m * c;
@@ -51,6 +62,7 @@ mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, in
     for (int64_t j = b; j < e; ++j) {
       double s = 0.0;
       for (const auto& acc : part) s += acc[j];
+      if (cnt) s /= std::max<int32_t>(cnt[j / c], 1);
       o[j] = static_cast<float>(s);
     }
   });

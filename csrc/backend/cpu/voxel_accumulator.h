@@ -28,8 +28,10 @@ namespace lattice {
 // (N, in [0, m)), accumulated in float64 and returned as float32 (m, C): voxelize's sum
 // and mean on the CPU route. Each thread sums its run of points into a buffer of its own
 // (the buffers are then added in thread order) when the m x C buffers are small next to
-// the points; else one thread sums in point order.
-mx::array segment_sum(const mx::array& feats, const mx::array& inverse, int64_t m);
+// the points; else one thread sums in point order. With `counts` (m,) the sums are divided
+// by max(count, 1) in float64 before the cast: voxelize's mean in the same pass.
+mx::array segment_sum(const mx::array& feats, const mx::array& inverse, int64_t m,
+                      const mx::array* counts = nullptr);
 
 enum class VoxelReduce : uint8_t { kCount, kSum, kMean, kMax, kMin, kFirst };
 
