@@ -160,6 +160,46 @@ def test_sparse_quantize_rejects_bad_points():
         sparse_quantize(far, 1.0)
 
 
+def test_sparse_quantize_rejects_bad_points_anywhere_in_a_long_cloud():
+    """The blocked pass proves the cells in range from the extremes first; a bad point in a later
+    block, an infinity or a negative batch index sends the call to the checked pass, which names it."""
+    pts = np.random.default_rng(3).uniform(-5, 5, (70000, 3)).astype(np.float32)
+    for value, row in ((np.inf, 69999), (-np.inf, 40000), (np.nan, 65)):
+        bad = pts.copy()
+        bad[row, 2] = value
+        with pytest.raises(ValueError, match=rf"\[sparse_quantize\] point {row} .* is not finite"):
+            sparse_quantize(bad, 0.1)
+    batch = np.zeros(len(pts), np.int32)
+    batch[50000] = -1
+    with pytest.raises(ValueError, match=r"point 50000 .* has a negative batch index -1"):
+        sparse_quantize(pts, 0.1, batch_indices=batch)
+
+
+def test_sparse_quantize_cells_at_the_int32_limits():
+    """Cells of exactly -2^31 and 2^31 - 1 are in range (float64 points, voxel 1); one past is not."""
+    pts = np.array([[-2147483648.0, 0, 0], [2147483647.5, 0, 0], [-0.5, 0, 0], [0.0, -1e-300, 0]], np.float64)
+    _check(sparse_quantize(pts, 1.0), rc.sparse_quantize(pts, 1.0))
+    assert np.asarray(sparse_quantize(pts, 1.0).coords)[:, 1].tolist() == [-(2**31), 2**31 - 1, -1, 0]
+    with pytest.raises(ValueError, match=r"point 0 .* overflows int32"):
+        sparse_quantize(np.array([[2147483648.0, 0, 0]], np.float64), 1.0)
+
+
+def test_sparse_quantize_dense_indoor_frame_matches_reference():
+    """The organized stereo frame of few voxels (6.4 points each) at 5 mm, rows in scan order."""
+    from conftest import DATA
+
+    from lattice.io import read_points
+
+    path = DATA / "indoor" / "table_scene_mug_stereo_textured.pcd"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    pts = np.ascontiguousarray(read_points(path).drop_nan().points, np.float32)
+    _check(sparse_quantize(pts, 0.005), rc.sparse_quantize_vectorized(pts, 0.005))
+    _check(
+        sparse_quantize(pts, 0.005, origin=-0.0025), rc.sparse_quantize_vectorized(pts, 0.005, None, -0.0025)
+    )
+
+
 def test_sparse_quantize_float64_points_keep_their_precision():
     # x = 500000.049 lies in voxel 10000000 and x = 500000.051 in voxel 10000001 (0.05 m voxels);
     # both round to 500000.0625 in float32

@@ -151,9 +151,13 @@ inline int64_t expected_distinct(int64_t m, const uint64_t* keys) {
 // key brings it past 2/3 full, so a dense cloud of few voxels works in a table that stays in cache.
 // (3) In parallel: the unique rows' coordinates, from their first candidates, and (with
 // bits) the candidates scattered to their group, ranked by bit inside it.
-template <class CoordFn, class BitFn = NoBits>
-UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const char* op, bool want_counts,
-                          BitFn&& bit = BitFn{}) {
+//
+// unique_first_packed takes pass (1) from the caller: pack(b, e, packer, keys, hash) fills
+// the keys and hashes of candidates b..e (sparse_quantize computes a block of cells at a time,
+// vectorised); fn still gives the unique rows' coordinates in (3).
+template <class CoordFn, class BitFn, class PackFn>
+UniqueResult unique_first_impl(int64_t m, const Bounds& bounds, CoordFn& fn, const char* op, bool want_counts,
+                               BitFn& bit, PackFn* pack) {
   constexpr bool kGroups = !std::is_same_v<std::decay_t<BitFn>, NoBits>;
   constexpr int64_t kAhead = 16;  // home slots prefetched ahead in the numbering pass
   check_int32_bounds(bounds, op);
@@ -170,14 +174,18 @@ UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const c
   std::unique_ptr<uint32_t[]> hash(new uint32_t[m]);  // capacity <= 2^32 for m < 2^31
   std::unique_ptr<uint8_t[]> bits(new uint8_t[kGroups ? m : 0]);
   parallel_for(m, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      int64_t c[4];
-      fn(i, c);
-      uint64_t key = 0;
-      pk.pack(c[0], c[1], c[2], c[3], key);
-      keys[i] = key;
-      hash[i] = static_cast<uint32_t>(hash_key(key));
-      if constexpr (kGroups) bits[i] = static_cast<uint8_t>(bit(i));
+    if constexpr (!std::is_same_v<PackFn, std::nullptr_t>) {
+      (*pack)(b, e, pk, keys.get(), hash.get());
+    } else {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t c[4];
+        fn(i, c);
+        uint64_t key = 0;
+        pk.pack(c[0], c[1], c[2], c[3], key);
+        keys[i] = key;
+        hash[i] = static_cast<uint32_t>(hash_key(key));
+        if constexpr (kGroups) bits[i] = static_cast<uint8_t>(bit(i));
+      }
     }
   });
   ht.reset(expected_distinct(m, keys.get()));
@@ -239,6 +247,19 @@ UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const c
   table->n = n_unique;
   res.table = std::move(table);
   return res;
+}
+
+template <class CoordFn, class BitFn = NoBits>
+UniqueResult unique_first(int64_t m, const Bounds& bounds, CoordFn&& fn, const char* op, bool want_counts,
+                          BitFn&& bit = BitFn{}) {
+  return unique_first_impl(m, bounds, fn, op, want_counts, bit, static_cast<std::nullptr_t*>(nullptr));
+}
+
+template <class CoordFn, class PackFn>
+UniqueResult unique_first_packed(int64_t m, const Bounds& bounds, CoordFn&& fn, const char* op, bool want_counts,
+                                 PackFn&& pack) {
+  NoBits none;
+  return unique_first_impl(m, bounds, fn, op, want_counts, none, &pack);
 }
 
 // Per-axis kernel offsets: odd sizes centred, even sizes from 0.

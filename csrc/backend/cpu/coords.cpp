@@ -420,6 +420,119 @@ Bounds quantize_coords(const PointRows& points, const std::array<double, 3>& vox
   return b;
 }
 
+namespace {
+
+constexpr int kCellBlock = 64;             // points per block of the vectorised passes
+constexpr int kCellFlat = 3 * kCellBlock;  // their coordinates
+
+// The extremes of each coordinate over points b..e, as one flat run per block against
+// per-position accumulators (so the loop vectorises), and whether every value is a number.
+template <class T>
+[[gnu::always_inline]] inline bool extremes(const T* p, int64_t b, int64_t e, T* lo3, T* hi3) {
+  T lo[kCellFlat], hi[kCellFlat];
+  for (int j = 0; j < kCellFlat; ++j) lo[j] = hi[j] = p[3 * b + j % 3];
+  int nan = 0;
+  for (int64_t s = b; s < e; s += kCellBlock) {
+    const int64_t flat = 3 * std::min<int64_t>(kCellBlock, e - s);
+    const T* ps = p + 3 * s;
+    for (int64_t j = 0; j < flat; ++j) {
+      const T x = ps[j];
+      nan |= x != x;
+      lo[j] = x < lo[j] ? x : lo[j];
+      hi[j] = x > hi[j] ? x : hi[j];
+    }
+  }
+  for (int a = 0; a < 3; ++a) {
+    lo3[a] = hi3[a] = p[3 * b + a];
+    for (int j = a; j < kCellFlat; j += 3) {
+      lo3[a] = std::min(lo3[a], lo[j]);
+      hi3[a] = std::max(hi3[a], hi[j]);
+    }
+  }
+  return nan == 0;
+}
+
+// Cells of a block: floor((p - origin) / voxel_size) in double for `flat` coordinates, with
+// the origin and size repeated per position (o, v). The cells are known to lie inside int32
+// (cell_bounds), so floor is the truncation less one where it rounded up: no branch, and the
+// loop vectorises (two divisions at a time on the baseline, four on x86-64-v3).
+template <class T>
+[[gnu::always_inline]] inline void cells(const T* p, int64_t flat, const double* o, const double* v, int32_t* c) {
+  for (int64_t j = 0; j < flat; ++j) {
+    const double d = (static_cast<double>(p[j]) - o[j]) / v[j];
+    const int32_t t = static_cast<int32_t>(d);
+    c[j] = t - (d < static_cast<double>(t));
+  }
+}
+
+LATTICE_X86_CLONES bool extremes_f32(const float* p, int64_t b, int64_t e, float* lo, float* hi) {
+  return extremes(p, b, e, lo, hi);
+}
+LATTICE_X86_CLONES bool extremes_f64(const double* p, int64_t b, int64_t e, double* lo, double* hi) {
+  return extremes(p, b, e, lo, hi);
+}
+LATTICE_X86_CLONES void cells_f32(const float* p, int64_t flat, const double* o, const double* v, int32_t* c) {
+  cells(p, flat, o, v, c);
+}
+LATTICE_X86_CLONES void cells_f64(const double* p, int64_t flat, const double* o, const double* v, int32_t* c) {
+  cells(p, flat, o, v, c);
+}
+
+// The bounds of every point's cell, from the extremes of its coordinates (floor and the
+// division by a positive voxel size are monotonic), and of the batch indices. False when a
+// point is not finite, a cell leaves int32 or a batch index is negative: quantize_coords then
+// runs point by point and names the first such point.
+bool cell_bounds(const PointRows& pts, const int32_t* bidx, const double* org, const double* vs, Bounds& out) {
+  const int64_t n = pts.n;
+  const int64_t chunks = chunk_count(n, 1 << 15);
+  struct Part {
+    double lo[3], hi[3];
+    int32_t blo = 0, bhi = 0;
+    bool finite = true;
+  };
+  std::vector<Part> part(chunks);
+  parallel_chunks(n, chunks, [&](int64_t ci, int64_t b, int64_t e) {
+    Part& r = part[ci];
+    if (pts.f64) {
+      double lo[3], hi[3];
+      r.finite = extremes_f64(pts.f64, b, e, lo, hi);
+      for (int a = 0; a < 3; ++a) r.lo[a] = lo[a], r.hi[a] = hi[a];
+    } else {
+      float lo[3], hi[3];
+      r.finite = extremes_f32(pts.f32, b, e, lo, hi);
+      for (int a = 0; a < 3; ++a) r.lo[a] = lo[a], r.hi[a] = hi[a];
+    }
+    if (bidx) {
+      int32_t blo = bidx[b], bhi = bidx[b];
+      for (int64_t i = b; i < e; ++i) {
+        blo = std::min(blo, bidx[i]);
+        bhi = std::max(bhi, bidx[i]);
+      }
+      r.blo = blo;
+      r.bhi = bhi;
+    }
+  });
+  Bounds bb;
+  bb.lo = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+  bb.hi = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
+  for (const Part& r : part) {
+    if (!r.finite || r.blo < 0) return false;
+    bb.lo[0] = std::min<int64_t>(bb.lo[0], r.blo);
+    bb.hi[0] = std::max<int64_t>(bb.hi[0], r.bhi);
+    for (int a = 0; a < 3; ++a) {
+      const double lo = std::floor((r.lo[a] - org[a]) / vs[a]);
+      const double hi = std::floor((r.hi[a] - org[a]) / vs[a]);
+      if (!(lo >= INT32_MIN && hi <= INT32_MAX)) return false;  // also catches +-inf
+      bb.lo[a + 1] = std::min(bb.lo[a + 1], static_cast<int64_t>(lo));
+      bb.hi[a + 1] = std::max(bb.hi[a + 1], static_cast<int64_t>(hi));
+    }
+  }
+  out = bb;
+  return true;
+}
+
+}  // namespace
+
 UniqueResult quantize_points(const mx::array& points_in, const std::array<double, 3>& voxel_size,
                              const std::array<double, 3>& origin, const mx::array* batch_in) {
   const char* op = "sparse_quantize";
@@ -443,8 +556,41 @@ UniqueResult quantize_points(const mx::array& points_in, const std::array<double
       throw std::invalid_argument("[sparse_quantize] batch_indices must have shape (N,) matching points");
     }
   }
+  const int32_t* bidx = batch_in ? batch.data<int32_t>() : nullptr;
+  Bounds b;
+  if (rows.n > 0 && cell_bounds(rows, bidx, origin.data(), voxel_size.data(), b)) {
+    // The cells computed where they are packed, a block at a time: no N x 4 buffer of cells
+    // written and read back.
+    double o[kCellFlat], v[kCellFlat];
+    for (int j = 0; j < kCellFlat; ++j) {
+      o[j] = origin[j % 3];
+      v[j] = voxel_size[j % 3];
+    }
+    auto pack = [&](int64_t lo, int64_t hi, const Packer& pk, uint64_t* keys, uint32_t* hash) {
+      int32_t c[kCellFlat];
+      for (int64_t s = lo; s < hi; s += kCellBlock) {
+        const int64_t len = std::min<int64_t>(kCellBlock, hi - s);
+        if (rows.f64) cells_f64(rows.f64 + 3 * s, 3 * len, o, v, c);
+        else cells_f32(rows.f32 + 3 * s, 3 * len, o, v, c);
+        for (int64_t i = 0; i < len; ++i) {
+          uint64_t key = 0;
+          pk.pack(bidx ? bidx[s + i] : 0, c[3 * i], c[3 * i + 1], c[3 * i + 2], key);
+          keys[s + i] = key;
+          hash[s + i] = static_cast<uint32_t>(hash_key(key));
+        }
+      }
+    };
+    auto coords = [&](int64_t i, int64_t* out) {  // one point's cell, the blocks' arithmetic
+      int32_t c[3];
+      if (rows.f64) cells(rows.f64 + 3 * i, 3, o, v, c);
+      else cells(rows.f32 + 3 * i, 3, o, v, c);
+      out[0] = bidx ? bidx[i] : 0;
+      for (int a = 0; a < 3; ++a) out[a + 1] = c[a];
+    };
+    return unique_first_packed(rows.n, b, coords, op, true, pack);
+  }
   std::vector<int32_t> q;
-  const Bounds b = quantize_coords(rows, voxel_size, origin, batch_in ? batch.data<int32_t>() : nullptr, q, op);
+  b = quantize_coords(rows, voxel_size, origin, bidx, q, op);
   const int32_t* qc = q.data();
   return unique_first(
       rows.n, b,
