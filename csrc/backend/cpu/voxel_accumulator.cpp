@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "backend/cpu/coords.h"
 #include "core/checks.h"
@@ -14,6 +15,21 @@
 namespace lattice {
 
 static constexpr const char* kOp = "voxelize";
+
+// fn(std::integral_constant<int64_t, C>) for the common channel counts 1..8 (the loop over
+// channels unrolled), fn(integral_constant<int64_t, 0>) for any other.
+template <class Fn>
+void with_channels(int64_t c, Fn&& fn) {
+  switch (c) {
+    case 1: return fn(std::integral_constant<int64_t, 1>{});
+    case 2: return fn(std::integral_constant<int64_t, 2>{});
+    case 3: return fn(std::integral_constant<int64_t, 3>{});
+    case 4: return fn(std::integral_constant<int64_t, 4>{});
+    case 6: return fn(std::integral_constant<int64_t, 6>{});
+    case 8: return fn(std::integral_constant<int64_t, 8>{});
+    default: return fn(std::integral_constant<int64_t, 0>{});
+  }
+}
 
 mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, int64_t m, const mx::array* counts_in) {
   const char* op = "voxelize";
@@ -52,18 +68,26 @@ mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, in
   parallel_chunks(n, threads, [&](int64_t t, int64_t b, int64_t e) {
     std::vector<double>& acc = part[t];
     acc.assign(static_cast<size_t>(mc), 0.0);
-    for (int64_t i = b; i < e; ++i) {
-      double* a = acc.data() + int64_t{inv[i]} * c;
-      const float* x = f + i * c;
-      for (int64_t k = 0; k < c; ++k) a[k] += x[k];
-    }
+    with_channels(c, [&](auto width) {
+      constexpr int64_t kC = decltype(width)::value;  // 0: c known at run time only
+      const int64_t cc = kC ? kC : c;
+      for (int64_t i = b; i < e; ++i) {
+        double* a = acc.data() + int64_t{inv[i]} * cc;
+        const float* x = f + i * cc;
+        for (int64_t k = 0; k < cc; ++k) a[k] += x[k];
+      }
+    });
   });
-  parallel_for(mc, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      double s = 0.0;
-      for (const auto& acc : part) s += acc[j];
-      if (cnt) s /= std::max<int32_t>(cnt[j / c], 1);
-      o[j] = static_cast<float>(s);
+  // Row by row: the threads' sums added in thread order, divided by the count for the mean.
+  parallel_for(m, [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const double count = cnt ? static_cast<double>(std::max<int32_t>(cnt[u], 1)) : 1.0;
+      for (int64_t k = 0; k < c; ++k) {
+        const int64_t j = u * c + k;
+        double s = part[0][j];
+        for (size_t t = 1; t < part.size(); ++t) s += part[t][j];
+        o[j] = static_cast<float>(cnt ? s / count : s);
+      }
     }
   });
   return std::move(out).finish();
