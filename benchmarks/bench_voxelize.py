@@ -12,7 +12,10 @@ Calls, timed side by side (interleaved round by round, so machine load hits all 
 alike): ``lattice.ops.voxelize(points, feats, v, reduction="mean")`` with feats = xyz
 (plus rgb for the mug: the same averages Open3D computes), ``lattice.sparse_quantize``
 (coordinates and the point->voxel index only) and, when ``open3d`` is importable,
-``open3d.geometry.PointCloud.voxel_down_sample(v)`` on a cloud built beforehand.
+``open3d.geometry.PointCloud.voxel_down_sample(v)``. Each library gets its own container
+built before timing: Open3D a ``PointCloud`` (its ``Vector3dVector`` copies), lattice
+``mx.array``s. ``voxelize mean, NumPy in`` times the same call on the NumPy arrays, the
+copy into MLX included.
 Reports median ms, input and output rows, and the Open3D / lattice ratio (of the
 medians, and the median of the per-round ratios). Output rows differ slightly because
 Open3D's origin is ``min_bound - v / 2`` and lattice's default is 0; with Open3D's origin
@@ -73,22 +76,30 @@ def check_reference(points: np.ndarray, v: float) -> bool:
 def bench(name, points, colors, v, repeats: int, o3d) -> list[dict]:
     feats = points if colors is None else np.concatenate([points, colors], axis=1)
     n = len(points)
+    points_mx, feats_mx = mx.array(points), mx.array(feats)  # as Open3D's PointCloud: built once
+    mx.eval(points_mx, feats_mx)
 
     def lattice_voxelize():
+        t = voxelize(points_mx, feats_mx, v, reduction="mean")
+        mx.eval(t.coords, t.feats)
+        return t
+
+    def lattice_voxelize_numpy():
         t = voxelize(points, feats, v, reduction="mean")
         mx.eval(t.coords, t.feats)
         return t
 
     def lattice_quantize():
-        q = lattice.sparse_quantize(points, v)
+        q = lattice.sparse_quantize(points_mx, v)
         mx.eval(q.coords, q.inverse_rows, q.counts)
         return q
 
-    calls = {"lattice voxelize mean": lattice_voxelize, "lattice sparse_quantize": lattice_quantize}
-    n_out = {
-        "lattice voxelize mean": lattice_voxelize().coords.shape[0],
-        "lattice sparse_quantize": lattice_quantize().active_count,
+    calls = {
+        "lattice voxelize mean": lattice_voxelize,
+        "lattice voxelize mean, NumPy in": lattice_voxelize_numpy,
+        "lattice sparse_quantize": lattice_quantize,
     }
+    n_out = {k: fn().coords.shape[0] for k, fn in calls.items()}
     if o3d is not None:
         pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points.astype(np.float64)))
         if colors is not None:
@@ -138,6 +149,7 @@ def stages(name, points, colors, v, repeats: int) -> list[dict]:
     from lattice.ops.points import _voxelize_features, voxelize_features
 
     feats = mx.array(points if colors is None else np.concatenate([points, colors], axis=1))
+    points = mx.array(points)
     q = lattice.sparse_quantize(points, v)
 
     def quantize():
@@ -168,7 +180,7 @@ def stages(name, points, colors, v, repeats: int) -> list[dict]:
             times[k].append(_timed(fn))
     c = int(feats.shape[1])
     return [
-        {"input": name, "stage": k, "N_in": len(points), "C": c, "median_ms": statistics.median(t)}
+        {"input": name, "stage": k, "N_in": int(points.shape[0]), "C": c, "median_ms": statistics.median(t)}
         for k, t in times.items()
     ]
 

@@ -78,17 +78,32 @@ mx::array segment_sum(const mx::array& feats_in, const mx::array& inverse_in, in
       }
     });
   });
-  // Row by row: the threads' sums added in thread order, divided by the count for the mean.
-  parallel_for(m, [&](int64_t b, int64_t e) {
-    for (int64_t u = b; u < e; ++u) {
-      const double count = cnt ? static_cast<double>(std::max<int32_t>(cnt[u], 1)) : 1.0;
-      for (int64_t k = 0; k < c; ++k) {
-        const int64_t j = u * c + k;
-        double s = part[0][j];
-        for (size_t t = 1; t < part.size(); ++t) s += part[t][j];
-        o[j] = static_cast<float>(cnt ? s / count : s);
+  // The threads' sums added into the first buffer in thread order (a flat pass), then each
+  // row divided by its count for the mean, the channels unrolled (paired divisions).
+  std::vector<double>& sum = part[0];
+  if (part.size() > 1) {
+    parallel_for(mc, [&](int64_t b, int64_t e) {
+      for (size_t t = 1; t < part.size(); ++t) {
+        const double* x = part[t].data();
+        for (int64_t j = b; j < e; ++j) sum[j] += x[j];
       }
-    }
+    });
+  }
+  with_channels(c, [&](auto width) {
+    constexpr int64_t kC = decltype(width)::value;
+    const int64_t cc = kC ? kC : c;
+    parallel_for(m, [&](int64_t b, int64_t e) {
+      for (int64_t u = b; u < e; ++u) {
+        const double* x = sum.data() + u * cc;
+        float* y = o + u * cc;
+        if (cnt) {
+          const double count = static_cast<double>(std::max<int32_t>(cnt[u], 1));
+          for (int64_t k = 0; k < cc; ++k) y[k] = static_cast<float>(x[k] / count);
+        } else {
+          for (int64_t k = 0; k < cc; ++k) y[k] = static_cast<float>(x[k]);
+        }
+      }
+    });
   });
   return std::move(out).finish();
 }
