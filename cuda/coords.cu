@@ -14,6 +14,13 @@ lt_table_insert_rows(coords, params, slots, LT_THREAD_ID);
 //@uses coords
 lt_table_owner_rows(coords, slots, params, owner, LT_THREAD_ID);
 
+//@kernel table_insert_checked
+//@inputs coords params
+//@outputs slots stats
+//@uses coords
+LT_SHARED_ARRAY(lt_uint, red, 9 * LT_CHECK_GROUP);
+lt_table_insert_checked_rows(coords, params, slots, stats, red, LT_THREAD_ID, LT_LOCAL_ID);
+
 //@kernel downsample
 //@inputs coords params
 //@outputs out

@@ -30,6 +30,7 @@ LT_FN int lt_atomic_cas(lt_atomic_int* p, int expected, int desired) {
 }
 LT_FN void lt_atomic_min(lt_atomic_int* p, int v) { atomicMin(p, v); }
 LT_FN void lt_atomic_max_u32(lt_atomic_uint* p, lt_uint v) { atomicMax(p, v); }
+LT_FN void lt_atomic_min_u32(lt_atomic_uint* p, lt_uint v) { atomicMin(p, v); }
 LT_FN void lt_atomic_add_f32(float* p, float v) { atomicAdd(p, v); }
 
 // ---- tensor cores (CUDA only; LT_HAS_MMA guards the bodies that use them) -------------

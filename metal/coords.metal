@@ -14,6 +14,14 @@ lt_table_insert_rows(coords, params, slots, (int)thread_position_in_grid.x);
 //@uses coords
 lt_table_owner_rows(coords, slots, params, owner, (int)thread_position_in_grid.x);
 
+//@kernel table_insert_checked
+//@inputs coords params
+//@outputs slots stats
+//@uses coords
+LT_SHARED_ARRAY(lt_uint, red, 9 * LT_CHECK_GROUP);
+lt_table_insert_checked_rows(coords, params, slots, stats, red, (int)thread_position_in_grid.x,
+                             (int)thread_position_in_threadgroup.x);
+
 //@kernel downsample
 //@inputs coords params
 //@outputs out

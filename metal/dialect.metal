@@ -51,6 +51,9 @@ LT_FN void lt_atomic_min(device atomic_int* p, int v) {
 LT_FN void lt_atomic_max_u32(device atomic_uint* p, uint v) {
   atomic_fetch_max_explicit(p, v, memory_order_relaxed);
 }
+LT_FN void lt_atomic_min_u32(device atomic_uint* p, uint v) {
+  atomic_fetch_min_explicit(p, v, memory_order_relaxed);
+}
 LT_FN void lt_atomic_add_f32(device atomic_float* p, float v) {
   atomic_fetch_add_explicit(p, v, memory_order_relaxed);
 }

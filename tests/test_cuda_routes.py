@@ -111,6 +111,36 @@ def test_tensors_made_on_the_gpu_are_checked_there_and_keep_the_cpu_errors():
 
 
 @needs_cuda
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 5000])
+@pytest.mark.parametrize("layout", ["random", "extremes", "duplicate_last", "duplicate_first"])
+def test_checked_insert_kernel_against_numpy(n, layout):
+    """The table insert with the set's numbers (duplicate flag, per-column min and max)
+    against NumPy, on partial and whole groups, negative and int32-extreme values, a repeat
+    in the first and in the last group; its table finds every row as build_table's does."""
+    rng = np.random.default_rng(n)
+    c = np.unique(rng.integers(-50, 50, size=(n + 64, 4)).astype(np.int32), axis=0)[:n]
+    c[:, 0] = np.abs(c[:, 0]) % 3
+    if layout == "extremes":
+        c[0, 1:] = np.iinfo(np.int32).min
+        c[-1, 1:] = np.iinfo(np.int32).max
+        c[len(c) // 2, 0] = -7
+        c = np.unique(c, axis=0)
+    if layout.startswith("duplicate") and len(c) > 1:
+        src = 0 if layout == "duplicate_first" else len(c) - 2
+        c = (
+            np.concatenate([c, c[src : src + 1]])
+            if layout == "duplicate_last"
+            else np.concatenate([c[:1], c])
+        )
+    t, dup, lo, hi = cuda_coords.table_with_stats(mx.array(c))
+    assert dup == (len(np.unique(c, axis=0)) < len(c))
+    assert lo == c.min(axis=0).tolist() and hi == c.max(axis=0).tolist()
+    plain = cuda_coords.build_table(mx.array(c))
+    assert t.mask == plain.mask
+    np.testing.assert_array_equal(np.array(cuda_coords._owners(t)), np.array(cuda_coords._owners(plain)))
+
+
+@needs_cuda
 def test_gpu_table_on_empty_and_single_sets():
     out, inv, _ = cuda_coords.unique_rows(mx.zeros((0, 4), dtype=mx.int32))
     assert out.shape == (0, 4) and inv.shape == (0,)

@@ -120,6 +120,7 @@ def _variants() -> dict[str, list[Variant]]:
         # coords.cu: int32 throughout
         "table_insert": [Variant()],
         "table_owner": [Variant()],
+        "table_insert_checked": [Variant({"stats": "uint32"})],
         "downsample": [Variant()],
         "compact": [Variant()],
         # points.cu: points widened to float32 by _point_inputs

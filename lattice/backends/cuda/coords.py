@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.backends.cuda.launch import NotRepresentable, check_index_range, count_params, i32, launch
+from lattice.backends.cuda.launch import (
+    THREADS,
+    NotRepresentable,
+    check_index_range,
+    count_params,
+    i32,
+    int_params,
+    launch,
+)
 from lattice.core.rows import RowCount, host_read
 from lattice.routing import coords as routes
 from lattice.routing.registry import implements
@@ -70,19 +78,39 @@ def _owners(t: GpuTable, count: mx.array | None = None) -> mx.array:
     return owner
 
 
+def table_with_stats(coords: mx.array) -> tuple[GpuTable, bool, list[int], list[int]]:
+    """``build_table`` and, in the same kernel, the numbers a new set is judged by: whether
+    some row repeats an earlier row's coordinates, and the per-column min and max of
+    (b, x, y, z) — nine numbers, read back at once. ``coords`` must hold at least one row."""
+    with mx.stream(mx.gpu):
+        coords = i32(coords)
+        n = int(coords.shape[0])
+        check_index_range("build_table", coordinates=4 * n, table=8 * n)
+        cap = 64
+        while cap < 4 * n:  # the load factor of build_table
+            cap *= 2
+        slots, stats = launch(
+            "coords",
+            "table_insert_checked",
+            [coords, int_params(n, cap - 1)],
+            [(cap,), (9,)],
+            [mx.int32, mx.uint32],
+            -(-n // THREADS) * THREADS,  # whole groups: each reduces in shared memory
+            init=-1,  # empty slots; stats start at all ones and keep minima
+        )
+        s = [int(v) for v in host_read(stats)]
+    # lo as c ^ 2^31 (order-preserving unsigned), hi as its complement; stats[0] is 0 on a repeat
+    return GpuTable(coords, slots), s[0] == 0, [v - 2**31 for v in s[1:5]], [2**31 - 1 - v for v in s[5:9]]
+
+
 def build_checked_table(coords: mx.array) -> tuple[GpuTable, bool]:
     """The table of a set, and whether the set is valid the way the CPU core judges it:
     unique rows, batch indices >= 0, and a box whose extents pack into a 64-bit key (so
-    the CPU routes can take the set too). Nine numbers are read back."""
-    with mx.stream(mx.gpu):
-        t = build_table(coords)
-        n = t.size
-        if n == 0:
-            return t, True
-        dups = mx.sum(_owners(t) != mx.arange(n, dtype=mx.int32))
-        stats = mx.concatenate([dups[None], mx.min(t.coords, axis=0), mx.max(t.coords, axis=0)])
-        s = [int(v) for v in host_read(stats)]
-        return t, s[0] == 0 and s[1] >= 0 and packs(s[1:5], s[5:9])
+    the CPU routes can take the set too). One kernel, one host read (``table_with_stats``)."""
+    if coords.shape[0] == 0:
+        return build_table(coords), True
+    t, dup, lo, hi = table_with_stats(coords)
+    return t, not dup and lo[0] >= 0 and packs(lo, hi)
 
 
 def packs(lo, hi) -> bool:
