@@ -72,6 +72,19 @@ def count_array(n) -> mx.array:
     return mx.array([n], dtype=mx.int32)
 
 
+def arange(start: int, stop: int | None = None, step: int = 1, dtype: mx.Dtype = mx.int32) -> mx.array:
+    """``mx.arange`` over ints, safe to read back when empty. MLX 0.32.4's CUDA backend gives an
+    evaluated empty ``arange`` no buffer, and reading it (``np.asarray``, the native core)
+    crashes the process (seen on the H200: ``np.asarray(mx.arange(0))`` is a segmentation
+    fault); an empty range is ``mx.zeros((0,), dtype)`` here. lattice makes its index ranges
+    with this function only (``tests/test_empty_ranges.py`` checks the sources)."""
+    if stop is None:
+        start, stop = 0, start
+    if len(range(int(start), int(stop), int(step))) == 0:
+        return mx.zeros((0,), dtype=dtype)
+    return mx.arange(start, stop, step, dtype=dtype)
+
+
 def padded(a: mx.array, capacity: int, fill: int = 0) -> mx.array:
     """``a`` (rows first) extended with ``fill`` rows to ``capacity`` rows."""
     short = capacity - int(a.shape[0])

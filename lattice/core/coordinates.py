@@ -21,6 +21,7 @@ import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import Triple, coords_array, int_triple
+from lattice.core.buffers import arange
 from lattice.core.kernel import KernelSpec
 from lattice.core.manager_names import DocumentedNames
 from lattice.core.relation import KernelRelation, RelationKind, WindowMap
@@ -302,7 +303,7 @@ class CoordinateManager(DocumentedNames):
         self.check_key(key, "windows")
         if spec.stride == (1, 1, 1):
             n = self.capacity(key)
-            rows = mx.arange(n, dtype=mx.int32)
+            rows = arange(n, dtype=mx.int32)
             return WindowMap(key, key, rows, rows, n)
         return self._downsample(key, spec.stride).windows
 

@@ -22,11 +22,11 @@ import mlx.core as mx
 
 from lattice import _ext
 from lattice.core._checks import coords_array
-from lattice.core.buffers import FixedCapacity, count_array, live_count, padded, row_array
+from lattice.core.buffers import FixedCapacity, arange, count_array, live_count, padded, row_array
 from lattice.routing.coords import CoordinateRequest, route_coordinates
 from lattice.routing.explain import CallPlan, explainable
 
-_BITS = mx.arange(8, dtype=mx.int32)  # child ids
+_BITS = arange(8, dtype=mx.int32)  # child ids
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def occupancy_expand(coords, occupancy, active_rows=None) -> OccupancyExpansion:
     # compaction by scatter: present row j goes to its rank, the others to a spare slot 8 cap
     rank = mx.cumsum(present) - 1
     slot = mx.where(present > 0, rank, 8 * cap)
-    parent = mx.repeat(mx.arange(n, dtype=mx.int32), 8)
+    parent = mx.repeat(arange(n, dtype=mx.int32), 8)
     ids = mx.tile(_BITS, n)
 
     def compact(values: mx.array) -> mx.array:

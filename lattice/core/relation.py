@@ -10,6 +10,7 @@ import mlx.core as mx
 import numpy as np
 
 from lattice.core import relation_views as views
+from lattice.core.buffers import arange
 from lattice.core.kernel import KernelSpec
 from lattice.core.relation_views import (
     NeighborEdges,
@@ -398,7 +399,7 @@ class NeighborRelation:
     def edges(self) -> NeighborEdges:
         """(query row, source row, rank within the query's neighbours) of each edge."""
         query_rows = _repeat_index(self.query_counts)
-        ranks = mx.arange(self.n_edges, dtype=mx.int32) - self.offsets[query_rows]
+        ranks = arange(self.n_edges, dtype=mx.int32) - self.offsets[query_rows]
         return NeighborEdges(query_rows, self.source_rows, ranks.astype(mx.int32))
 
     @property

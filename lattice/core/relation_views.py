@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from lattice.core._checks import Triple
+from lattice.core.buffers import arange
 
 KINDS = ("forward", "submanifold", "target", "transposed", "generative")
 _INT = (mx.int32, mx.int64)
@@ -325,13 +326,13 @@ def grouped_view(groups: mx.array, n_groups: int) -> RelationCSRView:
     if e:
         counts = counts.at[groups.astype(mx.int32) + 1].add(1)
     offsets = mx.cumsum(counts).astype(mx.int32)
-    key = groups.astype(mx.int64) * e + mx.arange(e, dtype=mx.int64)
+    key = groups.astype(mx.int64) * e + arange(e, dtype=mx.int64)
     return RelationCSRView(offsets, mx.argsort(key).astype(mx.int32))
 
 
 def kernel_view(relation) -> RelationCSRView:
     """Kernel-offset CSR: lattice's edges are grouped by offset already."""
-    return RelationCSRView(relation.edge_offsets, mx.arange(relation.n_edges, dtype=mx.int32))
+    return RelationCSRView(relation.edge_offsets, arange(relation.n_edges, dtype=mx.int32))
 
 
 def implicit_gemm_view(relation, n_out: int) -> RelationImplicitGemmView:
@@ -348,7 +349,7 @@ def row_masks(out_in_map: mx.array) -> mx.array:
     """(N, ceil(K / 32)) int32: bit ``k % 32`` of word ``k // 32`` set where offset k is present."""
     n, k = out_in_map.shape
     words = (k + 31) // 32
-    bits = (out_in_map >= 0).astype(mx.uint32) << (mx.arange(k, dtype=mx.uint32) % 32)
+    bits = (out_in_map >= 0).astype(mx.uint32) << (arange(k, dtype=mx.uint32) % 32)
     if words * 32 != k:
         bits = mx.concatenate([bits, mx.zeros((n, words * 32 - k), dtype=mx.uint32)], axis=1)
     # the bits of one word are distinct: their sum is their OR
@@ -366,7 +367,7 @@ def sorted_implicit_gemm_view(view: RelationImplicitGemmView) -> RelationSortedI
             f"kernel offsets, got K = {k}"
         )
     masks = view.row_masks[:, 0]
-    order = mx.argsort(masks.astype(mx.int64) * max(n, 1) + mx.arange(n, dtype=mx.int64)).astype(mx.int32)
+    order = mx.argsort(masks.astype(mx.int64) * max(n, 1) + arange(n, dtype=mx.int64)).astype(mx.int32)
     sorted_map = view.out_in_map[order]
     tiles = (n + _TILE_ROWS - 1) // _TILE_ROWS
     padded = mx.concatenate([masks[order], mx.zeros((tiles * _TILE_ROWS - n,), dtype=mx.int32)])

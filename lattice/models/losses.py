@@ -13,6 +13,8 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from lattice.core.buffers import arange
+
 
 def lovasz_softmax(probs: mx.array, labels: mx.array) -> mx.array:
     """Lovász-softmax loss of ``probs`` (N, C) softmax scores against ``labels`` (N,) in 0..C-1.
@@ -29,7 +31,7 @@ def lovasz_softmax(probs: mx.array, labels: mx.array) -> mx.array:
     n, c = probs.shape
     if n == 0:
         return mx.array(0.0, probs.dtype)
-    fg = (labels.reshape(-1, 1) == mx.arange(c).reshape(1, -1)).astype(probs.dtype)
+    fg = (labels.reshape(-1, 1) == arange(c).reshape(1, -1)).astype(probs.dtype)
     errors = mx.abs(fg - probs)
     order = mx.stop_gradient(mx.argsort(-errors, axis=0))
     err_sorted = mx.take_along_axis(errors, order, axis=0)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
+from lattice.core.buffers import arange
 from lattice.core.tensor import SparseTensor
 from lattice.ops import features as F
 
@@ -141,7 +142,7 @@ class BatchNorm(nn.BatchNorm):
             mean = mx.mean(f, axis=axes)
             ss = mx.sum(mx.square(f - mean), axis=axes)
         else:
-            live = (mx.arange(feats.shape[0], dtype=mx.int32) < count)[:, None]
+            live = (arange(feats.shape[0], dtype=mx.int32) < count)[:, None]
             n = count.astype(mx.float32)
             mean = mx.sum(mx.where(live, f, 0.0), axis=0) / n
             ss = mx.sum(mx.where(live, mx.square(f - mean), 0.0), axis=0)

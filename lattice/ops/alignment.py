@@ -23,7 +23,7 @@ import numpy as np
 
 from lattice.backends.cpu.joins import Join
 from lattice.core._checks import coords_array, dtype_name
-from lattice.core.buffers import FixedCapacity, count_array, live_count, padded, row_array
+from lattice.core.buffers import FixedCapacity, arange, count_array, live_count, padded, row_array
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.tensor import SparseTensor
 from lattice.ops.algebra import JOINS, join_plan, take_rows
@@ -57,9 +57,9 @@ def alignment_capacity(join: str, lhs_rows: int, rhs_rows: int) -> int:
 def _source_rows(rows: None | int | mx.array, m: int) -> mx.array:
     """A join's rows of one operand as an explicit int32 array of ``m`` entries."""
     if rows is None:  # its rows are the output rows
-        return mx.arange(m, dtype=mx.int32)
+        return arange(m, dtype=mx.int32)
     if isinstance(rows, int):  # its rows are the first ``rows`` output rows
-        return mx.concatenate([mx.arange(rows, dtype=mx.int32), mx.full((m - rows,), -1, mx.int32)])
+        return mx.concatenate([arange(rows, dtype=mx.int32), mx.full((m - rows,), -1, mx.int32)])
     return rows.astype(mx.int32)
 
 
@@ -85,7 +85,7 @@ def _coords_example(x, req):
 
 
 def _gather_example(x, req):
-    rows = mx.arange(-1, x.active_count, dtype=mx.int32)  # a missing row, then every row
+    rows = arange(-1, x.active_count, dtype=mx.int32)  # a missing row, then every row
     return (x, rows), {}
 
 

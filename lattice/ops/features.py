@@ -17,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.core._checks import DTypeError, dtype_name
+from lattice.core.buffers import arange
 from lattice.core.quantized import QuantizedWeight, quantize_weight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
@@ -184,11 +185,23 @@ def linear(
 # ---- activations ----------------------------------------------------------------------
 
 
+def _elementwise(fn: Callable[[mx.array], mx.array]) -> Callable[[mx.array], mx.array]:
+    """``fn``, a shape-keeping element-wise function, not called on features with no
+    element: MLX 0.32.4's CUDA backend ends the process (SIGFPE) when it evaluates a compiled
+    element-wise function (mlx.nn's activations are ``mx.compile``d) on an empty array (seen
+    on the H200: ``relu`` of a tensor whose buffer has no live row)."""
+
+    def run(feats: mx.array) -> mx.array:
+        return feats if feats.size == 0 else fn(feats)
+
+    return run
+
+
 def _activation(name: str, fn: Callable[[mx.array], mx.array], doc: str) -> Callable:
     """The row-wise op ``name``: ``fn`` (an MLX activation) on the features."""
 
     def body(x: FeatureInput) -> CallPlan:
-        return rowwise_plan(x, name, fn)
+        return rowwise_plan(x, name, _elementwise(fn))
 
     body.__name__ = body.__qualname__ = name
     body.__doc__ = doc
@@ -216,7 +229,7 @@ def softplus(x: FeatureInput, *, beta: float = 1.0, threshold: float = 20.0) -> 
         soft = nn.softplus(scaled) if beta == 1.0 else nn.softplus(scaled) / beta
         return mx.where(scaled > threshold, feats, soft)
 
-    return rowwise_plan(x, op, fn)
+    return rowwise_plan(x, op, _elementwise(fn))
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)
@@ -226,7 +239,7 @@ def gelu(x: FeatureInput, *, approximate: str = "none") -> CallPlan:
     if approximate not in GELU_APPROXIMATIONS:
         raise ValueError(f"[{op}] approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
     fn = {"none": nn.gelu, "precise": nn.gelu_approx, "tanh": nn.gelu_approx, "fast": nn.gelu_fast_approx}
-    return rowwise_plan(x, op, fn[approximate])
+    return rowwise_plan(x, op, _elementwise(fn[approximate]))
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)
@@ -235,7 +248,7 @@ def leaky_relu(x: FeatureInput, *, negative_slope: float = 0.01) -> CallPlan:
     op = "leaky_relu"
     if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)):
         raise TypeError(f"[{op}] negative_slope must be a number, got {negative_slope!r}")
-    return rowwise_plan(x, op, lambda f: nn.leaky_relu(f, negative_slope))
+    return rowwise_plan(x, op, _elementwise(lambda f: nn.leaky_relu(f, negative_slope)))
 
 
 @explainable(example=_rowwise_example, returns=FeatureInput)
@@ -305,7 +318,7 @@ def batch_norm(
         y = y if bias is None else y + bias
         if count is None:
             return y
-        return mx.where((mx.arange(feats.shape[0]) < count)[:, None], y, mx.zeros((), dtype=y.dtype))
+        return mx.where((arange(feats.shape[0]) < count)[:, None], y, mx.zeros((), dtype=y.dtype))
 
     return rowwise_plan(x, op, normalise)
 
@@ -320,7 +333,7 @@ def _batch_statistics(feats: mx.array, count: mx.array | None) -> tuple[mx.array
         mean = mx.mean(f, axis=axes)
         var = mx.mean(mx.square(f - mean), axis=axes)
     else:
-        live = (mx.arange(feats.shape[0]) < count)[:, None]
+        live = (arange(feats.shape[0]) < count)[:, None]
         n = mx.maximum(count, 1).astype(mx.float32)
         mean = mx.sum(mx.where(live, f, 0.0), axis=0) / n
         var = mx.sum(mx.where(live, mx.square(f - mean), 0.0), axis=0) / n

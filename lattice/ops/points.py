@@ -21,7 +21,7 @@ import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import Triple, dtype_name, int_triple
-from lattice.core.buffers import checked_count
+from lattice.core.buffers import arange, checked_count
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import (
     QuantizeInputs,
@@ -229,7 +229,7 @@ def _voxelize_features(feats, quantization: SparseQuantization, reduction, *, ho
             return acc.astype(feats.dtype)
         mean = acc / mx.maximum(counts, 1).astype(acc_dtype)[:, None]
         return mean.astype(feats.dtype) if mx.issubdtype(feats.dtype, mx.floating) else mean
-    rows = mx.arange(n, dtype=mx.int32)
+    rows = arange(n, dtype=mx.int32)
     if reduction == "first":
         first = mx.full((m,), n - 1, dtype=mx.int32).at[inv].minimum(rows)  # n - 1: a voxel of no point
         return feats[first]

@@ -16,6 +16,7 @@ import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import DTypeError, coords_array, dtype_name, int_triple
+from lattice.core.buffers import arange
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import SparseQuantization
 from lattice.core.tensor import SparseTensor
@@ -77,7 +78,7 @@ def new_set_plan(op: str, rows: int, make) -> CallPlan:
 
 def _tensor_example(x, req):
     """``lattice explain`` of a row-selection op: every other active row of ``x``."""
-    return (x, mx.arange(0, x.active_count, 2, dtype=mx.int32)), {}
+    return (x, arange(0, x.active_count, 2, dtype=mx.int32)), {}
 
 
 def _mask_example(x, req):

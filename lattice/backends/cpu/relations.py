@@ -8,6 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from lattice import _ext
+from lattice.core.buffers import arange
 from lattice.core.coordinates import transposed_level
 from lattice.core.relation import RelationEdges, RelationKind
 from lattice.routing import relations as routes
@@ -44,7 +45,7 @@ def exclusive(manager, kind, in_key, spec, target_key, op):
         table = manager.table(in_key)
         out_key = manager.downsample(in_key, spec.stride)
         if spec.stride == (1, 1, 1):
-            inverse = mx.arange(table.size, dtype=mx.int32)
+            inverse = arange(table.size, dtype=mx.int32)
         else:
             # (a downsample made on the GPU from a lazily counted set has -1 past its count)
             inverse = manager.downsample_inverse(in_key, spec.stride)[: table.size]

@@ -12,6 +12,7 @@ from lattice import settings
 from lattice.backends import kernels
 from lattice.backends.cuda.launch import THREADS, check_index_range, int_params, launch
 from lattice.backends.cuda.relations import in_major_map, row_order
+from lattice.core.buffers import arange
 from lattice.core.quantized import dequantized
 from lattice.routing import conv as routes
 from lattice.routing.registry import implements
@@ -30,7 +31,7 @@ def _tile_order(rel, key: str, nmap: mx.array) -> mx.array:
     if "order" not in state:
         if not state.get("used"):
             state["used"] = True
-            return mx.arange(int(nmap.shape[0]), dtype=mx.int32)
+            return arange(int(nmap.shape[0]), dtype=mx.int32)
         state["order"] = row_order(nmap)
     return state["order"]
 

@@ -17,6 +17,7 @@ from lattice.backends.cuda.launch import (
     int_params,
     launch,
 )
+from lattice.core.buffers import arange
 from lattice.core.rows import RowCount, host_read
 from lattice.routing import coords as routes
 from lattice.routing.registry import implements
@@ -128,7 +129,7 @@ def first_occurrences(coords: mx.array, count: mx.array | None = None) -> tuple[
     lazy ``count`` take no part (owner -1)."""
     t = build_table(coords, count)
     owner = _owners(t, count)
-    rank = mx.cumsum((owner == mx.arange(t.size, dtype=mx.int32)).astype(mx.int32))
+    rank = mx.cumsum((owner == arange(t.size, dtype=mx.int32)).astype(mx.int32))
     return t, owner, rank
 
 

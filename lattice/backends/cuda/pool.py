@@ -11,6 +11,7 @@ import mlx.core as mx
 
 from lattice.backends.cuda.launch import check_index_range, i32, int_params, launch
 from lattice.backends.cuda.relations import in_major_map
+from lattice.core.buffers import arange
 from lattice.routing import pool as routes
 from lattice.routing.registry import Vjp, implements
 
@@ -72,7 +73,7 @@ def _pool_fn(rel, mode: str, weights: tuple[float, ...] | None):
                 return mx.zeros_like(x)
             if mode == "max":
                 arg = mx.stop_gradient(outputs[1])
-                flat = mx.where(arg >= 0, arg * ch + mx.arange(ch, dtype=mx.int32), n_in * ch).reshape(-1)
+                flat = mx.where(arg >= 0, arg * ch + arange(ch, dtype=mx.int32), n_in * ch).reshape(-1)
                 dx = mx.zeros((n_in * ch + 1,), dtype=mx.float32).at[flat].add(dy.reshape(-1))
                 return dx[:-1].reshape(n_in, ch).astype(x.dtype)
             w = None if weights is None else _offset_weights(weights)
