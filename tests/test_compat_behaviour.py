@@ -560,10 +560,13 @@ def test_documented_behaviour_lattice_lacks(key):
 
 
 def test_vmap_over_a_lattice_primitive_is_a_clear_error():
-    """docs/compat.md: no vmap rule on lattice's primitives; MLX's error names the primitive."""
+    """docs/compat.md: no vmap rule on lattice's primitives; MLX's error names the primitive
+    (lattice's ``SparseConv`` on the CPU, MLX's ``CustomKernel`` of the CUDA route)."""
     x = _tensor()
     w = mx.ones((27, 4, 3))
-    with pytest.raises(ValueError, match=r"\[Primitive::vmap\] Not implemented for SparseConv"):
+    with pytest.raises(
+        ValueError, match=r"\[Primitive::vmap\] Not implemented for (SparseConv|CustomKernel)"
+    ):
         mx.vmap(lambda ws: lattice.ops.subm_conv3d(x, ws).feats)(mx.stack([w, 2 * w]))
 
 

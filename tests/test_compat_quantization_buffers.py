@@ -193,5 +193,11 @@ def test_lattice_s_own_record_still_passes_through():
     x = voxelize_with_quantization(q, feats)
     want = lattice.ops.voxelize_with_quantization(q, feats)
     assert x.capacity == len(q) and x.coords is q.coords
-    np.testing.assert_array_equal(np.asarray(x.feats), np.asarray(want.feats))
-    np.testing.assert_array_equal(np.asarray(voxelize_features(feats, q)), np.asarray(want.feats))
+    # the CPU sums in a fixed order; the GPU's float32 atomics differ by an ulp run to run
+    same = (
+        np.testing.assert_array_equal
+        if mx.default_device() == mx.cpu
+        else lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    )
+    same(np.asarray(x.feats), np.asarray(want.feats))
+    same(np.asarray(voxelize_features(feats, q)), np.asarray(want.feats))
