@@ -84,8 +84,10 @@ class HashTable {
     return s[pos];
   }
 
-  inline int32_t find(uint64_t key) const {
-    uint64_t pos = hash_key(key) & mask_;
+  inline int32_t find(uint64_t key) const { return find_at(key, hash_key(key) & mask_); }
+
+  // find() from a home slot computed (and prefetched) beforehand.
+  inline int32_t find_at(uint64_t key, uint64_t pos) const {
     const Slot* s = slots_.get();
     while (true) {
       uint64_t cur = s[pos].key;

@@ -3,6 +3,7 @@
 // order fixes the edge order, so results do not depend on the thread count.
 #include "backend/cpu/relations.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace lattice {
@@ -117,6 +118,9 @@ mx::array kernel_offsets(const Int3& size, const Int3& dilation) {
   return std::move(out).finish();
 }
 
+// A row's offsets are probed in batches of at most this many (half of a 5^3 kernel fits).
+constexpr int32_t kMaxHalfOffsets = 128;
+
 RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, const Int3& dilation) {
   const char* op = "submanifold_kernel_relation";
   for (int a = 0; a < 3; ++a) {
@@ -132,18 +136,37 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
     for (int32_t y = 0; y < size[1]; ++y)
       for (int32_t z = 0; z < size[2]; ++z, ++k) offs[k] = {ax.off[0][x], ax.off[1][y], ax.off[2][z]};
   const int32_t* c = in.data();
+  const HashTable& table = in.table;
   return bin_edges(
       in.n, K, K,
       [&](int64_t o, Emitter& emit) {
         const int32_t* r = c + 4 * o;
         const int32_t orow = static_cast<int32_t>(o);
         emit(center, orow, orow);
-        for (int32_t kk = 0; kk < center; ++kk) {
-          int32_t i = in.find(r[0], int64_t(r[1]) + offs[kk][0], int64_t(r[2]) + offs[kk][1],
-                              int64_t(r[3]) + offs[kk][2]);
-          if (i >= 0) {
-            emit(kk, i, orow);
-            emit(K - 1 - kk, orow, i);
+        // Every probe's key and home slot first, prefetched, then the probes: the misses of
+        // one row's offsets overlap instead of following one another.
+        uint64_t keys[kMaxHalfOffsets], homes[kMaxHalfOffsets];
+        int32_t probed[kMaxHalfOffsets];
+        for (int32_t kb = 0; kb < center; kb += kMaxHalfOffsets) {
+          const int32_t ke = std::min(center, kb + kMaxHalfOffsets);
+          int32_t np = 0;
+          for (int32_t kk = kb; kk < ke; ++kk) {
+            uint64_t key = 0;
+            if (!in.packer.pack(r[0], int64_t(r[1]) + offs[kk][0], int64_t(r[2]) + offs[kk][1],
+                                int64_t(r[3]) + offs[kk][2], key)) {
+              continue;  // outside the set's box: no row there
+            }
+            keys[np] = key;
+            homes[np] = table.home(key);
+            table.prefetch(homes[np]);
+            probed[np++] = kk;
+          }
+          for (int32_t j = 0; j < np; ++j) {
+            const int32_t i = table.find_at(keys[j], homes[j]);
+            if (i >= 0) {
+              emit(probed[j], i, orow);
+              emit(K - 1 - probed[j], orow, i);
+            }
           }
         }
       },
