@@ -40,7 +40,8 @@ TRANSPOSED_GEOMETRIES = [
     ((2, 3, 1), (2, 1, 3), (0, 1, 2), (1, 2, 1)),
 ]
 
-SUBMANIFOLD_GEOMETRIES = [(1, 1), (3, 1), (3, 2), (5, 1), (5, 2), ((3, 1, 5), (1, 2, 1))]
+# (7, 1): 171 probed offsets, more than the native builder probes in one batch (128)
+SUBMANIFOLD_GEOMETRIES = [(1, 1), (3, 1), (3, 2), (5, 1), (5, 2), (7, 1), ((3, 1, 5), (1, 2, 1))]
 
 GENERATIVE_GEOMETRIES = [
     (1, 1),
