@@ -596,3 +596,12 @@ def test_cuda_global_and_upsampling_on_empty_inputs():
         lattice.SparseTensor(np.zeros((0, 4), np.int32), mx.zeros((0, 3)), stride=2), device="gpu"
     )
     assert up.feats.shape == (0, 3)
+
+
+def test_checked_insert_group_matches_the_kernel_source():
+    """table_insert_checked reduces over LT_CHECK_GROUP threads: the launch's group size."""
+    from lattice.backends import kernels
+
+    src = (kernels.source_root() / "kernels" / "coords.inc").read_text()
+    assert f"#define LT_CHECK_GROUP {cuda_coords._CHECK_GROUP}\n" in src
+    assert cuda_launch.THREADS == cuda_coords._CHECK_GROUP

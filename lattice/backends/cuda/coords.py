@@ -40,15 +40,28 @@ class GpuTable:
         return int(self.coords.shape[0])
 
 
+# Rows per group of table_insert_checked's reduction: LT_CHECK_GROUP in kernels/coords.inc,
+# which must be the threadgroup the launches use.
+_CHECK_GROUP = 256
+assert THREADS == _CHECK_GROUP, "kernels/coords.inc reduces over groups of LT_CHECK_GROUP threads"
+
+
+def _table_capacity(n: int) -> int:
+    """Slots of the table of ``n`` rows (checked to stay within the kernels' 32-bit indices):
+    a power of two >= 4n, load factor <= 1/4, so misses (most submanifold probes) stop early."""
+    check_index_range("build_table", coordinates=4 * n, table=8 * n)
+    cap = 64
+    while cap < 4 * n:
+        cap *= 2
+    return cap
+
+
 def build_table(coords: mx.array, count: mx.array | None = None) -> GpuTable:
     """The table of ``coords``' rows (the first ``count`` where a lazy count is given)."""
     with mx.stream(mx.gpu):
         coords = i32(coords)
         n = int(coords.shape[0])
-        check_index_range("build_table", coordinates=4 * n, table=8 * n)
-        cap = 64
-        while cap < 4 * n:  # load factor <= 1/4: misses (most submanifold probes) stop early
-            cap *= 2
+        cap = _table_capacity(n)
         if n == 0:
             return GpuTable(coords, mx.full((cap,), -1, dtype=mx.int32))
         (slots,) = launch(
@@ -86,17 +99,14 @@ def table_with_stats(coords: mx.array) -> tuple[GpuTable, bool, list[int], list[
     with mx.stream(mx.gpu):
         coords = i32(coords)
         n = int(coords.shape[0])
-        check_index_range("build_table", coordinates=4 * n, table=8 * n)
-        cap = 64
-        while cap < 4 * n:  # the load factor of build_table
-            cap *= 2
+        cap = _table_capacity(n)
         slots, stats = launch(
             "coords",
             "table_insert_checked",
             [coords, int_params(n, cap - 1)],
             [(cap,), (9,)],
             [mx.int32, mx.uint32],
-            -(-n // THREADS) * THREADS,  # whole groups: each reduces in shared memory
+            -(-n // _CHECK_GROUP) * _CHECK_GROUP,  # whole groups: each reduces in shared memory
             init=-1,  # empty slots; stats start at all ones and keep minima
         )
         s = [int(v) for v in host_read(stats)]
