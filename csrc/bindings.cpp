@@ -389,6 +389,10 @@ NB_MODULE(_ext, m) {
         "stream"_a = nb::none(), "op(A) @ op(B) through the linked BLAS, differentiable.");
   m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,
         "C = A @ B through the linked optimised BLAS (float32).");
+  m.def("affine_act", &lattice::affine_act, "x"_a, "scale"_a, "shift"_a, "residual"_a = nb::none(), "relu"_a = false,
+        "stream"_a = nb::none(),
+        "act(x * scale + shift + residual) per row in one pass (float32 arithmetic; ReLU when `relu`); "
+        "scale and shift (C,), residual (N, C) or None; differentiable.");
   m.def("blas_vendor", &lattice::blas::vendor);
   m.def("blas_threads", &lattice::blas::num_threads);
   m.def("num_threads", &lattice::num_threads);

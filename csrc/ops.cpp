@@ -97,4 +97,37 @@ mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool t
                    {mx::contiguous(a, false, s), mx::contiguous(b, false, s)});
 }
 
+mx::array affine_act(const mx::array& x, const mx::array& scale, const mx::array& shift,
+                     const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s) {
+  const char* op = "affine";
+  check_feats(x, op, "features");
+  const int C = x.shape(1);
+  for (const auto* v : {&scale, &shift}) {
+    const char* name = v == &scale ? "scale" : "shift";
+    if (v->ndim() != 1 || v->shape(0) != C || !is_float(v->dtype())) {
+      Message msg;
+      msg << "[" << op << "] " << name << " must be a float vector of " << C << " channels, got shape (";
+      for (int i = 0; i < static_cast<int>(v->ndim()); ++i) msg << (i ? ", " : "") << v->shape(i);
+      msg << ") of " << dtype_name(v->dtype());
+      invalid(msg);
+    }
+  }
+  mx::Dtype out_dtype = mx::promote_types(x.dtype(), mx::promote_types(scale.dtype(), shift.dtype()));
+  std::vector<mx::array> inputs = {mx::contiguous(x, false, s), mx::contiguous(mx::astype(scale, mx::float32, s), false, s),
+                                   mx::contiguous(mx::astype(shift, mx::float32, s), false, s)};
+  if (residual) {
+    check_feats(*residual, op, "residual");
+    if (residual->shape() != x.shape()) {
+      Message msg;
+      msg << "[" << op << "] residual must have the features' shape (" << x.shape(0) << ", " << C << "), got ("
+          << residual->shape(0) << ", " << residual->shape(1) << ")";
+      invalid(msg);
+    }
+    out_dtype = mx::promote_types(out_dtype, residual->dtype());
+    inputs.push_back(mx::contiguous(*residual, false, s));
+  }
+  return mx::array(x.shape(), out_dtype, std::make_shared<AffineAct>(mx::to_stream(s), residual.has_value(), relu),
+                   std::move(inputs));
+}
+
 }  // namespace lattice

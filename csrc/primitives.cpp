@@ -158,4 +158,55 @@ std::vector<mx::array> BlasGemm::jvp(const std::vector<mx::array>& primals, cons
   })};
 }
 
+// ---- AffineAct -----------------------------------------------------------------------
+
+std::vector<mx::Shape> AffineAct::output_shapes(const std::vector<mx::array>& inputs) { return {inputs[0].shape()}; }
+
+bool AffineAct::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const AffineAct&>(other);
+  return has_residual_ == o.has_residual_ && relu_ == o.relu_;
+}
+
+// z = x * scale + shift + residual, out = relu(z): the cotangent passes where z > 0
+// (where out > 0), then dx = g * scale, dscale = sum_rows(g * x), dshift = sum_rows(g),
+// dresidual = g. Built from MLX ops, so higher derivatives follow.
+std::vector<mx::array> AffineAct::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                      const std::vector<int>& argnums, const std::vector<mx::array>& outputs) {
+  const auto s = stream();
+  const auto& x = primals[0];
+  auto g = mx::astype(cotangents[0], mx::float32, s);
+  if (relu_) g = mx::where(mx::greater(outputs[0], mx::array(0.0f), s), g, mx::array(0.0f), s);
+  std::vector<mx::array> grads;
+  for (int arg : argnums) {
+    if (arg == 0) grads.push_back(mx::astype(mx::multiply(g, primals[1], s), x.dtype(), s));
+    else if (arg == 1)
+      grads.push_back(mx::astype(mx::sum(mx::multiply(g, mx::astype(x, mx::float32, s), s), 0, false, s),
+                                 primals[1].dtype(), s));
+    else if (arg == 2) grads.push_back(mx::astype(mx::sum(g, 0, false, s), primals[2].dtype(), s));
+    else grads.push_back(mx::astype(g, primals[3].dtype(), s));
+  }
+  return grads;
+}
+
+std::vector<mx::array> AffineAct::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                                      const std::vector<int>& argnums) {
+  const auto s = stream();
+  const auto f32 = [&](const mx::array& a) { return mx::astype(a, mx::float32, s); };
+  auto t = tangent_sum(
+      argnums, tangents,
+      [&](int arg, const mx::array& tan) -> std::optional<mx::array> {
+        if (arg == 0) return mx::multiply(f32(tan), primals[1], s);
+        if (arg == 1) return mx::multiply(f32(primals[0]), f32(tan), s);
+        return mx::broadcast_to(f32(tan), primals[0].shape(), s);  // shift (C,) or residual (N, C)
+      },
+      [&] { return mx::zeros(primals[0].shape(), mx::float32, s); }, s);
+  if (relu_) {
+    auto z = mx::add(mx::multiply(f32(primals[0]), primals[1], s), primals[2], s);
+    if (has_residual_) z = mx::add(z, f32(primals[3]), s);
+    t = mx::where(mx::greater(z, mx::array(0.0f), s), t, mx::array(0.0f), s);
+  }
+  mx::Dtype dtype = mx::promote_types(primals[0].dtype(), mx::float32);
+  return {mx::astype(t, has_residual_ ? mx::promote_types(dtype, primals[3].dtype()) : dtype, s)};
+}
+
 }  // namespace lattice

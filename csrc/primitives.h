@@ -105,6 +105,30 @@ class BlasGemm : public mx::Primitive {
   bool trans_a_, trans_b_;
 };
 
+// out = act(x * scale + shift [+ residual]) per row: x (N, C), scale and shift (C,) float32,
+// residual (N, C) (present when has_residual), act = ReLU when relu (NaN kept). Float32
+// arithmetic; the output dtype is the operands' promoted float type. The row-wise pass an
+// eval-mode BatchNorm (folded to scale / shift), a residual add and a ReLU become.
+class AffineAct : public mx::Primitive {
+ public:
+  AffineAct(mx::Stream s, bool has_residual, bool relu)
+      : mx::Primitive(s), has_residual_(has_residual), relu_(relu) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+  const char* name() const override { return "AffineAct"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  bool has_residual_;
+  bool relu_;
+};
+
 // The JVP of a primitive: the sum over the differentiated inputs of term(arg, tangent)
 // (nullopt where an input does not move the output: row indices, a piecewise-constant
 // argument), or zeros() where none does.
@@ -132,5 +156,9 @@ mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const 
                                   mx::StreamOrDevice s = {});
 
 mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool trans_b, mx::StreamOrDevice s = {});
+
+// act(x * scale + shift + residual) (AffineAct); residual may be absent (std::nullopt).
+mx::array affine_act(const mx::array& x, const mx::array& scale, const mx::array& shift,
+                     const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s = {});
 
 }  // namespace lattice

@@ -1,7 +1,8 @@
 """Building blocks shared by the sparse networks of :mod:`lattice.models`.
 
 Every block is an ``mlx.nn.Module`` made only of :mod:`lattice.nn` modules and takes and
-returns a :class:`~lattice.core.SparseTensor`:
+returns a :class:`~lattice.core.SparseTensor`. In eval mode each BatchNorm, with the
+residual add and the ReLU after it, is one pass (:func:`normed`, ``lattice.ops.affine``):
 
 - :class:`ConvBNReLU` — one convolution (submanifold, or strided ``k=2, s=2``) -> BatchNorm -> ReLU;
 - :class:`BasicBlock` — the ResNet basic block on one support: two submanifold ``k=3``
@@ -27,7 +28,7 @@ import mlx.nn as nn
 from lattice.core.tensor import SparseTensor
 from lattice.nn.conv import Conv3d, GenerativeConvTranspose3d, SubmConv3d
 from lattice.nn.feature import BatchNorm, ReLU
-from lattice.ops import cat, sparse_add
+from lattice.ops import affine, cat, sparse_add
 
 
 def positive_int(value, name: str, op: str) -> int:
@@ -98,6 +99,23 @@ def preset_fields(op: str, presets: dict, preset: int, in_channels, num_classes,
     return fields, scaled
 
 
+def normed(
+    norm: BatchNorm, y: SparseTensor, act: ReLU | None, residual: SparseTensor | None = None
+) -> SparseTensor:
+    """``act(norm(y) + residual)`` (``act`` None: no activation). In eval mode (running
+    statistics) with the residual on ``y``'s support: one pass, ``lattice.ops.affine`` with
+    ``norm.affine()``; otherwise the BatchNorm, the add and the activation one after another."""
+    same = residual is None or (
+        residual.coord_manager is y.coord_manager and residual.coord_key == y.coord_key
+    )
+    if norm.uses_running_stats and same:
+        return affine(y, *norm.affine(), residual=residual, activation=None if act is None else "relu")
+    out = norm(y)
+    if residual is not None:
+        out = sparse_add(out, residual)
+    return out if act is None else act(out)
+
+
 class ConvBNReLU(nn.Module):
     """Convolution -> BatchNorm -> ReLU.
 
@@ -118,7 +136,7 @@ class ConvBNReLU(nn.Module):
         self.act = ReLU()
 
     def __call__(self, x: SparseTensor) -> SparseTensor:
-        return self.act(self.norm(self.conv(x)))
+        return normed(self.norm, self.conv(x), self.act)
 
 
 class BasicBlock(nn.Module):
@@ -138,9 +156,9 @@ class BasicBlock(nn.Module):
             self.proj_norm = BatchNorm(c_out)
 
     def __call__(self, x: SparseTensor) -> SparseTensor:
-        y = self.norm2(self.conv2(self.act(self.norm1(self.conv1(x)))))
-        shortcut = self.proj_norm(self.proj(x)) if "proj" in self else x
-        return self.act(sparse_add(y, shortcut))
+        y = self.conv2(normed(self.norm1, self.conv1(x), self.act))
+        shortcut = normed(self.proj_norm, self.proj(x), None) if "proj" in self else x
+        return normed(self.norm2, y, self.act, residual=shortcut)
 
 
 def basic_blocks(c_in: int, c_out: int, count: int) -> list[BasicBlock]:
@@ -195,7 +213,7 @@ class UpBlock(nn.Module):
         self.blocks = basic_blocks(c_out + c_skip, c_out, blocks)
 
     def __call__(self, x: SparseTensor, skip: SparseTensor) -> SparseTensor:
-        return run_blocks(cat([self.act(self.norm(self.up(x, skip))), skip]), self.blocks)
+        return run_blocks(cat([normed(self.norm, self.up(x, skip), self.act), skip]), self.blocks)
 
 
 __all__ = [
@@ -205,6 +223,7 @@ __all__ = [
     "StemNet",
     "UpBlock",
     "basic_blocks",
+    "normed",
     "positive_int",
     "positive_ints",
 ]

@@ -44,6 +44,7 @@ from lattice.ops.devoxelize import (
     interpolate_point_features,
 )
 from lattice.ops.features import (
+    affine,
     batch_norm,
     dropout,
     gelu,
@@ -96,6 +97,7 @@ from lattice.ops.tensors import (
 )
 
 __all__ = [
+    "affine",
     "PointVoxelMap",
     "PoolMode",
     "SparseAlignment",

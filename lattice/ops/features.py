@@ -1,4 +1,5 @@
-"""Feature ops that keep coordinate identity: linear, activations, dropout, normalisation.
+"""Feature ops that keep coordinate identity: linear, activations, dropout, normalisation,
+the one-pass per-channel affine map.
 
 Each op takes a SparseTensor (and returns one on the same coordinate key and manager)
 or a plain ``mx.array`` (and returns an array). Only the active rows (up to
@@ -6,7 +7,8 @@ or a plain ``mx.array`` (and returns an array). Only the active rows (up to
 GPU builder made for a ``lazy_rows`` manager, where every buffer row is computed (rows past
 the count are ignored) so that the count is not read.
 Every op asks the routing layer for its route and dispatches on it: ``linear`` its GEMM
-route, the row-wise ops MLX's ops on the call's device (``lattice.routing.features``).
+route, the row-wise ops MLX's ops on the call's device, ``affine`` its one-pass route
+(``lattice.routing.features``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from lattice.core.quantized import QuantizedWeight, quantize_weight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
 from lattice.routing.explain import CallPlan, explainable
-from lattice.routing.features import RowwiseRequest, route_rowwise
+from lattice.routing.features import AffineRequest, RowwiseRequest, route_affine, route_rowwise
 from lattice.routing.registry import dispatch
 
 FeatureInput = SparseTensor | mx.array
@@ -364,3 +366,88 @@ def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e
     weight = _channel_vector(weight, "weight", c, op)
     eps = _positive(eps, "eps", op)
     return rowwise_plan(x, op, lambda f: mx.fast.rms_norm(f, weight, eps))
+
+
+# ---- the one-pass affine map ----------------------------------------------------------
+
+AFFINE_ACTIVATIONS = (None, "relu")
+
+
+def _affine_example(x, req):
+    """``lattice explain affine``: a per-channel scale and shift, a residual on the same
+    support and a ReLU (the form of a BasicBlock's second BatchNorm, add and activation)."""
+    ones = mx.ones((x.channels,), dtype=mx.float32)
+    return (x, ones, ones * 0), {"residual": x, "activation": "relu"}
+
+
+def _residual_feats(residual, feats: mx.array, st: SparseTensor | None, op: str) -> mx.array | None:
+    """The residual's rows: a SparseTensor on ``x``'s support (one manager and coordinate
+    key, so its rows are ``x``'s rows in ``x``'s order) or, for an array ``x``, an array of
+    ``x``'s shape."""
+    if residual is None:
+        return None
+    if st is not None:
+        if not isinstance(residual, SparseTensor):
+            raise TypeError(f"[{op}] residual must be a SparseTensor for a SparseTensor x, got {type(residual).__name__}")
+        if residual.coord_manager is not st.coord_manager or residual.coord_key != st.coord_key:
+            raise ValueError(
+                f"[{op}] residual must be on x's support (the same coordinate manager and key); "
+                "add tensors on other supports with lattice.ops.sparse_add"
+            )
+        r = residual.run_feats
+    else:
+        if not isinstance(residual, mx.array):
+            raise TypeError(f"[{op}] residual must be an mx.array for an array x, got {type(residual).__name__}")
+        r = residual
+    if r.shape != feats.shape:
+        raise ValueError(f"[{op}] residual must have shape {tuple(feats.shape)}, got {tuple(r.shape)}")
+    return r
+
+
+@explainable(example=_affine_example, returns=FeatureInput)
+def affine(
+    x: FeatureInput,
+    scale: mx.array | None = None,
+    shift: mx.array | None = None,
+    *,
+    residual: FeatureInput | None = None,
+    activation: str | None = None,
+) -> CallPlan:
+    """``activation(x * scale + shift + residual)`` per channel, in one pass over the rows.
+
+    ``scale`` / ``shift``: shape ``(C,)`` (None: 1 / 0). ``residual``: a tensor on ``x``'s
+    support (same coordinate manager and key; for an array ``x``, an array of its shape)
+    added before the activation. ``activation``: None or ``"relu"``. Float32 arithmetic;
+    the result has the operands' promoted float dtype. This is what an eval-mode
+    BatchNorm (``lattice.nn.BatchNorm.affine()``), the residual add after it and the ReLU
+    become together: one native pass on the CPU, one compiled MLX function on a GPU.
+    """
+    op = "affine"
+    feats, st = _split(x, op)
+    if feats.ndim != 2:
+        raise ValueError(f"[{op}] features must be (N, C), got shape {tuple(feats.shape)}")
+    if not mx.issubdtype(feats.dtype, mx.floating):
+        raise DTypeError(f"[{op}] features must be floating point, got {dtype_name(feats.dtype)}")
+    if activation not in AFFINE_ACTIVATIONS:
+        raise ValueError(f"[{op}] activation must be one of {AFFINE_ACTIVATIONS}, got {activation!r}")
+    c = int(feats.shape[1])
+    scale = _channel_vector(scale, "scale", c, op)
+    shift = _channel_vector(shift, "shift", c, op)
+    for name, v in (("scale", scale), ("shift", shift)):
+        if v is not None and not mx.issubdtype(v.dtype, mx.floating):
+            raise DTypeError(f"[{op}] {name} must be floating point, got {dtype_name(v.dtype)}")
+    r = _residual_feats(residual, feats, st, op)
+    req = AffineRequest(
+        op,
+        dtype_name(feats.dtype),
+        c,
+        residual=r is not None,
+        activation=activation or "none",
+        device=requested_device(None),
+    )
+    route = route_affine(req)
+    scale = mx.ones((c,), dtype=feats.dtype) if scale is None else scale  # keeps x's dtype
+    shift = mx.zeros((c,), dtype=feats.dtype) if shift is None else shift
+    return CallPlan(
+        route, lambda: _wrap(st, dispatch(route, feats, scale, shift, r, activation == "relu"))
+    )

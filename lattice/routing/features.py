@@ -2,7 +2,10 @@
 for the joins of sparse tensor algebra (which rows of each operand meet).
 
 Row-wise ops are MLX's own ops on the features, on the device the call runs on: the route
-says which, and that coordinates, key and manager are kept. A join either finds the
+says which, and that coordinates, key and manager are kept. The per-channel affine map
+with its residual add and ReLU (``lattice.ops.affine``: what an eval-mode BatchNorm and the
+adds and activations after it become) has routes of its own: one native pass on the CPU,
+one compiled MLX function on a GPU. A join either finds the
 operands on one support (same manager and key, or equal rows: no row matching at all) or
 matches rows in the native hash table (union / intersection / lookup on the CPU core),
 the features then moving through MLX ops (take, where, concatenate), so autodiff works.
@@ -24,6 +27,19 @@ ROWWISE = RouteTable(
 )
 MLX_CPU_OPS = ROWWISE.route(Backend.CPU, "mlx_ops", "MLX's CPU ops over the feature rows")
 MLX_GPU_OPS = ROWWISE.route(Backend.GPU, "mlx_ops", "MLX's GPU ops over the feature rows")
+
+AFFINE = RouteTable(
+    "affine",
+    "impl(feats (N, C), scale (C,), shift (C,), residual (N, C) | None, relu: bool) -> (N, C): "
+    "act(feats * scale + shift + residual), float32 arithmetic",
+)
+NATIVE_AFFINE = AFFINE.route(
+    Backend.CPU, "native_pass", "one native pass over the rows: scale, shift, residual and ReLU together"
+)
+COMPILED_AFFINE = AFFINE.route(
+    Backend.GPU, "mlx_compiled", "one mx.compile'd MLX function: MLX fuses it into one GPU kernel"
+)
+_CPU_MLX_AFFINE = RouteId(Backend.CPU, "mlx_ops")  # considered and rejected
 
 JOINS = RouteTable(
     "joins",
@@ -56,6 +72,40 @@ def route_rowwise(req: RowwiseRequest) -> Route:
             return rb.take(MLX_GPU_OPS, "MLX's GPU ops over the rows; coordinates, key and manager kept")
         rb.reject(MLX_GPU_OPS, NO_GPU)
     return rb.take(MLX_CPU_OPS, "MLX's CPU ops over the rows; coordinates, key and manager kept")
+
+
+@dataclass(frozen=True)
+class AffineRequest:
+    op: str
+    dtype: str
+    channels: int
+    residual: bool
+    activation: str  # "none" | "relu"
+    device: str = "cpu"
+
+
+@functools.lru_cache(maxsize=512)
+def route_affine(req: AffineRequest) -> Route:
+    """The one-pass affine map: native on the CPU, compiled MLX on a GPU (cached)."""
+    rb = RouteBuilder(req.op, facts_of(req, "dtype", "channels", "residual", "activation", "device"))
+    if req.device == "gpu":
+        if capability().has_gpu:
+            return rb.take(
+                COMPILED_AFFINE,
+                "one compiled MLX function over the rows (scale, shift, residual, activation fused into "
+                "one GPU kernel); coordinates, key and manager kept",
+            )
+        rb.reject(COMPILED_AFFINE, NO_GPU)
+    rb.reject(
+        _CPU_MLX_AFFINE,
+        "MLX's CPU ops take one pass over the rows per operation (4 for a BatchNorm, 1 for each add "
+        "and ReLU); the native pass reads and writes the rows once",
+    )
+    return rb.take(
+        NATIVE_AFFINE,
+        "one native pass over the rows: x * scale + shift (+ residual), then the activation, float32 "
+        "arithmetic, rows split over the cores; coordinates, key and manager kept",
+    )
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""The CPU route of the row-wise feature ops: MLX's own CPU ops over the rows (lattice's
-native core has nothing faster for an activation or a normalisation)."""
+"""The CPU routes of the row-wise feature ops: MLX's own CPU ops over the rows, and the
+native one-pass affine map (``csrc/backend/cpu/features.cpp``) for ``lattice.ops.affine``."""
 
 from __future__ import annotations
 
 import mlx.core as mx
+
+from lattice import _ext
 
 from lattice.routing import features as routes
 from lattice.routing.registry import implements
@@ -14,3 +16,11 @@ def mlx_cpu_ops(fn, feats: mx.array) -> mx.array:
     """``fn(feats)`` on the CPU stream."""
     with mx.stream(mx.cpu):
         return fn(feats)
+
+
+@implements(routes.NATIVE_AFFINE)
+def native_affine(
+    feats: mx.array, scale: mx.array, shift: mx.array, residual: mx.array | None, relu: bool
+) -> mx.array:
+    """``act(feats * scale + shift + residual)`` in one native pass (differentiable)."""
+    return _ext.affine_act(feats, scale, shift, residual, relu, stream=mx.cpu)
