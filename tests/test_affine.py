@@ -54,7 +54,9 @@ def test_affine_matches_the_formula(cloud, dtype, form):
     coords = make_cloud(cloud)
     n, c = len(coords), 7
     mdt, tol = DTYPES[dtype]
-    x = SparseTensor(coords, mx.array(_features(n, c, 1, "wide" if cloud == "dense_block" else "normal")).astype(mdt))
+    x = SparseTensor(
+        coords, mx.array(_features(n, c, 1, "wide" if cloud == "dense_block" else "normal")).astype(mdt)
+    )
     rng = np.random.default_rng(2)
     scale = rng.normal(size=c).astype(np.float32)
     shift = rng.normal(size=c).astype(np.float32)
@@ -111,7 +113,9 @@ def test_plain_arrays_and_empty_inputs():
     s, t = mx.array([2.0, -1.0, 0.5]), mx.array([0.1, 0.2, -0.3])
     got = F.affine(x, s, t, residual=r, activation="relu")
     assert isinstance(got, mx.array)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(mx.maximum(x * s + t + r, 0)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(got), np.asarray(mx.maximum(x * s + t + r, 0)), rtol=1e-6, atol=1e-6
+    )
     for shape in ((0, 3), (0, 0), (4, 0)):
         e = F.affine(mx.zeros(shape), mx.ones((shape[1],)), mx.zeros((shape[1],)), activation="relu")
         mx.eval(e)
@@ -212,7 +216,9 @@ def test_batchnorm_affine_is_eval_only():
     norm.eval()
     scale, shift = norm.affine()
     x = mx.array(_features(20, 3, 2))
-    np.testing.assert_allclose(np.asarray(x * scale + shift), np.asarray(mnn.BatchNorm.__call__(norm, x)), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(x * scale + shift), np.asarray(mnn.BatchNorm.__call__(norm, x)), atol=1e-5
+    )
 
 
 def _separate(norm, y, act, residual=None):

@@ -180,3 +180,24 @@ def test_the_route_tables_in_docs_backend_md_match_the_code():
     if section is None:
         pytest.skip("docs/backend.md has no route-tables markers")
     assert section == markdown(), "regenerate: python -m lattice.routing.tables --write docs/backend.md"
+
+
+def test_the_tables_are_declared_in_one_order_whatever_is_imported_first():
+    """docs/backend.md's section is one text on every machine: the families are declared
+    when lattice.routing is imported, not in the order the first callers import them (a
+    GPU default device imports the feature routes before the point routes)."""
+    import subprocess
+    import sys
+
+    texts = set()
+    for first in (
+        "",
+        "import lattice.routing.points",
+        "import lattice.backends.gpu.features",
+        "import lattice.ops.points",
+    ):
+        code = f"{first}\nfrom lattice.routing.tables import markdown\nprint(markdown())"
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        texts.add(run.stdout)
+    assert len(texts) == 1

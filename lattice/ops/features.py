@@ -388,7 +388,9 @@ def _residual_feats(residual, feats: mx.array, st: SparseTensor | None, op: str)
         return None
     if st is not None:
         if not isinstance(residual, SparseTensor):
-            raise TypeError(f"[{op}] residual must be a SparseTensor for a SparseTensor x, got {type(residual).__name__}")
+            raise TypeError(
+                f"[{op}] residual must be a SparseTensor for a SparseTensor x, got {type(residual).__name__}"
+            )
         if residual.coord_manager is not st.coord_manager or residual.coord_key != st.coord_key:
             raise ValueError(
                 f"[{op}] residual must be on x's support (the same coordinate manager and key); "
@@ -397,7 +399,9 @@ def _residual_feats(residual, feats: mx.array, st: SparseTensor | None, op: str)
         r = residual.run_feats
     else:
         if not isinstance(residual, mx.array):
-            raise TypeError(f"[{op}] residual must be an mx.array for an array x, got {type(residual).__name__}")
+            raise TypeError(
+                f"[{op}] residual must be an mx.array for an array x, got {type(residual).__name__}"
+            )
         r = residual
     if r.shape != feats.shape:
         raise ValueError(f"[{op}] residual must have shape {tuple(feats.shape)}, got {tuple(r.shape)}")
@@ -448,6 +452,4 @@ def affine(
     route = route_affine(req)
     scale = mx.ones((c,), dtype=feats.dtype) if scale is None else scale  # keeps x's dtype
     shift = mx.zeros((c,), dtype=feats.dtype) if shift is None else shift
-    return CallPlan(
-        route, lambda: _wrap(st, dispatch(route, feats, scale, shift, r, activation == "relu"))
-    )
+    return CallPlan(route, lambda: _wrap(st, dispatch(route, feats, scale, shift, r, activation == "relu")))

@@ -2,15 +2,19 @@
 layout, device capability) to a Route value. Ops call these and dispatch on the result;
 ``lattice.explain`` calls the same functions, so diagnostics cannot drift.
 
-Each family (``conv``, ``pool``, ``points``, ``relations``, ``coords``, ``linear``)
-declares its routes in ``RouteTable``s beside its route function; the backends
+Each family (``conv``, ``pool``, ``points``, ``relations``, ``coords``, ``linear``,
+``features``) declares its routes in ``RouteTable``s beside its route function (every
+family module is imported here, so the tables are declared in one order whatever is
+imported first); the backends
 (``lattice/backends/<device>/<family>.py``) register the implementations under the
 same ids, and ``dispatch(route, ...)`` runs them. ``route_tables()`` lists them all.
 """
 
+from lattice.routing import points as _points  # noqa: F401 -- declares its tables here
 from lattice.routing.conv import ConvRequest, route_conv
 from lattice.routing.coords import CoordinateRequest, route_coordinates
 from lattice.routing.device import Capability, capability, requested_device
+from lattice.routing.features import AffineRequest, route_affine
 from lattice.routing.linear import LinearRequest, route_linear
 from lattice.routing.pool import (
     GlobalPoolRequest,
@@ -27,6 +31,7 @@ from lattice.routing.relations import RelationRequest, route_relation
 from lattice.routing.types import Backend, Rejection, Route, RouteId, Tier
 
 __all__ = [
+    "AffineRequest",
     "Backend",
     "Capability",
     "ConvRequest",
@@ -42,6 +47,7 @@ __all__ = [
     "check_tables",
     "dispatch",
     "requested_device",
+    "route_affine",
     "route_conv",
     "route_coordinates",
     "route_linear",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import mlx.core as mx
 
 from lattice import _ext
-
 from lattice.routing import features as routes
 from lattice.routing.registry import implements
 

@@ -38,7 +38,9 @@ def compiled_affine(
     """``act(feats * scale + shift + residual)`` as one compiled function on the GPU stream,
     in float32, cast to the operands' promoted dtype. Empty features are not evaluated by a
     compiled function (MLX 0.32.4's CUDA backend ends the process on that)."""
-    dtype = mx.result_type(feats.dtype, scale.dtype, shift.dtype, *([residual.dtype] if residual is not None else []))
+    dtype = mx.result_type(
+        feats.dtype, scale.dtype, shift.dtype, *([residual.dtype] if residual is not None else [])
+    )
     if feats.size == 0:
         return mx.zeros(feats.shape, dtype=dtype)
     rest = () if residual is None else (residual,)
