@@ -15,6 +15,7 @@ from lattice_cli.commands import upsample as upsample_cmd
 from lattice_cli.commands import view as view_cmd
 from lattice_cli.commands import voxelize as voxelize_cmd
 from lattice_cli.common import EXIT_USAGE
+from lattice_cli.launch import package_version
 
 app = typer.Typer(
     name="lattice",
@@ -29,24 +30,6 @@ def _version(value: bool) -> None:
     if value:
         typer.echo(f"lattice {package_version()}")
         raise typer.Exit()
-
-
-def package_version() -> str:
-    """``lattice.__version__``, read from ``lattice/_version.py`` without importing lattice
-    (MLX, NumPy, the native core: the library's import is most of a bare command's start)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("lattice")  # a top-level spec: the package is not run
-    for folder in spec.submodule_search_locations or ():
-        path = Path(folder) / "_version.py"
-        if path.is_file():
-            namespace: dict = {}
-            exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
-            return namespace["__version__"]
-    import lattice
-
-    return lattice.__version__
 
 
 @app.callback()

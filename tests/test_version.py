@@ -36,18 +36,26 @@ def test_version_written_once():
     assert re.search(r'^__version__ = "([^"]+)"$', text, re.M).group(1) == lattice.__version__
 
 
-def test_the_version_command_does_not_import_the_library():
+@pytest.mark.parametrize("module", ["lattice_cli.launch", "lattice_cli.main"])
+def test_the_version_command_does_not_import_the_library(module):
     """``lattice --version`` reads lattice/_version.py: no MLX, NumPy or native core (issue 20's
-    start-up budget); it prints what the package says."""
+    start-up budget); it prints what the package says. The console script
+    (``lattice_cli.launch``) answers it before typer and the command modules are imported;
+    the typer app's own ``--version`` says the same."""
     code = (
         "import sys\n"
-        "from lattice_cli.main import run\n"
+        f"from {module} import run\n"
         "sys.argv = ['lattice', '--version']\n"
         "try:\n    run()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('lattice', 'lattice._ext', 'mlx.core', 'numpy') if m in sys.modules))\n"
+        "print(sorted(m for m in ('lattice', 'lattice._ext', 'mlx.core', 'numpy', 'typer') if m in sys.modules))\n"
     )
     r = subprocess.run([*PYTHON, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT.parent)
     assert r.returncode == 0, r.stderr
     version_line, loaded = r.stdout.splitlines()
     assert version_line == f"lattice {lattice.__version__}"
-    assert loaded == "[]"
+    assert loaded == ("[]" if module == "lattice_cli.launch" else "['typer']")
+
+
+def test_the_console_script_is_the_launcher():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["lattice"] == "lattice_cli.launch:run"
