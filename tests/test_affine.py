@@ -12,6 +12,7 @@ import mlx.nn as mnn
 import numpy as np
 import pytest
 from conftest import CLOUDS, make_cloud
+from mlx.utils import tree_flatten
 
 import lattice
 from lattice.core import SparseTensor
@@ -247,3 +248,50 @@ def test_unet_eval_forward_matches_the_separate_passes(monkeypatch, kitti_coords
     scale = float(mx.abs(want).max())
     assert scale > 0
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5 * scale)
+
+
+def _separate_train(norm, y, act, residual=None):
+    """The separate passes in training: lattice's BatchNorm (batch statistics, running
+    statistics updated), the outer-join add, the ReLU op."""
+    out = norm(y)
+    if residual is not None:
+        out = sparse_add(out, residual)
+    return out if act is None else relu(out)
+
+
+def test_unet_training_step_matches_the_separate_passes(monkeypatch, kitti_coords):
+    """In training the one pass takes the batch statistics: the loss, every parameter's
+    gradient and the running statistics after the step agree with the separate passes."""
+    coords = kitti_coords[:5000]
+    x = SparseTensor(coords, mx.array(_features(len(coords), 4, 1)))
+    labels = mx.array(np.arange(len(coords)) % 5)
+
+    def step(normed):
+        mx.random.seed(0)
+        model = minkunet(14, 4, 5, width=8)
+        model.train()
+        monkeypatch.setattr(blocks, "normed", normed)
+
+        def loss(m):
+            return mnn.losses.cross_entropy(m(x).feats, labels, reduction="mean")
+
+        value, grads = mnn.value_and_grad(model, loss)(model)
+        stats = [
+            (m.running_mean, m.running_var) for _, m in model.named_modules() if isinstance(m, BatchNorm)
+        ]
+        mx.eval(value, grads, stats)
+        return value, grads, stats
+
+    fused_value, fused_grads, fused_stats = step(blocks.normed)
+    value, grads, stats = step(_separate_train)
+    np.testing.assert_allclose(float(fused_value), float(value), rtol=1e-5)
+    flat_f, flat = dict(tree_flatten(fused_grads)), dict(tree_flatten(grads))
+    assert flat_f.keys() == flat.keys() and len(flat) > 50
+    for name, g in flat.items():
+        scale = float(mx.abs(g).max()) + 1e-6
+        np.testing.assert_allclose(
+            np.asarray(flat_f[name]), np.asarray(g), rtol=1e-3, atol=2e-3 * scale, err_msg=name
+        )
+    for (mf, vf), (m, v) in zip(fused_stats, stats, strict=True):
+        np.testing.assert_allclose(np.asarray(mf), np.asarray(m), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(vf), np.asarray(v), rtol=1e-5, atol=1e-6)

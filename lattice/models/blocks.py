@@ -1,8 +1,8 @@
 """Building blocks shared by the sparse networks of :mod:`lattice.models`.
 
 Every block is an ``mlx.nn.Module`` made only of :mod:`lattice.nn` modules and takes and
-returns a :class:`~lattice.core.SparseTensor`. In eval mode each BatchNorm, with the
-residual add and the ReLU after it, is one pass (:func:`normed`, ``lattice.ops.affine``):
+returns a :class:`~lattice.core.SparseTensor`. Each BatchNorm, with the residual add and
+the ReLU after it, is one pass (:func:`normed`, ``lattice.ops.affine``):
 
 - :class:`ConvBNReLU` — one convolution (submanifold, or strided ``k=2, s=2``) -> BatchNorm -> ReLU;
 - :class:`BasicBlock` — the ResNet basic block on one support: two submanifold ``k=3``
@@ -102,14 +102,18 @@ def preset_fields(op: str, presets: dict, preset: int, in_channels, num_classes,
 def normed(
     norm: BatchNorm, y: SparseTensor, act: ReLU | None, residual: SparseTensor | None = None
 ) -> SparseTensor:
-    """``act(norm(y) + residual)`` (``act`` None: no activation). In eval mode (running
-    statistics) with the residual on ``y``'s support: one pass, ``lattice.ops.affine`` with
-    ``norm.affine()``; otherwise the BatchNorm, the add and the activation one after another."""
+    """``act(norm(y) + residual)`` (``act`` None: no activation) in one pass,
+    ``lattice.ops.affine`` with ``norm.scale_shift(y)``: the running statistics in eval
+    mode, the batch statistics of ``y`` in training. A lazily counted ``y``, a one-row
+    batch in training or a residual on another support take the BatchNorm, the add and the
+    activation one after another."""
     same = residual is None or (
         residual.coord_manager is y.coord_manager and residual.coord_key == y.coord_key
     )
-    if norm.uses_running_stats and same:
-        return affine(y, *norm.affine(), residual=residual, activation=None if act is None else "relu")
+    batch = norm.training or not norm.track_running_stats
+    if same and not (batch and (y.lazy or y.run_rows < 2)):
+        scale, shift = norm.scale_shift(y)
+        return affine(y, scale, shift, residual=residual, activation=None if act is None else "relu")
     out = norm(y)
     if residual is not None:
         out = sparse_add(out, residual)

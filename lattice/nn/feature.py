@@ -165,12 +165,33 @@ class BatchNorm(nn.BatchNorm):
             y = super().__call__(feats)
         return F.with_feats(x, y) if sparse else y
 
-    def _batch_normed(self, feats: mx.array, count: mx.array | None) -> mx.array:
-        """Batch statistics over every axis but the last. ``count`` (a lazily counted set's
-        ``active_rows``, never read): only the first ``count`` rows of a 2-D buffer enter
-        them and the spare rows come out 0 (so no gradient reaches the statistics through
-        them); a count of one row is not rejected here (it would need a read): its running
-        variance divides by 1."""
+    def scale_shift(self, x: FeatureInput) -> tuple[mx.array, mx.array]:
+        """``(scale, shift)`` per channel with ``self(x) == x * scale + shift`` (up to rounding):
+        :meth:`affine` in eval mode; in training the batch statistics of ``x``'s rows
+        (updating the running statistics as a call does). ``x`` must not be a lazily counted
+        set (its spare rows would enter the statistics)."""
+        if self.uses_running_stats:
+            return self.affine()
+        feats = F.active_feats(x) if isinstance(x, SparseTensor) else x
+        if isinstance(x, SparseTensor) and x.lazy:
+            raise ValueError("[BatchNorm] scale_shift() of a lazily counted set: call the module")
+        mean, var = self._batch_stats(feats, None)
+        scale = mx.rsqrt(var + self.eps)
+        if "weight" in self:
+            scale = self.weight * scale
+        shift = -mean * scale
+        if "bias" in self:
+            shift = self.bias + shift
+        if "weight" not in self:  # no float32 parameter to promote a 16-bit input
+            scale, shift = scale.astype(feats.dtype), shift.astype(feats.dtype)
+        return scale, shift
+
+    def _batch_stats(self, feats: mx.array, count: mx.array | None) -> tuple[mx.array, mx.array]:
+        """Float32 mean and biased variance over every axis but the last, the running
+        statistics updated in training (the running variance unbiased). ``count`` (a lazily
+        counted set's ``active_rows``, never read): only the first ``count`` rows of a 2-D
+        buffer enter them; a count of one row is not rejected here (it would need a read):
+        its running variance divides by 1."""
         f = feats.astype(mx.float32)
         axes = tuple(range(feats.ndim - 1))
         if count is None:
@@ -186,11 +207,20 @@ class BatchNorm(nn.BatchNorm):
             mu = self.momentum
             self.running_mean = (1 - mu) * self.running_mean + mu * mean
             self.running_var = (1 - mu) * self.running_var + mu * ss / mx.maximum(n - 1.0, 1.0)
-        mean, var = mean.astype(feats.dtype), (ss / n).astype(feats.dtype)
+        return mean, ss / n
+
+    def _batch_normed(self, feats: mx.array, count: mx.array | None) -> mx.array:
+        """Batch statistics (:meth:`_batch_stats`) applied; with ``count`` the spare rows
+        come out 0 (so no gradient reaches the statistics through them)."""
+        mean, var = self._batch_stats(feats, count)
+        mean, var = mean.astype(feats.dtype), var.astype(feats.dtype)
         y = (feats - mean) * mx.rsqrt(var + self.eps)
         if "weight" in self:
             y = self.weight * y + self.bias
-        return y if count is None else mx.where(live, y, mx.zeros((), dtype=y.dtype))
+        if count is None:
+            return y
+        live = (arange(feats.shape[0], dtype=mx.int32) < count)[:, None]
+        return mx.where(live, y, mx.zeros((), dtype=y.dtype))
 
 
 class LayerNorm(nn.LayerNorm):
