@@ -197,7 +197,8 @@ def test_the_tables_are_declared_in_one_order_whatever_is_imported_first():
         "import lattice.ops.points",
     ):
         code = f"{first}\nfrom lattice.routing.tables import markdown\nprint(markdown())"
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        # -P: the installed package, not a source tree on the working directory
+        run = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
         texts.add(run.stdout)
     assert len(texts) == 1
