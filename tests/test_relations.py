@@ -534,3 +534,23 @@ def test_scan_transposed(kitti_coords):
     )
     # every fine voxel is reached from exactly one coarse voxel
     assert tgt.edge_count == len(c)
+
+
+@pytest.mark.parametrize("dilation", [1, 2, (1, 3, 2)])
+def test_kernel_size_one_is_the_identity_relation(cloud, dilation):
+    """A kernel_size-1 submanifold relation takes the identity route (no table probed): the
+    same edges as the native probe builder, and a dense map of the same rows."""
+    from lattice import _ext
+
+    x = SparseTensor(cloud, mx.ones((len(cloud), 2)))
+    rel = ops.submanifold_kernel_relation(x, kernel_size=1, dilation=dilation)
+    assert rel.route.name == "cpu.identity"
+    probed = _ext.relation_submanifold(x.coord_manager.table(x.coord_key), (1, 1, 1), rel.spec.dilation)
+    e = rel.grouped_edges
+    for got, want in zip((e.in_rows, e.out_rows, e.counts), probed[:3], strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(rel.neighbor_map), np.arange(len(cloud)).reshape(-1, 1))
+    assert rel.known_edge_count == len(cloud) and rel.n_out == len(cloud)
+    w = mx.array(np.random.default_rng(0).normal(size=(3, 1, 1, 1, 2)).astype(np.float32))
+    y = ops.subm_conv3d(x, w, kernel_size=1, dilation=dilation)
+    np.testing.assert_allclose(np.asarray(y.feats), np.asarray(x.feats @ w.reshape(3, 2).T), rtol=1e-6)

@@ -22,12 +22,14 @@ class RelationRequest:
     # non-overlapping windows (even kernel == stride, no padding/dilation) between a set and
     # its downsample: forward onto the downsample, or transposed back onto the parent set
     exclusive: bool = False
+    # a kernel_size-1 submanifold relation of a set with exact rows: every row its own input
+    identity: bool = False
 
 
 RELATIONS = RouteTable(
     "relations",
     "impl(manager, kind, in_key, spec, target_key, op) -> (out_key, edges: RelationEdges | None, "
-    "neighbour map (N_out, K) | None): one of the two forms",
+    "neighbour map (N_out, K) | None): one of the two forms (both for the identity)",
 )
 HASH_RELATION_SYMMETRIC = RELATIONS.route(
     Backend.CPU, "hash_relation_symmetric", "submanifold: half the offsets probed, mirror edges"
@@ -41,6 +43,11 @@ HASH_RELATION_SCATTER = RELATIONS.route(
 HASH_RELATION_EXCLUSIVE = RELATIONS.route(
     Backend.CPU, "hash_relation_exclusive", "even kernel == stride: the downsample's point -> row map"
 )
+IDENTITY_RELATION = RELATIONS.route(
+    Backend.CPU,
+    "identity",
+    "submanifold, kernel_size 1: each row's one edge is itself (both forms), no table probed; any device",
+)
 HASH_MAP_SUBMANIFOLD = RELATIONS.kernels(
     "hash_map_submanifold", "lattice's kernels: dense (N, K) map, GPU hash"
 )
@@ -52,6 +59,14 @@ HASH_MAP_PROBE = RELATIONS.kernels(
 def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
     rb = RouteBuilder(req.op, facts_of(req, "kind", "n_in", "kernel_volume", "device"))
+    if req.identity:
+        return rb.take(
+            IDENTITY_RELATION,
+            "kernel_size 1 on the input's own support: row r's only edge is (r, r), as an edge list "
+            "and a dense map of the same rows (lazy aranges), no hash table probed, on every device",
+        )
+    if req.kind == "submanifold" and req.kernel_volume == 1:
+        rb.reject(IDENTITY_RELATION, "the set's rows are exact (not a lazily counted buffer)")
     backend = gpu_kernels(rb, req.device, "hash_map", cap)
     if backend is not None:
         if req.kind == "submanifold":
@@ -106,6 +121,7 @@ def build_relation(manager, kind, in_key, spec, target_key, op: str, device=None
         spec.volume,
         device=requested_device(device),
         exclusive=manager.exclusive(kind, in_key, spec, target_key),
+        identity=kind.value == "submanifold" and spec.volume == 1 and manager.row_count(in_key) is None,
     )
     route, built = dispatch_or_cpu(
         route_relation(req),

@@ -1,7 +1,8 @@
 """CPU relation builders (``csrc/backend/cpu/relations.cpp``): the kernel maps of the
 five kinds over the native hash tables of a coordinate manager's sets, registered under
 the relation routes' ids (``lattice.routing.relations``). Each returns (out_key, edges,
-None): the edges grouped by kernel offset."""
+None): the edges grouped by kernel offset; the identity relation (kernel_size 1, any
+device) gives both forms."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def _edges(arrays) -> RelationEdges:
 def submanifold(manager, kind, in_key, spec, target_key, op):
     """Half the offsets probed in the input's table; each hit gives an edge and its mirror."""
     return in_key, _edges(_ext.relation_submanifold(manager.table(in_key), spec.size, spec.dilation)), None
+
+
+@implements(routes.IDENTITY_RELATION)
+def identity(manager, kind, in_key, spec, target_key, op):
+    """A kernel_size-1 submanifold relation: edge (r, r) for every row, as the edge list and
+    as the dense (N, 1) map (one lazy arange; the pointwise routes read neither)."""
+    n = manager.capacity(in_key)
+    rows = arange(n, dtype=mx.int32)
+    return in_key, RelationEdges(rows, rows, mx.array([n], dtype=mx.int32)), rows.reshape(n, 1)
 
 
 @implements(routes.HASH_RELATION_INPUT_DRIVEN)
