@@ -175,8 +175,10 @@ def test_argument_errors():
         F.affine(x, mx.ones((3,)))
     with pytest.raises(ValueError, match="activation must be one of"):
         F.affine(x, activation="gelu")
-    with pytest.raises(lattice.errors.DTypeError, match="floating point"):
+    with pytest.raises(lattice.errors.DTypeError, match="must be one of"):
         F.affine(mx.ones((3, 4), dtype=mx.int32))
+    with pytest.raises(lattice.errors.DTypeError, match="must be one of"):
+        F.affine(mx.ones((3, 4), dtype=mx.float64))
     with pytest.raises(ValueError, match=r"residual must have shape \(3, 4\)"):
         F.affine(mx.ones((3, 4)), residual=mx.ones((3, 5)))
     with pytest.raises(TypeError, match="residual must be a SparseTensor"):
@@ -208,6 +210,15 @@ def test_eval_batchnorm_is_mlx_batchnorm_up_to_rounding(cloud):
     np.testing.assert_allclose(_np(got.feats), _np(want), rtol=1e-5, atol=1e-5)
     arr = norm(x.feats)  # a plain array takes the same pass
     np.testing.assert_allclose(_np(arr), _np(want), rtol=1e-5, atol=1e-5)
+
+
+def test_eval_batchnorm_of_float64_keeps_mlx_arithmetic():
+    norm = _trained_norm(3, 2)
+    norm.eval()
+    x = mx.array(_features(10, 3, 1)).astype(mx.float64)
+    with mx.stream(mx.cpu):  # float64: MLX's CPU only
+        got, want = norm(x), mnn.BatchNorm.__call__(norm, x)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_batchnorm_affine_is_eval_only():

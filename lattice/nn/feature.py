@@ -148,7 +148,7 @@ class BatchNorm(nn.BatchNorm):
             self.uses_running_stats
             and isinstance(feats, mx.array)
             and feats.ndim == 2
-            and mx.issubdtype(feats.dtype, mx.floating)
+            and feats.dtype in F.AFFINE_DTYPES
             and feats.shape[-1] == self.running_mean.shape[0]
         ):  # one pass (lattice.ops.affine) instead of MLX's four
             return F.affine(x, *self.affine())

@@ -371,6 +371,7 @@ def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e
 # ---- the one-pass affine map ----------------------------------------------------------
 
 AFFINE_ACTIVATIONS = (None, "relu")
+AFFINE_DTYPES = (mx.float32, mx.float16, mx.bfloat16)  # the one pass's feature dtypes
 
 
 def _affine_example(x, req):
@@ -430,8 +431,9 @@ def affine(
     feats, st = _split(x, op)
     if feats.ndim != 2:
         raise ValueError(f"[{op}] features must be (N, C), got shape {tuple(feats.shape)}")
-    if not mx.issubdtype(feats.dtype, mx.floating):
-        raise DTypeError(f"[{op}] features must be floating point, got {dtype_name(feats.dtype)}")
+    if feats.dtype not in AFFINE_DTYPES:
+        names = tuple(dtype_name(d) for d in AFFINE_DTYPES)
+        raise DTypeError(f"[{op}] features must be one of {names}, got {dtype_name(feats.dtype)}")
     if activation not in AFFINE_ACTIVATIONS:
         raise ValueError(f"[{op}] activation must be one of {AFFINE_ACTIVATIONS}, got {activation!r}")
     c = int(feats.shape[1])
