@@ -221,6 +221,32 @@ def test_eval_batchnorm_of_float64_keeps_mlx_arithmetic():
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+def test_training_batchnorm_is_mlx_batchnorm_up_to_rounding():
+    """In training the module's one pass takes the batch statistics: output, running
+    statistics and input gradient as mlx.nn.BatchNorm computes them."""
+    x = mx.array(_features(200, 5, 3))
+    ours, ref = _trained_norm(5, 4), _trained_norm(5, 4)
+    got, want = ours(x), mnn.BatchNorm.__call__(ref, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    for a, b in ((ours.running_mean, ref.running_mean), (ours.running_var, ref.running_var)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    w = mx.array(_features(200, 5, 5))
+    g = mx.grad(lambda x: (_trained_norm(5, 4)(x) * w).sum())(x)
+    gw = mx.grad(lambda x: (mnn.BatchNorm.__call__(_trained_norm(5, 4), x) * w).sum())(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(gw), rtol=1e-4, atol=1e-4)
+
+
+def test_scale_shift_is_none_where_the_module_is_not_one_affine_map():
+    norm = _trained_norm(3, 6)
+    assert norm.scale_shift(mx.ones((1, 3))) is None  # one row: no batch variance
+    assert norm.scale_shift(mx.ones((4, 2, 3))) is None  # not (N, C)
+    assert norm.scale_shift(mx.ones((4, 3), dtype=mx.float64)) is None
+    assert norm.scale_shift(mx.ones((4, 4))) is None  # another width: the parent's error
+    assert norm.scale_shift(mx.ones((4, 3))) is not None
+    norm.eval()
+    assert norm.scale_shift(mx.ones((1, 3))) is not None  # running statistics: any rows
+
+
 def test_batchnorm_affine_is_eval_only():
     norm = _trained_norm(3, 1)
     with pytest.raises(ValueError, match="eval-mode map"):
@@ -262,9 +288,9 @@ def test_unet_eval_forward_matches_the_separate_passes(monkeypatch, kitti_coords
 
 
 def _separate_train(norm, y, act, residual=None):
-    """The separate passes in training: lattice's BatchNorm (batch statistics, running
-    statistics updated), the outer-join add, the ReLU op."""
-    out = norm(y)
+    """The separate passes in training: mlx.nn.BatchNorm's own arithmetic (its batch
+    statistics and running-statistics update), the outer-join add, the ReLU op."""
+    out = y.replace(feats=mnn.BatchNorm.__call__(norm, y.feats))
     if residual is not None:
         out = sparse_add(out, residual)
     return out if act is None else relu(out)

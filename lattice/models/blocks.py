@@ -29,7 +29,6 @@ from lattice.core.tensor import SparseTensor
 from lattice.nn.conv import Conv3d, GenerativeConvTranspose3d, SubmConv3d
 from lattice.nn.feature import BatchNorm, ReLU
 from lattice.ops import affine, cat, sparse_add
-from lattice.ops.features import AFFINE_DTYPES
 
 
 def positive_int(value, name: str, op: str) -> int:
@@ -104,17 +103,13 @@ def normed(
     norm: BatchNorm, y: SparseTensor, act: ReLU | None, residual: SparseTensor | None = None
 ) -> SparseTensor:
     """``act(norm(y) + residual)`` (``act`` None: no activation) in one pass,
-    ``lattice.ops.affine`` with ``norm.scale_shift(y)``: the running statistics in eval
-    mode, the batch statistics of ``y`` in training. A lazily counted ``y``, a one-row
-    batch in training, features outside float32 / float16 / bfloat16 or a residual on another
-    support take the BatchNorm, the add and the activation one after another."""
-    same = residual is None or (
-        residual.coord_manager is y.coord_manager and residual.coord_key == y.coord_key
-    )
-    batch = norm.training or not norm.track_running_stats
-    if same and y.feats.dtype in AFFINE_DTYPES and not (batch and (y.lazy or y.run_rows < 2)):
-        scale, shift = norm.scale_shift(y)
-        return affine(y, scale, shift, residual=residual, activation=None if act is None else "relu")
+    ``lattice.ops.affine`` with ``norm.scale_shift(y)`` (running statistics in eval mode,
+    ``y``'s batch statistics in training). Where the norm is not such a map of ``y``
+    (``scale_shift`` is None) or the residual is on another support: the BatchNorm, the add
+    and the activation one after another."""
+    one_pass = norm.scale_shift(y) if residual is None or residual.same_coords(y) else None
+    if one_pass is not None:
+        return affine(y, *one_pass, residual=residual, activation=None if act is None else "relu")
     out = norm(y)
     if residual is not None:
         out = sparse_add(out, residual)

@@ -112,10 +112,10 @@ class BatchNorm(nn.BatchNorm):
     activation of a network alive until the parameters were evaluated, and was 40 % of a
     MinkUNet training forward on the CPU.)
 
-    In eval mode with running statistics a 2-D input takes one pass,
-    ``x * scale + shift`` (:meth:`affine`, ``lattice.ops.affine``), where
-    ``mlx.nn.BatchNorm`` takes four; the result differs from its arithmetic only by
-    rounding.
+    A 2-D float input takes one pass, ``x * scale + shift`` (:meth:`scale_shift`,
+    ``lattice.ops.affine``), with the running statistics in eval mode and the batch
+    statistics in training, where ``mlx.nn.BatchNorm`` takes four; the result differs from
+    its arithmetic only by rounding.
     """
 
     @property
@@ -142,16 +142,11 @@ class BatchNorm(nn.BatchNorm):
         return scale, shift
 
     def __call__(self, x: FeatureInput) -> FeatureInput:
+        one_pass = self.scale_shift(x)
+        if one_pass is not None:  # one pass (lattice.ops.affine) instead of MLX's four
+            return F.affine(x, *one_pass)
         sparse = isinstance(x, SparseTensor)
         feats = F.active_feats(x) if sparse else x
-        if (
-            self.uses_running_stats
-            and isinstance(feats, mx.array)
-            and feats.ndim == 2
-            and feats.dtype in F.AFFINE_DTYPES
-            and feats.shape[-1] == self.running_mean.shape[0]
-        ):  # one pass (lattice.ops.affine) instead of MLX's four
-            return F.affine(x, *self.affine())
         if sparse and x.lazy and (self.training or not self.track_running_stats):
             y = self._batch_normed(feats, x.active_rows)  # the count is never read
         elif (
@@ -165,16 +160,27 @@ class BatchNorm(nn.BatchNorm):
             y = super().__call__(feats)
         return F.with_feats(x, y) if sparse else y
 
-    def scale_shift(self, x: FeatureInput) -> tuple[mx.array, mx.array]:
-        """``(scale, shift)`` per channel with ``self(x) == x * scale + shift`` (up to rounding):
-        :meth:`affine` in eval mode; in training the batch statistics of ``x``'s rows
-        (updating the running statistics as a call does). ``x`` must not be a lazily counted
-        set (its spare rows would enter the statistics)."""
+    def scale_shift(self, x: FeatureInput) -> tuple[mx.array, mx.array] | None:
+        """``(scale, shift)`` per channel with ``self(x) == x * scale + shift`` up to rounding:
+        :meth:`affine` under running statistics, else the batch statistics of ``x``'s rows
+        (the running statistics updated as a call does). None where the module is not such a
+        map of ``x`` for ``lattice.ops.affine``: features other than (N, num_features) float32
+        / float16 / bfloat16, or under batch statistics a lazily counted set (its spare rows)
+        or fewer than two rows. The module's own call and the model blocks
+        (``lattice.models.blocks.normed``) take the one pass wherever this is not None."""
+        sparse = isinstance(x, SparseTensor)
+        feats = F.active_feats(x) if sparse else x
+        if not (
+            isinstance(feats, mx.array)
+            and feats.ndim == 2
+            and feats.dtype in F.AFFINE_DTYPES
+            and feats.shape[1] == self.num_features
+        ):
+            return None
         if self.uses_running_stats:
             return self.affine()
-        feats = F.active_feats(x) if isinstance(x, SparseTensor) else x
-        if isinstance(x, SparseTensor) and x.lazy:
-            raise ValueError("[BatchNorm] scale_shift() of a lazily counted set: call the module")
+        if (sparse and x.lazy) or feats.shape[0] < 2:
+            return None
         mean, var = self._batch_stats(feats, None)
         scale = mx.rsqrt(var + self.eps)
         if "weight" in self:

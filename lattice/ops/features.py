@@ -392,7 +392,7 @@ def _residual_feats(residual, feats: mx.array, st: SparseTensor | None, op: str)
             raise TypeError(
                 f"[{op}] residual must be a SparseTensor for a SparseTensor x, got {type(residual).__name__}"
             )
-        if residual.coord_manager is not st.coord_manager or residual.coord_key != st.coord_key:
+        if not residual.same_coords(st):
             raise ValueError(
                 f"[{op}] residual must be on x's support (the same coordinate manager and key); "
                 "add tensors on other supports with lattice.ops.sparse_add"
