@@ -393,6 +393,11 @@ NB_MODULE(_ext, m) {
         "stream"_a = nb::none(),
         "act(x * scale + shift + residual) per row in one pass (float32 arithmetic; ReLU when `relu`); "
         "scale and shift (C,), residual (N, C) or None; differentiable.");
+  m.def("batch_norm_act", &lattice::batch_norm_act, "x"_a, "weight"_a, "bias"_a, "residual"_a = nb::none(),
+        "relu"_a = false, "eps"_a = 1e-5f, "stream"_a = nb::none(),
+        "(out, mean, var): training-mode BatchNorm of x's rows (batch mean, biased variance, float32), "
+        "then act(x * scale + shift + residual) as affine_act; weight and bias (C,), residual (N, C) or "
+        "None; differentiable (the backward in two native passes).");
   m.def("blas_vendor", &lattice::blas::vendor);
   m.def("blas_threads", &lattice::blas::num_threads);
   m.def("num_threads", &lattice::num_threads);

@@ -1,6 +1,7 @@
 // Graph-building ops for the lattice primitives: shape and dtype checks, then
 // array(shape, dtype, primitive, inputs). Backends trust what passes here, except the
 // values of the row indices, which their CPU tasks check (csrc/core/checks.h).
+#include <cmath>
 #include <stdexcept>
 
 #include "core/checks.h"
@@ -97,13 +98,18 @@ mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool t
                    {mx::contiguous(a, false, s), mx::contiguous(b, false, s)});
 }
 
-mx::array affine_act(const mx::array& x, const mx::array& scale, const mx::array& shift,
-                     const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s) {
-  const char* op = "affine";
+namespace {
+
+// The row-wise passes' operands: features (N, C), two per-channel float vectors (as
+// float32), a residual of the features' shape where given; out_dtype is their promoted type.
+std::vector<mx::array> rowwise_operands(const char* op, const mx::array& x, const mx::array& a, const char* name_a,
+                                        const mx::array& b, const char* name_b,
+                                        const std::optional<mx::array>& residual, mx::Dtype& out_dtype,
+                                        mx::StreamOrDevice s) {
   check_feats(x, op, "features");
   const int C = x.shape(1);
-  for (const auto* v : {&scale, &shift}) {
-    const char* name = v == &scale ? "scale" : "shift";
+  for (const auto* v : {&a, &b}) {
+    const char* name = v == &a ? name_a : name_b;
     if (v->ndim() != 1 || v->shape(0) != C || !is_float(v->dtype())) {
       Message msg;
       msg << "[" << op << "] " << name << " must be a float vector of " << C << " channels, got shape (";
@@ -112,9 +118,9 @@ mx::array affine_act(const mx::array& x, const mx::array& scale, const mx::array
       invalid(msg);
     }
   }
-  mx::Dtype out_dtype = mx::promote_types(x.dtype(), mx::promote_types(scale.dtype(), shift.dtype()));
-  std::vector<mx::array> inputs = {mx::contiguous(x, false, s), mx::contiguous(mx::astype(scale, mx::float32, s), false, s),
-                                   mx::contiguous(mx::astype(shift, mx::float32, s), false, s)};
+  out_dtype = mx::promote_types(x.dtype(), mx::promote_types(a.dtype(), b.dtype()));
+  std::vector<mx::array> inputs = {mx::contiguous(x, false, s), mx::contiguous(mx::astype(a, mx::float32, s), false, s),
+                                   mx::contiguous(mx::astype(b, mx::float32, s), false, s)};
   if (residual) {
     check_feats(*residual, op, "residual");
     if (residual->shape() != x.shape()) {
@@ -126,8 +132,34 @@ mx::array affine_act(const mx::array& x, const mx::array& scale, const mx::array
     out_dtype = mx::promote_types(out_dtype, residual->dtype());
     inputs.push_back(mx::contiguous(*residual, false, s));
   }
+  return inputs;
+}
+
+}  // namespace
+
+mx::array affine_act(const mx::array& x, const mx::array& scale, const mx::array& shift,
+                     const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s) {
+  mx::Dtype out_dtype = mx::float32;
+  auto inputs = rowwise_operands("affine", x, scale, "scale", shift, "shift", residual, out_dtype, s);
   return mx::array(x.shape(), out_dtype, std::make_shared<AffineAct>(mx::to_stream(s), residual.has_value(), relu),
                    std::move(inputs));
+}
+
+std::vector<mx::array> batch_norm_act(const mx::array& x, const mx::array& weight, const mx::array& bias,
+                                      const std::optional<mx::array>& residual, bool relu, float eps,
+                                      mx::StreamOrDevice s) {
+  const char* op = "batch_norm_act";
+  mx::Dtype out_dtype = mx::float32;
+  auto inputs = rowwise_operands(op, x, weight, "weight", bias, "bias", residual, out_dtype, s);
+  if (!(eps > 0.0f) || !std::isfinite(eps)) {
+    Message msg;
+    msg << "[" << op << "] eps must be a positive finite number, got " << eps;
+    invalid(msg);
+  }
+  const int C = x.shape(1);
+  return mx::array::make_arrays({x.shape(), {C}, {C}}, {out_dtype, mx::float32, mx::float32},
+                                std::make_shared<BatchNormAct>(mx::to_stream(s), residual.has_value(), relu, eps),
+                                std::move(inputs));
 }
 
 }  // namespace lattice

@@ -3,6 +3,8 @@
 
 #include <optional>
 
+#include "mlx/transforms.h"
+
 namespace lattice {
 
 namespace {
@@ -207,6 +209,143 @@ std::vector<mx::array> AffineAct::jvp(const std::vector<mx::array>& primals, con
   }
   mx::Dtype dtype = mx::promote_types(primals[0].dtype(), mx::float32);
   return {mx::astype(t, has_residual_ ? mx::promote_types(dtype, primals[3].dtype()) : dtype, s)};
+}
+
+// ---- BatchNormAct, BatchNormActGrad --------------------------------------------------------
+
+namespace {
+
+using Arrays = std::vector<mx::array>;
+
+// BatchNormAct in MLX ops (inputs x, weight, bias[, residual]): its JVP.
+Arrays batch_norm_act_ops(const Arrays& in, bool res, bool relu, float eps, const mx::Stream& s) {
+  mx::Dtype dtype = mx::promote_types(in[0].dtype(), mx::promote_types(in[1].dtype(), in[2].dtype()));
+  if (res) dtype = mx::promote_types(dtype, in[3].dtype());
+  auto x = mx::astype(in[0], mx::float32, s);
+  auto mean = mx::mean(x, 0, false, s);
+  auto xc = mx::subtract(x, mean, s);
+  auto var = mx::mean(mx::square(xc, s), 0, false, s);
+  auto scale = mx::multiply(in[1], mx::rsqrt(mx::add(var, mx::array(eps), s), s), s);
+  auto z = mx::add(mx::multiply(xc, scale, s), in[2], s);
+  if (res) z = mx::add(z, mx::astype(in[3], mx::float32, s), s);
+  if (relu) z = mx::maximum(z, mx::array(0.0f), s);
+  return {mx::astype(z, dtype, s), mean, var};
+}
+
+// BatchNormActGrad in MLX ops (inputs g, x, out, weight, mean, var, g_mean, g_var): the closed
+// form its native passes compute, for its own VJP and JVP.
+Arrays batch_norm_act_grad_ops(const Arrays& in, bool res, bool relu, float eps, const mx::Stream& s) {
+  auto g = mx::astype(in[0], mx::float32, s);
+  auto x = mx::astype(in[1], mx::float32, s);
+  const auto &w = in[3], &mean = in[4], &var = in[5], &g_mean = in[6], &g_var = in[7];
+  auto n = mx::array(static_cast<float>(in[1].shape(0)));
+  auto gm = relu ? mx::where(mx::greater(in[2], mx::array(0.0f), s), g, mx::array(0.0f), s) : g;
+  auto invstd = mx::rsqrt(mx::add(var, mx::array(eps), s), s);
+  auto xc = mx::subtract(x, mean, s);
+  auto db = mx::sum(gm, 0, false, s);
+  auto dw = mx::multiply(invstd, mx::sum(mx::multiply(gm, xc, s), 0, false, s), s);
+  auto centred = mx::subtract(mx::subtract(gm, mx::divide(db, n, s), s),
+                              mx::multiply(xc, mx::divide(mx::multiply(invstd, dw, s), n, s), s), s);
+  auto dx = mx::add(mx::multiply(mx::multiply(invstd, w, s), centred, s),
+                    mx::add(mx::divide(g_mean, n, s),
+                            mx::divide(mx::multiply(mx::multiply(mx::array(2.0f), g_var, s), xc, s), n, s), s),
+                    s);
+  Arrays out = {mx::astype(dx, in[1].dtype(), s), dw, db};
+  if (res) out.push_back(gm);
+  return out;
+}
+
+// The cotangents of the differentiated inputs (argnums) of f at primals, by MLX's vjp.
+Arrays vjp_of(const std::function<Arrays(const Arrays&)>& f, const Arrays& primals, const Arrays& cotangents,
+              const std::vector<int>& argnums) {
+  auto grads = mx::vjp(f, primals, cotangents).second;
+  Arrays out;
+  for (int a : argnums) out.push_back(grads[a]);
+  return out;
+}
+
+// The output tangents of f at primals with the tangents of argnums (zeros elsewhere).
+Arrays jvp_of(const std::function<Arrays(const Arrays&)>& f, const Arrays& primals, const Arrays& tangents,
+              const std::vector<int>& argnums, const mx::Stream& s) {
+  Arrays full;
+  for (const auto& p : primals) full.push_back(mx::zeros_like(p, s));
+  for (size_t i = 0; i < argnums.size(); ++i) full[argnums[i]] = mx::astype(tangents[i], primals[argnums[i]].dtype(), s);
+  return mx::jvp(f, primals, full).second;
+}
+
+}  // namespace
+
+std::vector<mx::Shape> BatchNormAct::output_shapes(const std::vector<mx::array>& inputs) {
+  return {inputs[0].shape(), {inputs[0].shape(1)}, {inputs[0].shape(1)}};
+}
+
+bool BatchNormAct::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const BatchNormAct&>(other);
+  return has_residual_ == o.has_residual_ && relu_ == o.relu_ && eps_ == o.eps_;
+}
+
+std::vector<mx::array> BatchNormAct::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                         const std::vector<int>& argnums, const std::vector<mx::array>& outputs) {
+  const auto s = stream();
+  const int C = primals[0].shape(1);
+  auto cot = [&](size_t i) {
+    return i < cotangents.size() ? mx::astype(cotangents[i], mx::float32, s) : mx::zeros({C}, mx::float32, s);
+  };
+  // The native passes read row-contiguous buffers: a cotangent may arrive strided (a slice of
+  // a concatenation's cotangent) or broadcast.
+  auto dense = [&](const mx::array& a) { return mx::contiguous(a, false, s); };
+  Arrays inputs = {dense(cotangents[0]), primals[0], outputs[0], primals[1],
+                   outputs[1],           outputs[2], dense(cot(1)), dense(cot(2))};
+  std::vector<mx::Shape> shapes = {primals[0].shape(), {C}, {C}};
+  std::vector<mx::Dtype> dtypes = {primals[0].dtype(), mx::float32, mx::float32};
+  if (has_residual_) {
+    shapes.push_back(primals[0].shape());
+    dtypes.push_back(mx::float32);
+  }
+  auto grads = mx::array::make_arrays(std::move(shapes), dtypes,
+                                      std::make_shared<BatchNormActGrad>(s, has_residual_, relu_, eps_), inputs);
+  Arrays out;
+  for (int a : argnums) out.push_back(mx::astype(grads[a], primals[a].dtype(), s));
+  return out;
+}
+
+std::vector<mx::array> BatchNormAct::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                                         const std::vector<int>& argnums) {
+  const auto s = stream();
+  auto f = [res = has_residual_, relu = relu_, eps = eps_, s](const Arrays& in) {
+    return batch_norm_act_ops(in, res, relu, eps, s);
+  };
+  return jvp_of(f, primals, tangents, argnums, s);
+}
+
+std::vector<mx::Shape> BatchNormActGrad::output_shapes(const std::vector<mx::array>& inputs) {
+  std::vector<mx::Shape> out = {inputs[1].shape(), {inputs[1].shape(1)}, {inputs[1].shape(1)}};
+  if (has_residual_) out.push_back(inputs[1].shape());
+  return out;
+}
+
+bool BatchNormActGrad::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const BatchNormActGrad&>(other);
+  return has_residual_ == o.has_residual_ && relu_ == o.relu_ && eps_ == o.eps_;
+}
+
+std::vector<mx::array> BatchNormActGrad::vjp(const std::vector<mx::array>& primals,
+                                             const std::vector<mx::array>& cotangents, const std::vector<int>& argnums,
+                                             const std::vector<mx::array>&) {
+  const auto s = stream();
+  auto f = [res = has_residual_, relu = relu_, eps = eps_, s](const Arrays& in) {
+    return batch_norm_act_grad_ops(in, res, relu, eps, s);
+  };
+  return vjp_of(f, primals, cotangents, argnums);
+}
+
+std::vector<mx::array> BatchNormActGrad::jvp(const std::vector<mx::array>& primals,
+                                             const std::vector<mx::array>& tangents, const std::vector<int>& argnums) {
+  const auto s = stream();
+  auto f = [res = has_residual_, relu = relu_, eps = eps_, s](const Arrays& in) {
+    return batch_norm_act_grad_ops(in, res, relu, eps, s);
+  };
+  return jvp_of(f, primals, tangents, argnums, s);
 }
 
 }  // namespace lattice

@@ -129,6 +129,59 @@ class AffineAct : public mx::Primitive {
   bool relu_;
 };
 
+// Training-mode BatchNorm over the rows with the residual add and the ReLU after it:
+// mean, var = the per-channel mean and biased variance of x's rows (float64 sums, float32
+// results); out = act(x * scale + shift [+ residual]) with scale = weight * rsqrt(var + eps)
+// and shift = bias - mean * scale (float32 arithmetic, as AffineAct). Inputs: x (N, C),
+// weight and bias (C,) float32, residual (N, C) when has_residual. Outputs: out (N, C) of
+// the operands' promoted dtype, mean (C,) and var (C,) float32. Its VJP is BatchNormActGrad.
+class BatchNormAct : public mx::Primitive {
+ public:
+  BatchNormAct(mx::Stream s, bool has_residual, bool relu, float eps)
+      : mx::Primitive(s), has_residual_(has_residual), relu_(relu), eps_(eps) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+  const char* name() const override { return "BatchNormAct"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  bool has_residual_;
+  bool relu_;
+  float eps_;
+};
+
+// The VJP of BatchNormAct in two passes over the rows. Inputs: g (N, C) the output's
+// cotangent, x, out (N, C) (its sign is the ReLU's mask), weight, mean, var, g_mean, g_var
+// (C,) float32. Outputs: dx (N, C) of x's dtype, dweight and dbias (C,) float32, and
+// dresidual (N, C) float32 when has_residual. Its own VJP and JVP are those of the same
+// closed form in MLX ops, so higher derivatives follow.
+class BatchNormActGrad : public mx::Primitive {
+ public:
+  BatchNormActGrad(mx::Stream s, bool has_residual, bool relu, float eps)
+      : mx::Primitive(s), has_residual_(has_residual), relu_(relu), eps_(eps) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+  const char* name() const override { return "BatchNormActGrad"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  bool has_residual_;
+  bool relu_;
+  float eps_;
+};
+
 // The JVP of a primitive: the sum over the differentiated inputs of term(arg, tangent)
 // (nullopt where an input does not move the output: row indices, a piecewise-constant
 // argument), or zeros() where none does.
@@ -156,6 +209,11 @@ mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const 
                                   mx::StreamOrDevice s = {});
 
 mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool trans_b, mx::StreamOrDevice s = {});
+
+// (out, mean, var) of BatchNormAct; residual may be absent.
+std::vector<mx::array> batch_norm_act(const mx::array& x, const mx::array& weight, const mx::array& bias,
+                                      const std::optional<mx::array>& residual, bool relu, float eps,
+                                      mx::StreamOrDevice s = {});
 
 // act(x * scale + shift + residual) (AffineAct); residual may be absent (std::nullopt).
 mx::array affine_act(const mx::array& x, const mx::array& scale, const mx::array& shift,

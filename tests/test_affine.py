@@ -18,7 +18,7 @@ import lattice
 from lattice.core import SparseTensor
 from lattice.models import blocks, minkunet
 from lattice.nn import BatchNorm
-from lattice.ops import features as F
+from lattice.ops import norms as F
 from lattice.ops import relu, sparse_add
 
 DTYPES = {"float32": (mx.float32, 1e-6), "float16": (mx.float16, 2e-3), "bfloat16": (mx.bfloat16, 1.6e-2)}

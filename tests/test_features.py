@@ -13,6 +13,7 @@ from conftest import make_cloud
 from lattice.backends.cpu import blas
 from lattice.core import SparseTensor
 from lattice.ops import features as F
+from lattice.ops import norms
 from lattice.routing import Backend, LinearRequest, Route, RouteId, route_linear
 from lattice.routing.linear import MLX_MATMUL
 
@@ -57,11 +58,11 @@ REFERENCES = {
     "tanh": (F.tanh, {}, np.tanh),
     "softplus": (F.softplus, {}, lambda x: np.log1p(np.exp(x))),
     "layer_norm": (
-        F.layer_norm,
+        norms.layer_norm,
         {},
         lambda x: (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5),
     ),
-    "rms_norm": (F.rms_norm, {}, lambda x: x / np.sqrt((x**2).mean(1, keepdims=True) + 1e-5)),
+    "rms_norm": (norms.rms_norm, {}, lambda x: x / np.sqrt((x**2).mean(1, keepdims=True) + 1e-5)),
 }
 
 
@@ -99,7 +100,7 @@ def test_only_active_rows_are_read():
     coords = make_cloud("line")
     feats = RNG.normal(size=(len(coords), 3)).astype(np.float32)
     x = SparseTensor(coords, feats, active_rows=10)
-    for fn in (F.relu, F.layer_norm, lambda t: F.linear(t, mx.ones((2, 3)))):
+    for fn in (F.relu, norms.layer_norm, lambda t: F.linear(t, mx.ones((2, 3)))):
         y = fn(x)
         assert y.capacity == 10 and y.active_count == 10 and y.coord_key == x.coord_key
         assert np.array_equal(np.asarray(y.coords), coords[:10])
@@ -246,11 +247,11 @@ def test_batch_norm_matches_numpy():
     x = _tensor(c=4)
     w, b, m, v = (mx.array(RNG.normal(size=4).astype(np.float32)) for _ in range(4))
     v = mx.abs(v) + 0.5
-    y = F.batch_norm(x, weight=w, bias=b, mean=m, var=v, eps=1e-3)
+    y = norms.batch_norm(x, weight=w, bias=b, mean=m, var=v, eps=1e-3)
     ref = (_np(x.feats) - _np(m)) / np.sqrt(_np(v) + 1e-3) * _np(w) + _np(b)
     assert y.coord_key == x.coord_key
     np.testing.assert_allclose(_np(y.feats), ref, rtol=1e-5, atol=1e-5)
-    plain = F.batch_norm(x.feats, weight=None, bias=None, mean=m, var=v)
+    plain = norms.batch_norm(x.feats, weight=None, bias=None, mean=m, var=v)
     np.testing.assert_allclose(
         _np(plain), (_np(x.feats) - _np(m)) / np.sqrt(_np(v) + 1e-5), rtol=1e-5, atol=1e-5
     )
@@ -267,15 +268,15 @@ def _batch_norm_oracle(f, mean=None, var=None, eps=1e-5):
 def test_batch_norm_with_statistics_of_the_active_rows(cloud):
     x = _tensor(cloud, c=3, seed=3)
     f = _np(x.feats)
-    y = F.batch_norm(x)  # mean=None, var=None: the statistics of the active rows
+    y = norms.batch_norm(x)  # mean=None, var=None: the statistics of the active rows
     assert y.coord_key == x.coord_key
     np.testing.assert_allclose(_np(y.feats), _batch_norm_oracle(f), rtol=1e-4, atol=1e-4)
     m, v = mx.array([0.5, -1.0, 2.0]), mx.array([2.0, 0.5, 1.0])
     np.testing.assert_allclose(
-        _np(F.batch_norm(x, mean=m).feats), _batch_norm_oracle(f, mean=_np(m)), rtol=1e-4, atol=1e-4
+        _np(norms.batch_norm(x, mean=m).feats), _batch_norm_oracle(f, mean=_np(m)), rtol=1e-4, atol=1e-4
     )
     np.testing.assert_allclose(
-        _np(F.batch_norm(x.feats, var=v, eps=1e-3)),
+        _np(norms.batch_norm(x.feats, var=v, eps=1e-3)),
         _batch_norm_oracle(f, var=_np(v), eps=1e-3),
         rtol=1e-4,
         atol=1e-4,
@@ -287,10 +288,10 @@ def test_batch_norm_statistics_ignore_rows_past_active_rows():
     feats = RNG.normal(size=(len(coords), 2)).astype(np.float32)
     feats[10:] = 1e6  # rows past the count must not enter the statistics
     x = SparseTensor(coords, feats, active_rows=10)
-    y = F.batch_norm(x)
+    y = norms.batch_norm(x)
     assert y.active_count == 10
     np.testing.assert_allclose(np.asarray(y.feats), _batch_norm_oracle(feats[:10]), rtol=1e-4, atol=1e-4)
-    e = F.batch_norm(_tensor("empty", c=2))
+    e = norms.batch_norm(_tensor("empty", c=2))
     assert e.shape == (0, 2)
 
 
@@ -313,37 +314,37 @@ def test_layer_and_rms_norm_affine():
     b = mx.array(RNG.normal(size=6).astype(np.float32))
     xn = _np(x.feats)
     ln = (xn - xn.mean(1, keepdims=True)) / np.sqrt(xn.var(1, keepdims=True) + 1e-5) * _np(w) + _np(b)
-    np.testing.assert_allclose(_np(F.layer_norm(x, weight=w, bias=b).feats), ln, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_np(norms.layer_norm(x, weight=w, bias=b).feats), ln, rtol=1e-4, atol=1e-4)
     rms = xn / np.sqrt((xn**2).mean(1, keepdims=True) + 1e-5) * _np(w)
-    np.testing.assert_allclose(_np(F.rms_norm(x, weight=w).feats), rms, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_np(norms.rms_norm(x, weight=w).feats), rms, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
     "fn,kwargs,message",
     [
         (
-            F.batch_norm,
+            norms.batch_norm,
             {"weight": None, "bias": None, "mean": mx.zeros(4), "var": mx.ones(3)},
             r"^\[batch_norm\] mean must have shape \(3,\), got \(4,\)",
         ),
         (
-            F.batch_norm,
+            norms.batch_norm,
             {"weight": mx.ones(2), "bias": None, "mean": mx.zeros(3), "var": mx.ones(3)},
             r"^\[batch_norm\] weight must have shape \(3,\), got \(2,\)",
         ),
         (F.softplus, {"beta": 0.0}, r"^\[softplus\] beta must be a positive number, got 0.0"),
         (
-            F.batch_norm,
+            norms.batch_norm,
             {"weight": None, "bias": None, "mean": mx.zeros(3), "var": mx.ones(3), "eps": 0},
             r"^\[batch_norm\] eps must be a positive number, got 0",
         ),
         (
-            F.layer_norm,
+            norms.layer_norm,
             {"bias": mx.zeros((1, 3))},
             r"^\[layer_norm\] bias must have shape \(3,\), got \(1, 3\)",
         ),
-        (F.rms_norm, {"weight": mx.ones(5)}, r"^\[rms_norm\] weight must have shape \(3,\), got \(5,\)"),
-        (F.rms_norm, {"eps": -1.0}, r"^\[rms_norm\] eps must be a positive number, got -1.0"),
+        (norms.rms_norm, {"weight": mx.ones(5)}, r"^\[rms_norm\] weight must have shape \(3,\), got \(5,\)"),
+        (norms.rms_norm, {"eps": -1.0}, r"^\[rms_norm\] eps must be a positive number, got -1.0"),
         (
             F.gelu,
             {"approximate": "erf"},
@@ -356,9 +357,9 @@ def test_feature_ops_reject_bad_arguments(fn, kwargs, message):
         fn(_tensor("line", c=3), **kwargs)
 
 
-@pytest.mark.parametrize("fn", [F.relu, F.sigmoid, F.layer_norm, F.softplus])
+@pytest.mark.parametrize("fn", [F.relu, F.sigmoid, norms.layer_norm, F.softplus])
 def test_feature_ops_reject_non_tensors(fn):
-    name = "layer_norm" if fn is F.layer_norm else fn.__name__
+    name = "layer_norm" if fn is norms.layer_norm else fn.__name__
     with pytest.raises(TypeError, match=rf"^\[{name}\] x must be a SparseTensor or an mx.array, got list"):
         fn([[1.0, 2.0]])
     with pytest.raises(TypeError, match=r"^\[leaky_relu\] negative_slope must be a number, got 'a'"):

@@ -2,7 +2,8 @@
 
 Every block is an ``mlx.nn.Module`` made only of :mod:`lattice.nn` modules and takes and
 returns a :class:`~lattice.core.SparseTensor`. Each BatchNorm, with the residual add and
-the ReLU after it, is one pass (:func:`normed`, ``lattice.ops.affine``):
+the ReLU after it, is one fused op (:func:`normed`: ``lattice.ops.affine`` in eval mode,
+``lattice.ops.batch_norm_act`` in training):
 
 - :class:`ConvBNReLU` — one convolution (submanifold, or strided ``k=2, s=2``) -> BatchNorm -> ReLU;
 - :class:`BasicBlock` — the ResNet basic block on one support: two submanifold ``k=3``
@@ -28,7 +29,7 @@ import mlx.nn as nn
 from lattice.core.tensor import SparseTensor
 from lattice.nn.conv import Conv3d, GenerativeConvTranspose3d, SubmConv3d
 from lattice.nn.feature import BatchNorm, ReLU
-from lattice.ops import affine, cat, sparse_add
+from lattice.ops import cat, sparse_add
 
 
 def positive_int(value, name: str, op: str) -> int:
@@ -102,14 +103,14 @@ def preset_fields(op: str, presets: dict, preset: int, in_channels, num_classes,
 def normed(
     norm: BatchNorm, y: SparseTensor, act: ReLU | None, residual: SparseTensor | None = None
 ) -> SparseTensor:
-    """``act(norm(y) + residual)`` (``act`` None: no activation) in one pass,
-    ``lattice.ops.affine`` with ``norm.scale_shift(y)`` (running statistics in eval mode,
-    ``y``'s batch statistics in training). Where the norm is not such a map of ``y``
-    (``scale_shift`` is None) or the residual is on another support: the BatchNorm, the add
-    and the activation one after another."""
-    one_pass = norm.scale_shift(y) if residual is None or residual.same_coords(y) else None
-    if one_pass is not None:
-        return affine(y, *one_pass, residual=residual, activation=None if act is None else "relu")
+    """``act(norm(y) + residual)`` (``act`` None: no activation) as one fused op,
+    ``norm.normalize`` (``lattice.ops.affine`` with the running statistics in eval mode,
+    ``lattice.ops.batch_norm_act`` with ``y``'s batch statistics in training). Where it is not
+    one (``normalize`` gives None: e.g. a lazily counted set in training, or a residual on
+    another support): the BatchNorm, the add and the activation one after another."""
+    fused = norm.normalize(y, residual=residual, activation=None if act is None else "relu")
+    if fused is not None:
+        return fused
     out = norm(y)
     if residual is not None:
         out = sparse_add(out, residual)

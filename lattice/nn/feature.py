@@ -17,6 +17,7 @@ import mlx.nn as nn
 from lattice.core.buffers import arange
 from lattice.core.tensor import SparseTensor
 from lattice.ops import features as F
+from lattice.ops import norms as N
 
 FeatureInput = SparseTensor | mx.array
 
@@ -112,10 +113,11 @@ class BatchNorm(nn.BatchNorm):
     activation of a network alive until the parameters were evaluated, and was 40 % of a
     MinkUNet training forward on the CPU.)
 
-    A 2-D float input takes one pass, ``x * scale + shift`` (:meth:`scale_shift`,
-    ``lattice.ops.affine``), with the running statistics in eval mode and the batch
-    statistics in training, where ``mlx.nn.BatchNorm`` takes four; the result differs from
-    its arithmetic only by rounding.
+    A 2-D float input takes the fused form (:meth:`normalize`): in eval mode one pass,
+    ``x * scale + shift`` (``lattice.ops.affine``), where ``mlx.nn.BatchNorm`` takes four; under
+    batch statistics ``lattice.ops.batch_norm_act`` (the statistics and the pass natively on
+    the CPU, and the gradient in two native passes). The result differs from its arithmetic
+    only by rounding.
     """
 
     @property
@@ -142,9 +144,9 @@ class BatchNorm(nn.BatchNorm):
         return scale, shift
 
     def __call__(self, x: FeatureInput) -> FeatureInput:
-        one_pass = self.scale_shift(x)
-        if one_pass is not None:  # one pass (lattice.ops.affine) instead of MLX's four
-            return F.affine(x, *one_pass)
+        fused = self.normalize(x)
+        if fused is not None:  # lattice.ops.affine / batch_norm_act instead of MLX's passes
+            return fused
         sparse = isinstance(x, SparseTensor)
         feats = F.active_feats(x) if sparse else x
         if sparse and x.lazy and (self.training or not self.track_running_stats):
@@ -160,20 +162,67 @@ class BatchNorm(nn.BatchNorm):
             y = super().__call__(feats)
         return F.with_feats(x, y) if sparse else y
 
+    def normalize(
+        self,
+        x: FeatureInput,
+        *,
+        residual: FeatureInput | None = None,
+        activation: str | None = None,
+    ) -> FeatureInput | None:
+        """``activation(self(x) + residual)`` as one fused op, or None where it is not one.
+
+        Running statistics (eval mode): ``lattice.ops.affine`` with :meth:`affine`. Batch
+        statistics: ``lattice.ops.batch_norm_act``, the running statistics updated (in
+        training) from the mean and variance it returns, as a call does. None for features
+        other than (N, num_features) float32 / float16 / bfloat16, under batch statistics
+        for a lazily counted set (its spare rows) or fewer than two rows, and for a residual
+        on another support; the caller then takes the module, the add and the activation
+        one after another. ``activation``: None or ``"relu"``."""
+        sparse = isinstance(x, SparseTensor)
+        feats = F.active_feats(x) if sparse else x
+        if not (
+            isinstance(feats, mx.array)
+            and feats.ndim == 2
+            and feats.dtype in N.AFFINE_DTYPES
+            and feats.shape[1] == self.num_features
+        ):
+            return None
+        if residual is not None and sparse and not residual.same_coords(x):
+            return None
+        if self.uses_running_stats:
+            return N.affine(x, *self.affine(), residual=residual, activation=activation)
+        if (sparse and x.lazy) or feats.shape[0] < 2:
+            return None
+        weight = self["weight"] if "weight" in self else None
+        bias = self["bias"] if "bias" in self else None
+        y, mean, var = N.batch_norm_act(
+            x, weight, bias, eps=self.eps, residual=residual, activation=activation
+        )
+        if self.training and self.track_running_stats:
+            self._update_running(mean, var, mx.array(feats.shape[0], mx.float32))
+        return y
+
+    def _update_running(self, mean: mx.array, var: mx.array, n: mx.array) -> None:
+        """Folds batch statistics (biased ``var`` over ``n`` rows) into the running ones with
+        ``momentum``, the variance unbiased (``mlx.nn.BatchNorm``'s update)."""
+        mu = self.momentum
+        self.running_mean = (1 - mu) * self.running_mean + mu * mean
+        self.running_var = (1 - mu) * self.running_var + mu * var * n / mx.maximum(n - 1.0, 1.0)
+
     def scale_shift(self, x: FeatureInput) -> tuple[mx.array, mx.array] | None:
         """``(scale, shift)`` per channel with ``self(x) == x * scale + shift`` up to rounding:
         :meth:`affine` under running statistics, else the batch statistics of ``x``'s rows
         (the running statistics updated as a call does). None where the module is not such a
         map of ``x`` for ``lattice.ops.affine``: features other than (N, num_features) float32
         / float16 / bfloat16, or under batch statistics a lazily counted set (its spare rows)
-        or fewer than two rows. The module's own call and the model blocks
-        (``lattice.models.blocks.normed``) take the one pass wherever this is not None."""
+        or fewer than two rows. (The module's own call and the model blocks take
+        :meth:`normalize`, whose batch-statistics form is ``lattice.ops.batch_norm_act``.)"""
         sparse = isinstance(x, SparseTensor)
         feats = F.active_feats(x) if sparse else x
         if not (
             isinstance(feats, mx.array)
             and feats.ndim == 2
-            and feats.dtype in F.AFFINE_DTYPES
+            and feats.dtype in N.AFFINE_DTYPES
             and feats.shape[1] == self.num_features
         ):
             return None
@@ -210,9 +259,7 @@ class BatchNorm(nn.BatchNorm):
             mean = mx.sum(mx.where(live, f, 0.0), axis=0) / n
             ss = mx.sum(mx.where(live, mx.square(f - mean), 0.0), axis=0)
         if self.training and self.track_running_stats:
-            mu = self.momentum
-            self.running_mean = (1 - mu) * self.running_mean + mu * mean
-            self.running_var = (1 - mu) * self.running_var + mu * ss / mx.maximum(n - 1.0, 1.0)
+            self._update_running(mean, ss / n, n)
         return mean, ss / n
 
     def _batch_normed(self, feats: mx.array, count: mx.array | None) -> mx.array:
@@ -235,14 +282,14 @@ class LayerNorm(nn.LayerNorm):
     def __call__(self, x: FeatureInput) -> FeatureInput:
         weight = self["weight"] if "weight" in self else None
         bias = self["bias"] if "bias" in self else None
-        return F.layer_norm(x, weight=weight, bias=bias, eps=self.eps)
+        return N.layer_norm(x, weight=weight, bias=bias, eps=self.eps)
 
 
 class RMSNorm(nn.RMSNorm):
     """``x / sqrt(mean(x^2) + eps) * weight`` per row over the channels."""
 
     def __call__(self, x: FeatureInput) -> FeatureInput:
-        return F.rms_norm(x, weight=self["weight"], eps=self.eps)
+        return N.rms_norm(x, weight=self["weight"], eps=self.eps)
 
 
 __all__ = [

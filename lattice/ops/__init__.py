@@ -44,19 +44,22 @@ from lattice.ops.devoxelize import (
     interpolate_point_features,
 )
 from lattice.ops.features import (
-    affine,
-    batch_norm,
     dropout,
     gelu,
-    layer_norm,
     leaky_relu,
     linear,
     relu,
-    rms_norm,
     sigmoid,
     silu,
     softplus,
     tanh,
+)
+from lattice.ops.norms import (
+    affine,
+    batch_norm,
+    batch_norm_act,
+    layer_norm,
+    rms_norm,
 )
 from lattice.ops.points import (
     voxelize,
@@ -104,6 +107,7 @@ __all__ = [
     "align_sparse",
     "avg_pool3d",
     "batch_norm",
+    "batch_norm_act",
     "build_generative_relation",
     "build_kernel_relation",
     "build_knn_relation",

@@ -1,5 +1,5 @@
-"""Feature ops that keep coordinate identity: linear, activations, dropout, normalisation,
-the one-pass per-channel affine map.
+"""Feature ops that keep coordinate identity: linear, activations, dropout (normalisation:
+``lattice.ops.norms``), and the helpers every row-wise op shares.
 
 Each op takes a SparseTensor (and returns one on the same coordinate key and manager)
 or a plain ``mx.array`` (and returns an array). Only the active rows (up to
@@ -7,8 +7,7 @@ or a plain ``mx.array`` (and returns an array). Only the active rows (up to
 GPU builder made for a ``lazy_rows`` manager, where every buffer row is computed (rows past
 the count are ignored) so that the count is not read.
 Every op asks the routing layer for its route and dispatches on it: ``linear`` its GEMM
-route, the row-wise ops MLX's ops on the call's device, ``affine`` its one-pass route
-(``lattice.routing.features``).
+route, the row-wise ops MLX's ops on the call's device (``lattice.routing.features``).
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.core._checks import DTypeError, dtype_name
-from lattice.core.buffers import arange
 from lattice.core.quantized import QuantizedWeight, quantize_weight
 from lattice.core.tensor import SparseTensor
 from lattice.routing import LinearRequest, requested_device, route_linear
 from lattice.routing.explain import CallPlan, explainable
-from lattice.routing.features import AffineRequest, RowwiseRequest, route_affine, route_rowwise
+from lattice.routing.features import RowwiseRequest, route_rowwise
 from lattice.routing.registry import dispatch
 
 FeatureInput = SparseTensor | mx.array
@@ -77,11 +75,6 @@ def rowwise_plan(x, op: str, fn: Callable[[mx.array], mx.array]) -> CallPlan:
 def _rowwise_example(x, req):
     """``lattice explain`` of a row-wise op: ``x`` (per-channel statistics where it takes them)."""
     return (x,), {}
-
-
-def _stats_example(x, req):
-    ones = mx.ones((x.channels,), dtype=x.dtype)
-    return (x,), {"weight": ones, "bias": ones * 0, "mean": ones * 0, "var": ones}
 
 
 def _channel_vector(value, name: str, channels: int, op: str, *, required: bool = False) -> mx.array | None:
@@ -278,180 +271,3 @@ def dropout(
 
 def _same(feats: mx.array) -> mx.array:
     return feats
-
-
-# ---- normalisation --------------------------------------------------------------------
-
-
-@explainable(example=_stats_example, returns=FeatureInput)
-def batch_norm(
-    x: FeatureInput,
-    *,
-    weight: mx.array | None = None,
-    bias: mx.array | None = None,
-    mean: mx.array | None = None,
-    var: mx.array | None = None,
-    eps: float = 1e-5,
-) -> CallPlan:
-    """Batch norm: ``(x - mean) / sqrt(var + eps) * weight + bias`` per channel.
-
-    ``mean`` / ``var`` (shape ``(C,)``) given: the inference form. None: the statistics
-    of the active rows (each one alone: the mean, the biased variance about that mean).
-    ``weight`` / ``bias`` may be None (no affine part).
-    """
-    op = "batch_norm"
-    feats, st = _split(x, op)
-    c = int(feats.shape[-1]) if feats.ndim else 0
-    mean = _channel_vector(mean, "mean", c, op)
-    var = _channel_vector(var, "var", c, op)
-    weight = _channel_vector(weight, "weight", c, op)
-    bias = _channel_vector(bias, "bias", c, op)
-    eps = _positive(eps, "eps", op)
-    count = st.active_rows if st is not None and st.lazy else None  # never read
-
-    def normalise(feats: mx.array) -> mx.array:
-        m, v = mean, var
-        if m is None or v is None:
-            batch_mean, batch_var = _batch_statistics(feats, count)
-            m, v = batch_mean if m is None else m, batch_var if v is None else v
-        y = (feats - m) * mx.rsqrt(v + eps)
-        if weight is not None:
-            y = y * weight
-        y = y if bias is None else y + bias
-        if count is None:
-            return y
-        return mx.where((arange(feats.shape[0]) < count)[:, None], y, mx.zeros((), dtype=y.dtype))
-
-    return rowwise_plan(x, op, normalise)
-
-
-def _batch_statistics(feats: mx.array, count: mx.array | None) -> tuple[mx.array, mx.array]:
-    """Per-channel mean and biased variance over every axis but the last, summed in float32
-    (returned in the features' float dtype). ``count``: only the first ``count`` rows of a
-    lazily counted buffer enter them."""
-    f = feats.astype(mx.float32)
-    axes = tuple(range(feats.ndim - 1))
-    if count is None:
-        mean = mx.mean(f, axis=axes)
-        var = mx.mean(mx.square(f - mean), axis=axes)
-    else:
-        live = (arange(feats.shape[0]) < count)[:, None]
-        n = mx.maximum(count, 1).astype(mx.float32)
-        mean = mx.sum(mx.where(live, f, 0.0), axis=0) / n
-        var = mx.sum(mx.where(live, mx.square(f - mean), 0.0), axis=0) / n
-    dtype = feats.dtype if mx.issubdtype(feats.dtype, mx.floating) else mx.float32
-    return mean.astype(dtype), var.astype(dtype)
-
-
-@explainable(example=_rowwise_example, returns=FeatureInput)
-def layer_norm(
-    x: FeatureInput, *, weight: mx.array | None = None, bias: mx.array | None = None, eps: float = 1e-5
-) -> CallPlan:
-    """Per-row normalisation over the channels (``mx.fast.layer_norm``), optional affine."""
-    op = "layer_norm"
-    feats, _ = _split(x, op)
-    c = int(feats.shape[-1]) if feats.ndim else 0
-    weight = _channel_vector(weight, "weight", c, op)
-    bias = _channel_vector(bias, "bias", c, op)
-    eps = _positive(eps, "eps", op)
-    return rowwise_plan(x, op, lambda f: mx.fast.layer_norm(f, weight, bias, eps))
-
-
-@explainable(example=_rowwise_example, returns=FeatureInput)
-def rms_norm(x: FeatureInput, *, weight: mx.array | None = None, eps: float = 1e-5) -> CallPlan:
-    """``x / sqrt(mean(x^2) + eps) * weight`` per row over the channels (``mx.fast.rms_norm``)."""
-    op = "rms_norm"
-    feats, _ = _split(x, op)
-    c = int(feats.shape[-1]) if feats.ndim else 0
-    weight = _channel_vector(weight, "weight", c, op)
-    eps = _positive(eps, "eps", op)
-    return rowwise_plan(x, op, lambda f: mx.fast.rms_norm(f, weight, eps))
-
-
-# ---- the one-pass affine map ----------------------------------------------------------
-
-AFFINE_ACTIVATIONS = (None, "relu")
-AFFINE_DTYPES = (mx.float32, mx.float16, mx.bfloat16)  # the one pass's feature dtypes
-
-
-def _affine_example(x, req):
-    """``lattice explain affine``: a per-channel scale and shift, a residual on the same
-    support and a ReLU (the form of a BasicBlock's second BatchNorm, add and activation)."""
-    ones = mx.ones((x.channels,), dtype=mx.float32)
-    return (x, ones, ones * 0), {"residual": x, "activation": "relu"}
-
-
-def _residual_feats(residual, feats: mx.array, st: SparseTensor | None, op: str) -> mx.array | None:
-    """The residual's rows: a SparseTensor on ``x``'s support (one manager and coordinate
-    key, so its rows are ``x``'s rows in ``x``'s order) or, for an array ``x``, an array of
-    ``x``'s shape."""
-    if residual is None:
-        return None
-    if st is not None:
-        if not isinstance(residual, SparseTensor):
-            raise TypeError(
-                f"[{op}] residual must be a SparseTensor for a SparseTensor x, got {type(residual).__name__}"
-            )
-        if not residual.same_coords(st):
-            raise ValueError(
-                f"[{op}] residual must be on x's support (the same coordinate manager and key); "
-                "add tensors on other supports with lattice.ops.sparse_add"
-            )
-        r = residual.run_feats
-    else:
-        if not isinstance(residual, mx.array):
-            raise TypeError(
-                f"[{op}] residual must be an mx.array for an array x, got {type(residual).__name__}"
-            )
-        r = residual
-    if r.shape != feats.shape:
-        raise ValueError(f"[{op}] residual must have shape {tuple(feats.shape)}, got {tuple(r.shape)}")
-    return r
-
-
-@explainable(example=_affine_example, returns=FeatureInput)
-def affine(
-    x: FeatureInput,
-    scale: mx.array | None = None,
-    shift: mx.array | None = None,
-    *,
-    residual: FeatureInput | None = None,
-    activation: str | None = None,
-) -> CallPlan:
-    """``activation(x * scale + shift + residual)`` per channel, in one pass over the rows.
-
-    ``scale`` / ``shift``: shape ``(C,)`` (None: 1 / 0). ``residual``: a tensor on ``x``'s
-    support (same coordinate manager and key; for an array ``x``, an array of its shape)
-    added before the activation. ``activation``: None or ``"relu"``. Float32 arithmetic;
-    the result has the operands' promoted float dtype. This is what an eval-mode
-    BatchNorm (``lattice.nn.BatchNorm.affine()``), the residual add after it and the ReLU
-    become together: one native pass on the CPU, one compiled MLX function on a GPU.
-    """
-    op = "affine"
-    feats, st = _split(x, op)
-    if feats.ndim != 2:
-        raise ValueError(f"[{op}] features must be (N, C), got shape {tuple(feats.shape)}")
-    if feats.dtype not in AFFINE_DTYPES:
-        names = tuple(dtype_name(d) for d in AFFINE_DTYPES)
-        raise DTypeError(f"[{op}] features must be one of {names}, got {dtype_name(feats.dtype)}")
-    if activation not in AFFINE_ACTIVATIONS:
-        raise ValueError(f"[{op}] activation must be one of {AFFINE_ACTIVATIONS}, got {activation!r}")
-    c = int(feats.shape[1])
-    scale = _channel_vector(scale, "scale", c, op)
-    shift = _channel_vector(shift, "shift", c, op)
-    for name, v in (("scale", scale), ("shift", shift)):
-        if v is not None and not mx.issubdtype(v.dtype, mx.floating):
-            raise DTypeError(f"[{op}] {name} must be floating point, got {dtype_name(v.dtype)}")
-    r = _residual_feats(residual, feats, st, op)
-    req = AffineRequest(
-        op,
-        dtype_name(feats.dtype),
-        c,
-        residual=r is not None,
-        activation=activation or "none",
-        device=requested_device(None),
-    )
-    route = route_affine(req)
-    scale = mx.ones((c,), dtype=feats.dtype) if scale is None else scale  # keeps x's dtype
-    shift = mx.zeros((c,), dtype=feats.dtype) if shift is None else shift
-    return CallPlan(route, lambda: _wrap(st, dispatch(route, feats, scale, shift, r, activation == "relu")))

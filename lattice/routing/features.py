@@ -5,7 +5,10 @@ Row-wise ops are MLX's own ops on the features, on the device the call runs on: 
 says which, and that coordinates, key and manager are kept. The per-channel affine map
 with its residual add and ReLU (``lattice.ops.affine``: what an eval-mode BatchNorm and the
 adds and activations after it become) has routes of its own: one native pass on the CPU,
-one compiled MLX function on a GPU. A join either finds the
+one compiled MLX function on a GPU; so has the training-mode BatchNorm with the add and
+the ReLU after it (``lattice.ops.batch_norm_act``): native passes on the CPU (statistics,
+then the affine pass; two for the backward), MLX ops and the compiled affine map on a GPU.
+A join either finds the
 operands on one support (same manager and key, or equal rows: no row matching at all) or
 matches rows in the native hash table (union / intersection / lookup on the CPU core),
 the features then moving through MLX ops (take, where, concatenate), so autodiff works.
@@ -39,7 +42,22 @@ NATIVE_AFFINE = AFFINE.route(
 COMPILED_AFFINE = AFFINE.route(
     Backend.GPU, "mlx_compiled", "one mx.compile'd MLX function: MLX fuses it into one GPU kernel"
 )
-_CPU_MLX_AFFINE = RouteId(Backend.CPU, "mlx_ops")  # considered and rejected
+_CPU_MLX_OPS = RouteId(Backend.CPU, "mlx_ops")  # considered and rejected (affine, batch_norm_act)
+
+BATCH_NORM_ACT = RouteTable(
+    "batch_norm_act",
+    "impl(feats (N, C), weight (C,), bias (C,), residual (N, C) | None, relu: bool, eps: float) -> "
+    "(out (N, C), mean (C,), var (C,)): the batch statistics of feats' rows, then "
+    "act((feats - mean) * rsqrt(var + eps) * weight + bias + residual)",
+)
+NATIVE_BATCH_NORM = BATCH_NORM_ACT.route(
+    Backend.CPU,
+    "native_passes",
+    "native passes: the statistics, then the affine pass; the backward in two more",
+)
+GPU_BATCH_NORM = BATCH_NORM_ACT.route(
+    Backend.GPU, "mlx_ops", "MLX's GPU reductions for the statistics, then the compiled affine map"
+)
 
 JOINS = RouteTable(
     "joins",
@@ -97,7 +115,7 @@ def route_affine(req: AffineRequest) -> Route:
             )
         rb.reject(COMPILED_AFFINE, NO_GPU)
     rb.reject(
-        _CPU_MLX_AFFINE,
+        _CPU_MLX_OPS,
         "MLX's CPU ops take one pass over the rows per operation (4 for a BatchNorm, 1 for each add "
         "and ReLU); the native pass reads and writes the rows once",
     )
@@ -105,6 +123,42 @@ def route_affine(req: AffineRequest) -> Route:
         NATIVE_AFFINE,
         "one native pass over the rows: x * scale + shift (+ residual), then the activation, float32 "
         "arithmetic, rows split over the cores; coordinates, key and manager kept",
+    )
+
+
+@dataclass(frozen=True)
+class BatchNormActRequest:
+    op: str
+    dtype: str
+    channels: int
+    residual: bool
+    activation: str  # "none" | "relu"
+    device: str = "cpu"
+
+
+@functools.lru_cache(maxsize=512)
+def route_batch_norm_act(req: BatchNormActRequest) -> Route:
+    """Training-mode BatchNorm with its add and activation: native passes on the CPU, MLX
+    reductions and the compiled affine map on a GPU (cached)."""
+    rb = RouteBuilder(req.op, facts_of(req, "dtype", "channels", "residual", "activation", "device"))
+    if req.device == "gpu":
+        if capability().has_gpu:
+            return rb.take(
+                GPU_BATCH_NORM,
+                "the batch mean and variance by MLX's GPU reductions (float32), then one compiled MLX "
+                "function for the scale, shift, residual and activation; gradients by MLX's autodiff",
+            )
+        rb.reject(GPU_BATCH_NORM, NO_GPU)
+    rb.reject(
+        _CPU_MLX_OPS,
+        "MLX's CPU ops take a pass over the rows per operation and run on one thread: the batch "
+        "statistics, their gradients and the ReLU mask were 1.4 s of a 4.6 s MinkUNet14 training step",
+    )
+    return rb.take(
+        NATIVE_BATCH_NORM,
+        "native passes over the rows, split over the cores: the per-channel mean and biased variance "
+        "(float64 sums in fixed row blocks), then x * scale + shift (+ residual) and the activation; "
+        "the backward in two passes (two per-channel sums, then the input gradient)",
     )
 
 

@@ -25,14 +25,34 @@ namespace lattice {
 
 namespace mx = mlx::core;
 
-// f(inputs, out) runs on the stream's worker once the inputs are ready.
-template <class F>
-void dispatch_cpu(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& out, F&& f) {
+// Allocates `out` (at least 4 bytes: MLX wants a buffer for empty arrays too).
+inline void allocate_output(mx::array& out) {
   out.set_data(mx::allocator::malloc(std::max<size_t>(out.nbytes(), 4)));
   if (out.data<void>() == nullptr) {  // MLX's CPU allocator returns null when malloc fails
     throw std::runtime_error("[" + std::string(out.primitive().name()) + "] cannot allocate " +
                              std::to_string(out.nbytes()) + " bytes for the output");
   }
+}
+
+// f(inputs, outputs) runs on the stream's worker once the inputs are ready: a primitive
+// with several outputs.
+template <class F>
+void dispatch_cpu_outputs(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs,
+                          F&& f) {
+  for (auto& o : outputs) allocate_output(o);
+  auto& enc = mx::cpu::get_command_encoder(s);
+  for (auto& a : inputs) enc.set_input_array(a);
+  for (auto& o : outputs) enc.set_output_array(o);
+  std::vector<mx::array> ins, outs;
+  for (auto& a : inputs) ins.push_back(mx::array::unsafe_weak_copy(a));
+  for (auto& o : outputs) outs.push_back(mx::array::unsafe_weak_copy(o));
+  enc.dispatch([ins = std::move(ins), outs = std::move(outs), f = std::forward<F>(f)]() mutable { f(ins, outs); });
+}
+
+// f(inputs, out) runs on the stream's worker once the inputs are ready.
+template <class F>
+void dispatch_cpu(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& out, F&& f) {
+  allocate_output(out);
   auto& enc = mx::cpu::get_command_encoder(s);
   for (auto& a : inputs) enc.set_input_array(a);
   enc.set_output_array(out);

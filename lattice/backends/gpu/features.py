@@ -1,5 +1,6 @@
 """The GPU routes of the row-wise feature ops: MLX's own GPU ops over the rows, and the
-affine map of ``lattice.ops.affine`` as one compiled MLX function (one fused kernel)."""
+affine map of ``lattice.ops.affine`` as one compiled MLX function (one fused kernel), which
+the training-mode BatchNorm of ``lattice.ops.batch_norm_act`` applies after MLX's reductions."""
 
 from __future__ import annotations
 
@@ -49,3 +50,26 @@ def compiled_affine(
             feats, scale.astype(mx.float32), shift.astype(mx.float32), *rest
         )
         return y if y.dtype == dtype else y.astype(dtype)
+
+
+@implements(routes.GPU_BATCH_NORM)
+def gpu_batch_norm_act(
+    feats: mx.array,
+    weight: mx.array,
+    bias: mx.array,
+    residual: mx.array | None,
+    relu: bool,
+    eps: float,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``(out, mean, var)``: float32 batch mean and biased variance by MLX's GPU reductions,
+    then ``compiled_affine`` with the scale and shift they give."""
+    with mx.stream(mx.gpu):
+        f = feats.astype(mx.float32)
+        mean = mx.mean(f, axis=0)
+        var = mx.mean(mx.square(f - mean), axis=0)
+        scale = weight.astype(mx.float32) * mx.rsqrt(var + eps)
+        shift = bias.astype(mx.float32) - mean * scale
+    operands = (feats, weight, bias) + (() if residual is None else (residual,))
+    dtype = mx.result_type(*(a.dtype for a in operands))
+    out = compiled_affine(feats, scale, shift, residual, relu)
+    return (out if out.dtype == dtype else out.astype(dtype)), mean, var
