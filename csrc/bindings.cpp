@@ -83,6 +83,14 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_
   return {b.lo[0], b.hi[0], b.lo[1], b.hi[1], b.lo[2], b.hi[2], b.lo[3], b.hi[3]};
 }
 
+// A GEMM kernel by name ("blas", or one of lattice's: "avx2", "avx512").
+lattice::gemm::Kernel gemm_kernel(const std::string& name) {
+  if (name == "blas") return lattice::gemm::Kernel::blas;
+  if (name == "avx2") return lattice::gemm::Kernel::avx2;
+  if (name == "avx512") return lattice::gemm::Kernel::avx512;
+  throw std::invalid_argument("[sparse_conv] kernel must be 'blas', 'avx2' or 'avx512', got '" + name + "'");
+}
+
 nb::tuple relation_tuple(lattice::RelationArrays r) {
   if (r.out_table) return nb::make_tuple(r.in_rows, r.out_rows, r.counts, r.out_table);
   return nb::make_tuple(r.in_rows, r.out_rows, r.counts, nb::none());
@@ -366,25 +374,36 @@ NB_MODULE(_ext, m) {
   m.def("sparse_conv",
         [](const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
            const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, bool distinct,
-           mx::StreamOrDevice s) {
+           const std::string& kernel, mx::StreamOrDevice s) {
           return lattice::sparse_conv(x, w, in_rows, out_rows, std::make_shared<const std::vector<int64_t>>(bounds),
-                                      n_out, transpose_w, identity_k, lattice::EdgeFacts{distinct}, s);
+                                      n_out, transpose_w, identity_k, lattice::EdgeFacts{distinct},
+                                      gemm_kernel(kernel), s);
         },
         "x"_a, "w"_a, "in_rows"_a, "out_rows"_a, "bounds"_a, "n_out"_a, "transpose_w"_a = false,
-        "identity_k"_a = -1, "distinct"_a = false, "stream"_a = nb::none(),
-        "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset (gather -> BLAS GEMM -> scatter-add). Row "
-        "indices, offsets and counts are checked (ValueError). `distinct`: the caller vouches that within each "
-        "kernel offset no two edges share an input row or an output row (lattice's relations do); without it "
-        "the kernel checks that itself and scatters serially where it does not hold.");
+        "identity_k"_a = -1, "distinct"_a = false, "kernel"_a = "blas", "stream"_a = nb::none(),
+        "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset: gather -> BLAS GEMM -> scatter-add (kernel "
+        "'blas'), or lattice's register-tiled kernel that reads the gathered rows and adds into the scattered "
+        "ones directly ('avx2', 'avx512': see conv_kernels()). Row indices, offsets and counts are checked "
+        "(ValueError). `distinct`: the caller vouches that within each kernel offset no two edges share an "
+        "input row or an output row (lattice's relations do); without it the kernel checks that itself and "
+        "scatters serially where it does not hold.");
   m.def("sparse_conv_weight_grad",
         [](const mx::array& a, const mx::array& b, const mx::array& ra, const mx::array& rb,
-           const std::vector<int64_t>& bounds, bool distinct, mx::StreamOrDevice s) {
+           const std::vector<int64_t>& bounds, bool distinct, const std::string& kernel, mx::StreamOrDevice s) {
           return lattice::sparse_conv_weight_grad(a, b, ra, rb, std::make_shared<const std::vector<int64_t>>(bounds),
-                                                  lattice::EdgeFacts{distinct}, s);
+                                                  lattice::EdgeFacts{distinct}, gemm_kernel(kernel), s);
         },
-        "a"_a, "b"_a, "rows_a"_a, "rows_b"_a, "bounds"_a, "distinct"_a = false, "stream"_a = nb::none(),
-        "G[k] = A[rows_a]^T @ B[rows_b] over the edges of offset k (checked as sparse_conv; `distinct` is "
-        "handed on to the convolutions of its gradient).");
+        "a"_a, "b"_a, "rows_a"_a, "rows_b"_a, "bounds"_a, "distinct"_a = false, "kernel"_a = "blas",
+        "stream"_a = nb::none(),
+        "G[k] = A[rows_a]^T @ B[rows_b] over the edges of offset k (checked as sparse_conv; `distinct` and "
+        "`kernel` are handed on to the convolutions of its gradient).");
+  m.def("conv_kernels",
+        [] {
+          std::vector<std::string> names;
+          for (const auto& k : lattice::gemm::available()) names.push_back(k.name);
+          return names;
+        },
+        "lattice's GEMM kernels this CPU runs, best first (empty: the convolutions take the BLAS).");
   m.def("blas_gemm", &lattice::blas_gemm, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false,
         "stream"_a = nb::none(), "op(A) @ op(B) through the linked BLAS, differentiable.");
   m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,

@@ -29,8 +29,9 @@ void check_edges(const mx::array& a, const mx::array& b, const EdgeBounds& bound
 
 mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
                       EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts,
-                      mx::StreamOrDevice s) {
+                      gemm::Kernel kernel, mx::StreamOrDevice s) {
   const char* op = "sparse_conv";
+  if (kernel != gemm::Kernel::blas) gemm::info(kernel);  // this CPU runs it, or std::invalid_argument
   check_feats(x, op, "features");
   if (w.ndim() != 3) {
     Message msg;
@@ -60,13 +61,15 @@ mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& i
   auto ws = mx::contiguous(mx::astype(w, mx::float32, s), false, s);
   auto stream = mx::to_stream(s);
   return mx::array({n_out, c_out}, x.dtype(),
-                   std::make_shared<SparseConv>(stream, std::move(bounds), n_out, transpose_w, identity_k, facts),
+                   std::make_shared<SparseConv>(stream, std::move(bounds), n_out, transpose_w, identity_k, facts, kernel),
                    {xs, ws, rows_i32(in_rows, op, "in_rows", s), rows_i32(out_rows, op, "out_rows", s)});
 }
 
 mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,
-                                  const mx::array& rows_b, EdgeBounds bounds, EdgeFacts facts, mx::StreamOrDevice s) {
+                                  const mx::array& rows_b, EdgeBounds bounds, EdgeFacts facts, gemm::Kernel kernel,
+                                  mx::StreamOrDevice s) {
   const char* op = "sparse_conv_weight_grad";
+  if (kernel != gemm::Kernel::blas) gemm::info(kernel);
   check_feats(a, op, "a");
   check_feats(b, op, "b");
   check_edges(rows_a, rows_b, bounds, -1, op, "rows_a", "rows_b");
@@ -76,7 +79,7 @@ mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const 
                   check_rows_now(rows_b, b.shape(0), op, "rows_b", "b");
   auto stream = mx::to_stream(s);
   return mx::array({K, a.shape(1), b.shape(1)}, mx::float32,
-                   std::make_shared<SparseConvWeightGrad>(stream, bounds, facts),
+                   std::make_shared<SparseConvWeightGrad>(stream, bounds, facts, kernel),
                    {mx::contiguous(a, false, s), mx::contiguous(b, false, s), rows_i32(rows_a, op, "rows_a", s),
                     rows_i32(rows_b, op, "rows_b", s)});
 }

@@ -41,7 +41,7 @@ std::vector<mx::Shape> SparseConv::output_shapes(const std::vector<mx::array>& i
 bool SparseConv::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const SparseConv&>(other);
   return n_out_ == o.n_out_ && transpose_w_ == o.transpose_w_ && identity_k_ == o.identity_k_ &&
-         facts_ == o.facts_ && same_bounds(bounds_, o.bounds_);
+         facts_ == o.facts_ && kernel_ == o.kernel_ && same_bounds(bounds_, o.bounds_);
 }
 
 std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -56,11 +56,12 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
     if (arg == 0) {
       // dX[in] += dY[out] @ op(W)^T: the same relation walked backwards.
       grads.push_back(mx::astype(
-          sparse_conv(dy, w, out_rows, in_rows, bounds_, x.shape(0), !transpose_w_, identity_k_, facts_, stream()), x.dtype(),
+          sparse_conv(dy, w, out_rows, in_rows, bounds_, x.shape(0), !transpose_w_, identity_k_, facts_, kernel_,
+                      stream()), x.dtype(),
           stream()));
     } else if (arg == 1) {
-      auto g = transpose_w_ ? sparse_conv_weight_grad(dy, x, out_rows, in_rows, bounds_, facts_, stream())
-                            : sparse_conv_weight_grad(x, dy, in_rows, out_rows, bounds_, facts_, stream());
+      auto g = transpose_w_ ? sparse_conv_weight_grad(dy, x, out_rows, in_rows, bounds_, facts_, kernel_, stream())
+                            : sparse_conv_weight_grad(x, dy, in_rows, out_rows, bounds_, facts_, kernel_, stream());
       grads.push_back(mx::astype(g, w.dtype(), stream()));
     } else {
       grads.push_back(no_grad_for_rows(primals, arg)[0]);
@@ -75,7 +76,7 @@ std::vector<mx::array> SparseConv::jvp(const std::vector<mx::array>& primals, co
   const auto& out_rows = primals[3];
   const mx::Dtype dtype = primals[0].dtype();
   return {bilinear_jvp(primals, tangents, argnums, stream(), [&](const mx::array& x, const mx::array& w) {
-    return mx::astype(sparse_conv(x, w, in_rows, out_rows, bounds_, n_out_, transpose_w_, identity_k_, facts_, stream()),
+    return mx::astype(sparse_conv(x, w, in_rows, out_rows, bounds_, n_out_, transpose_w_, identity_k_, facts_, kernel_, stream()),
                       dtype, stream());
   })};
 }
@@ -88,7 +89,7 @@ std::vector<mx::Shape> SparseConvWeightGrad::output_shapes(const std::vector<mx:
 
 bool SparseConvWeightGrad::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const SparseConvWeightGrad&>(other);
-  return facts_ == o.facts_ && same_bounds(bounds_, o.bounds_);
+  return facts_ == o.facts_ && kernel_ == o.kernel_ && same_bounds(bounds_, o.bounds_);
 }
 
 std::vector<mx::array> SparseConvWeightGrad::vjp(const std::vector<mx::array>& primals,
@@ -102,9 +103,9 @@ std::vector<mx::array> SparseConvWeightGrad::vjp(const std::vector<mx::array>& p
   std::vector<mx::array> grads;
   for (int arg : argnums) {
     if (arg == 0) {  // dA[ra] += B[rb] @ dG_k^T
-      grads.push_back(mx::astype(sparse_conv(b, dg, rb, ra, bounds_, a.shape(0), true, -1, facts_, stream()), a.dtype(), stream()));
+      grads.push_back(mx::astype(sparse_conv(b, dg, rb, ra, bounds_, a.shape(0), true, -1, facts_, kernel_, stream()), a.dtype(), stream()));
     } else if (arg == 1) {  // dB[rb] += A[ra] @ dG_k
-      grads.push_back(mx::astype(sparse_conv(a, dg, ra, rb, bounds_, b.shape(0), false, -1, facts_, stream()), b.dtype(), stream()));
+      grads.push_back(mx::astype(sparse_conv(a, dg, ra, rb, bounds_, b.shape(0), false, -1, facts_, kernel_, stream()), b.dtype(), stream()));
     } else {
       grads.push_back(no_grad_for_rows(primals, arg)[0]);
     }
@@ -118,7 +119,7 @@ std::vector<mx::array> SparseConvWeightGrad::jvp(const std::vector<mx::array>& p
   const auto& ra = primals[2];
   const auto& rb = primals[3];
   return {bilinear_jvp(primals, tangents, argnums, stream(), [&](const mx::array& a, const mx::array& b) {
-    return sparse_conv_weight_grad(a, b, ra, rb, bounds_, facts_, stream());
+    return sparse_conv_weight_grad(a, b, ra, rb, bounds_, facts_, kernel_, stream());
   })};
 }
 

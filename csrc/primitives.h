@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "mlx/array.h"
 #include "mlx/ops.h"  // StreamOrDevice and the ops the VJPs build
 #include "mlx/primitives.h"
@@ -42,9 +43,10 @@ struct EdgeFacts {
 // offset whose edges are exactly (r, r) for every row (the submanifold centre), or -1.
 class SparseConv : public mx::Primitive {
  public:
-  SparseConv(mx::Stream s, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts)
+  SparseConv(mx::Stream s, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts,
+             gemm::Kernel kernel)
       : mx::Primitive(s), bounds_(std::move(bounds)), n_out_(n_out), transpose_w_(transpose_w),
-        identity_k_(identity_k), facts_(facts) {}
+        identity_k_(identity_k), facts_(facts), kernel_(kernel) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
@@ -62,14 +64,15 @@ class SparseConv : public mx::Primitive {
   bool transpose_w_;
   int identity_k_;
   EdgeFacts facts_;
+  gemm::Kernel kernel_;  // the BLAS or one of lattice's kernels (gemm.h), for the VJP's convolutions too
 };
 
 // G[k] = A[rows_a[e]]^T @ B[rows_b[e]] summed over the edges of offset k.
 // Inputs: a (N_a, C_a), b (N_b, C_b), rows_a (E,), rows_b (E,). Output (K, C_a, C_b) float32.
 class SparseConvWeightGrad : public mx::Primitive {
  public:
-  SparseConvWeightGrad(mx::Stream s, EdgeBounds bounds, EdgeFacts facts)
-      : mx::Primitive(s), bounds_(std::move(bounds)), facts_(facts) {}
+  SparseConvWeightGrad(mx::Stream s, EdgeBounds bounds, EdgeFacts facts, gemm::Kernel kernel)
+      : mx::Primitive(s), bounds_(std::move(bounds)), facts_(facts), kernel_(kernel) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
@@ -83,7 +86,8 @@ class SparseConvWeightGrad : public mx::Primitive {
 
  private:
   EdgeBounds bounds_;
-  EdgeFacts facts_;  // handed on to the convolutions of its VJP
+  EdgeFacts facts_;      // handed on to the convolutions of its VJP
+  gemm::Kernel kernel_;  // likewise
 };
 
 // C = op(A) @ op(B) through the linked BLAS (float32 accumulation, output in A's dtype).
@@ -200,13 +204,14 @@ mx::array tangent_sum(const std::vector<int>& argnums, const std::vector<mx::arr
 
 // Both check shapes, dtypes, the edge offsets and the row counts here (std::invalid_argument);
 // the row indices' values are checked by the primitive's CPU task.
+// `kernel`: the BLAS or one of lattice's GEMM kernels (gemm.h; checked: this CPU must run it).
 mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
                       EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts = {},
-                      mx::StreamOrDevice s = {});
+                      gemm::Kernel kernel = gemm::Kernel::blas, mx::StreamOrDevice s = {});
 
 mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,
                                   const mx::array& rows_b, EdgeBounds bounds, EdgeFacts facts = {},
-                                  mx::StreamOrDevice s = {});
+                                  gemm::Kernel kernel = gemm::Kernel::blas, mx::StreamOrDevice s = {});
 
 mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool trans_b, mx::StreamOrDevice s = {});
 

@@ -10,6 +10,10 @@ each saying when it is read; ``lattice.settings.current()`` gives each with its 
   may run on). Read once, at import.
 - ``LATTICE_CONV_TILE_FLOATS``: floats of one gathered tile of the CPU convolution (default
   16384, at least 1024: the tile stays in L2). Read once, at import.
+- ``LATTICE_CPU_GEMM``: which GEMM kernel the CPU convolutions take: ``auto`` (default: the
+  best of lattice's kernels this CPU runs, else the BLAS), ``blas``, ``avx2`` or ``avx512``
+  (a kernel this CPU cannot run is an error at the first routing decision). Read once, with
+  the device capability.
 - ``LATTICE_MALLOC_TUNING``: ``0`` keeps glibc's allocator thresholds as they are (default:
   large buffers stay on the heap, docs/performance.md); glibc's own
   ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` win where set. Read once, at import.
@@ -35,6 +39,8 @@ from contextlib import contextmanager
 NUM_THREADS = "LATTICE_NUM_THREADS"
 CONV_TILE_FLOATS = "LATTICE_CONV_TILE_FLOATS"
 MALLOC_TUNING = "LATTICE_MALLOC_TUNING"
+CPU_GEMM = "LATTICE_CPU_GEMM"
+CPU_GEMM_CHOICES = ("auto", "blas", "avx2", "avx512")
 METAL_KERNELS = "LATTICE_METAL_KERNELS"
 MAX_POINTS = "LATTICE_MAX_POINTS"
 TF32 = "MLX_ENABLE_TF32"
@@ -95,6 +101,15 @@ def malloc_tuning() -> tuple[bool, bool]:
     return "MALLOC_MMAP_THRESHOLD_" not in os.environ, "MALLOC_TRIM_THRESHOLD_" not in os.environ
 
 
+def cpu_gemm() -> str:
+    """``LATTICE_CPU_GEMM``: ``auto`` (default), ``blas``, ``avx2`` or ``avx512``; any other
+    value is a ``ValueError`` naming the variable."""
+    value = _get(CPU_GEMM).lower() or "auto"
+    if value not in CPU_GEMM_CHOICES:
+        raise ValueError(f"{CPU_GEMM} must be one of {', '.join(CPU_GEMM_CHOICES)}, got {value!r}")
+    return value
+
+
 def metal_kernels() -> bool:
     """``LATTICE_METAL_KERNELS=1``: route GPU ops to the (never run) Metal kernels."""
     return _get(METAL_KERNELS) == "1"
@@ -134,9 +149,14 @@ def current() -> dict[str, object]:
         points: object = max_points()
     except ValueError as e:
         points = str(e)
+    try:
+        gemm: object = cpu_gemm()
+    except ValueError as e:
+        gemm = str(e)
     mmap, trim = malloc_tuning()
     return {
         NUM_THREADS: num_threads() or "all CPUs",
+        CPU_GEMM: gemm,
         CONV_TILE_FLOATS: conv_tile_floats(),
         MALLOC_TUNING: {"mmap_threshold": mmap, "trim_threshold": trim},
         METAL_KERNELS: metal_kernels(),

@@ -84,6 +84,36 @@ def cpu_device():
     mx.set_default_device(prev)
 
 
+CPU_GEMMS = ("blas", "avx2", "avx512")
+
+
+def cpu_conv_route(packed: bool = False) -> str:
+    """The CPU route a relation convolution takes in this process: lattice's tiled GEMM
+    kernel where the CPU runs one (and LATTICE_CPU_GEMM does not say blas), else the BLAS."""
+    from lattice.routing.device import capability
+
+    tiled = capability().cpu_gemm != "blas"
+    name = "tiled_gemm" if tiled else "gather_gemm_scatter"
+    return f"cpu.{'dequant_' if packed else ''}{name}"
+
+
+@pytest.fixture(params=CPU_GEMMS)
+def cpu_gemm(request, monkeypatch):
+    """The CPU convolutions take this GEMM (``LATTICE_CPU_GEMM``) for the test: the BLAS and
+    each of lattice's kernels the CPU runs (the others skip), so every fast route meets the
+    same oracle."""
+    from lattice import _ext
+    from lattice.routing.device import capability
+
+    if request.param != "blas" and request.param not in _ext.conv_kernels():
+        pytest.skip(f"this CPU does not run lattice's {request.param} kernel")
+    monkeypatch.setenv("LATTICE_CPU_GEMM", request.param)
+    capability.cache_clear()
+    yield request.param
+    monkeypatch.undo()
+    capability.cache_clear()
+
+
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # `import reference` under any pytest import mode
     sys.path.insert(0, str(TESTS))

@@ -28,6 +28,10 @@ from lattice.core import SparseTensor
 from lattice.routing import ConvRequest, route_conv
 from lattice.routing.conv import CONV
 
+# Every test of this file runs once per CPU GEMM (the BLAS, and each of lattice's kernels the
+# CPU runs: conftest.cpu_gemm).
+pytestmark = pytest.mark.usefixtures("cpu_gemm")
+
 TOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2}
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
@@ -539,7 +543,7 @@ ROUTE_CASES = [
 
 @pytest.mark.usefixtures("cpu_device")  # the CPU routes' choices; GPU ones: test_cuda_routes.py
 @pytest.mark.parametrize("case", ROUTE_CASES, ids=_ids(ROUTE_CASES))
-def test_route_taken_is_the_predicted_one(monkeypatch, case):
+def test_route_taken_is_the_predicted_one(monkeypatch, case, cpu_gemm):
     op_name, kind, size, stride = case
     calls: list[str] = []
     for rid, fn in list(CONV.impls.items()):
@@ -572,7 +576,8 @@ def test_route_taken_is_the_predicted_one(monkeypatch, case):
     if size == 1 and stride == 1 and kind != "transposed":
         assert route.algorithm == "pointwise_gemm"
     else:
-        assert route.algorithm == "gather_gemm_scatter"
+        assert route.algorithm == ("gather_gemm_scatter" if cpu_gemm == "blas" else "tiled_gemm")
+        assert route.facts.get("cpu_gemm", "blas") == cpu_gemm
 
 
 # ---- argument errors -------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ from reference import conv as rconv
 from lattice import ops
 from lattice.core import SparseTensor
 
+# Every test of this file runs once per CPU GEMM (conftest.cpu_gemm).
+pytestmark = pytest.mark.usefixtures("cpu_gemm")
+
 C_IN, C_OUT = 2, 2
 TOL = 1e-4
 

@@ -187,10 +187,17 @@ def _req(**kw):
     return ConvRequest(**(base | kw))
 
 
+BLAS_CPU = Capability((Tier.CPU,), ("cpu",))  # no lattice GEMM kernel: the BLAS routes
+
+
 def test_packed_conv_routes():
-    route = route_conv(_req())
-    assert route.name == "cpu.dequant_gather_gemm_scatter" and route == route_conv(_req())
-    assert [r.algorithm for r in route.rejected] == ["gather_gemm_scatter", "dequant_pointwise_gemm"]
+    route = route_conv(_req(), BLAS_CPU)
+    assert route.name == "cpu.dequant_gather_gemm_scatter" and route == route_conv(_req(), BLAS_CPU)
+    assert [r.algorithm for r in route.rejected] == [
+        "gather_gemm_scatter",
+        "dequant_pointwise_gemm",
+        "dequant_tiled_gemm",
+    ]
     assert route.facts["weight_layout"] == "packed" and route.facts["packing"].startswith("int8")
     point = route_conv(_req(kernel_volume=1, identity_relation=True))
     assert point.name == "cpu.dequant_pointwise_gemm"
@@ -203,8 +210,11 @@ def test_packed_conv_routes():
     cpu_only = Capability((Tier.CPU,), ("cpu",))
     fallback = route_conv(_req(device="gpu"), cpu_only)
     assert fallback.backend == "cpu" and fallback.rejected[0].backend == "gpu"
-    assert route_conv(_req(kind="target", explicit_target=True)).name == "cpu.dequant_gather_gemm_scatter"
-    assert route_conv(_req(kind="generative", explicit_target=True)).name == "cpu.dequant_gather_gemm_scatter"
+    for kind in ("target", "generative"):
+        assert (
+            route_conv(_req(kind=kind, explicit_target=True), BLAS_CPU).name
+            == "cpu.dequant_gather_gemm_scatter"
+        )
 
 
 def test_packed_conv_route_rejections():
@@ -215,7 +225,9 @@ def test_packed_conv_route_rejections():
     with pytest.raises(ValueError, match=r"weight_layout must be 'dense' or 'packed', got 'int4'"):
         route_conv(_req(weight_layout="int4"))
     # dense routes are unchanged
-    assert route_conv(_req(weight_layout="dense", normalized=True)).name == "cpu.gather_gemm_scatter"
+    assert (
+        route_conv(_req(weight_layout="dense", normalized=True), BLAS_CPU).name == "cpu.gather_gemm_scatter"
+    )
 
 
 def test_packed_linear_route():

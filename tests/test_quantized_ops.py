@@ -9,7 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from conftest import make_cloud
+from conftest import cpu_conv_route, make_cloud
 from quantized_helpers import as_np, assert_loose, assert_tight, peak, rand_input, rand_weight
 from reference import conv as rconv
 
@@ -69,7 +69,7 @@ def test_every_kind_matches_dequantized_and_float(case, bits, name):
     if route.facts["device"] == "gpu" and route.facts.get("tier") == "gpu-cuda":
         expected = "gpu.dequant_pointwise_matmul" if case == "pointwise" else "cuda.dequant_implicit_gemm"
     else:
-        expected = "cpu.dequant_pointwise_gemm" if case == "pointwise" else "cpu.dequant_gather_gemm_scatter"
+        expected = "cpu.dequant_pointwise_gemm" if case == "pointwise" else cpu_conv_route(packed=True)
     assert route.name == expected and route.facts["weight_layout"] == "packed"
     y = op(x, q, b, **kwargs)
     yd = op(x, dequantize_weight(q), b, **kwargs)

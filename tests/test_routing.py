@@ -8,6 +8,7 @@ from dataclasses import replace
 import mlx.core as mx
 import numpy as np
 import pytest
+from conftest import cpu_conv_route
 from typer.testing import CliRunner
 
 import lattice
@@ -42,15 +43,33 @@ def _req(**kw):
     return ConvRequest(**(base | kw))
 
 
+BLAS_CPU = Capability((Tier.CPU,), ("cpu",))  # cpu_gemm "blas": no lattice GEMM kernel
+AVX2_CPU = Capability((Tier.CPU,), ("cpu",), cpu_gemm="avx2", cpu_gemm_reason="the CPU runs avx2")
+
+
 def test_route_is_a_pure_value():
-    a, b = route_conv(_req()), route_conv(_req())
+    a, b = route_conv(_req(), BLAS_CPU), route_conv(_req(), BLAS_CPU)
     assert a == b and a.name == "cpu.gather_gemm_scatter"
-    assert [r.algorithm for r in a.rejected] == ["pointwise_gemm"]
+    assert [r.algorithm for r in a.rejected] == ["pointwise_gemm", "tiled_gemm"]
+    assert route_conv(_req()) == route_conv(_req()) and route_conv(_req()).name == cpu_conv_route()
+
+
+def test_cpu_relation_conv_takes_lattices_gemm_kernel_where_the_cpu_runs_one():
+    route = route_conv(_req(), AVX2_CPU)
+    assert route.name == "cpu.tiled_gemm" and route.facts["cpu_gemm"] == "avx2"
+    assert [r.algorithm for r in route.rejected] == ["pointwise_gemm", "gather_gemm_scatter"]
+    assert "avx2" in route.reason and "the CPU runs avx2" in route.rejected[1].predicate
+    assert route_conv(_req(kernel_volume=1, identity_relation=True), AVX2_CPU).name == "cpu.pointwise_gemm"
+    packed = _req(weight_layout="packed", packing="int8, group 32, float16 scales")
+    assert route_conv(packed, AVX2_CPU).name == "cpu.dequant_tiled_gemm"
+    assert route_conv(packed, BLAS_CPU).name == "cpu.dequant_gather_gemm_scatter"
 
 
 def test_pointwise_route_only_on_identity_relations():
     assert route_conv(_req(kernel_volume=1, identity_relation=True)).name == "cpu.pointwise_gemm"
-    assert route_conv(_req(kernel_volume=1, identity_relation=False)).name == "cpu.gather_gemm_scatter"
+    assert (
+        route_conv(_req(kernel_volume=1, identity_relation=False), BLAS_CPU).name == "cpu.gather_gemm_scatter"
+    )
 
 
 def test_gpu_request_takes_the_cuda_kernel_or_the_mlx_gpu_route_or_falls_back_with_reason():
@@ -64,8 +83,7 @@ def test_gpu_request_takes_the_cuda_kernel_or_the_mlx_gpu_route_or_falls_back_wi
     on_metal = route_conv(_req(device="gpu"), metal)
     assert on_metal.name == "gpu.gather_matmul_scatter"
     assert any(r.backend == "metal" and "never run" in r.predicate for r in on_metal.rejected)
-    cpu_only = Capability((Tier.CPU,), ("cpu",))
-    fallback = route_conv(_req(device="gpu"), cpu_only)
+    fallback = route_conv(_req(device="gpu"), BLAS_CPU)
     assert fallback.name == "cpu.gather_gemm_scatter"
     assert "no GPU device" in fallback.rejected[0].predicate
 
@@ -110,7 +128,7 @@ def test_explain_reports_the_route_the_op_dispatches(monkeypatch, op, kwargs, ks
 def test_explain_by_name_and_unknown_op():
     x = _tensor()
     w = mx.zeros((3, 3, 3, 3, 4))
-    assert lattice.explain("subm_conv3d", x, w).name == "cpu.gather_gemm_scatter"
+    assert lattice.explain("subm_conv3d", x, w).name == cpu_conv_route()
     with pytest.raises(ValueError, match="unknown op"):
         lattice.explain("nope", x, w)
     with pytest.raises(ValueError, match="not an explainable"):
@@ -140,7 +158,7 @@ def test_cli_explain_synthetic_json():
     res = runner.invoke(app, ["explain", "subm_conv3d", "--channels", "8,16", "--rows", "2000", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert out["route"] == "cpu.gather_gemm_scatter"
+    assert out["route"] == cpu_conv_route()
     assert out["facts"]["channels"] == "8->16" and out["facts"]["n_in"] == 2000
 
 
@@ -189,7 +207,7 @@ def test_cli_explain_packed_weight_route():
         ["explain", "subm_conv3d", "--channels", "64,64", "--quantize", "int8", "--rows", "500", "--json"],
     )
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["route"] == "cpu.dequant_gather_gemm_scatter"
+    assert json.loads(res.stdout)["route"] == cpu_conv_route(packed=True)
     assert runner.invoke(app, ["explain", "subm_conv3d", "--quantize", "int3"]).exit_code == 2
 
 

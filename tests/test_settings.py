@@ -37,12 +37,20 @@ def test_each_variable_and_its_default(monkeypatch):
         settings.CONV_TILE_FLOATS,
         settings.MALLOC_TUNING,
         settings.MAX_POINTS,
+        settings.CPU_GEMM,
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     assert settings.num_threads() == 0 and settings.conv_tile_floats() == 16384
     assert settings.malloc_tuning() == (True, True) and settings.max_points() == 2**31 - 1
+    assert settings.cpu_gemm() == "auto"
+    monkeypatch.setenv(settings.CPU_GEMM, " AVX2 ")
+    assert settings.cpu_gemm() == "avx2"
+    monkeypatch.setenv(settings.CPU_GEMM, "sse")
+    with pytest.raises(ValueError, match="LATTICE_CPU_GEMM must be one of auto, blas, avx2, avx512"):
+        settings.cpu_gemm()
+    assert "LATTICE_CPU_GEMM must be" in settings.current()[settings.CPU_GEMM]
     monkeypatch.setenv(settings.NUM_THREADS, "3")
     monkeypatch.setenv(settings.CONV_TILE_FLOATS, "10")  # at least 1024
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1")  # glibc's own variable wins
@@ -58,6 +66,7 @@ def test_each_variable_and_its_default(monkeypatch):
     assert set(settings.current()) == {
         settings.NUM_THREADS,
         settings.CONV_TILE_FLOATS,
+        settings.CPU_GEMM,
         settings.MALLOC_TUNING,
         settings.METAL_KERNELS,
         settings.MAX_POINTS,

@@ -19,12 +19,19 @@ CONV = RouteTable(
 CPU, GPU = Backend.CPU, Backend.GPU
 POINTWISE_GEMM = CONV.route(CPU, "pointwise_gemm", "1x1x1 on the input support: one BLAS GEMM")
 GATHER_GEMM_SCATTER = CONV.route(CPU, "gather_gemm_scatter", "per offset: gather, BLAS GEMM, scatter-add")
+TILED_GEMM = CONV.route(
+    CPU,
+    "tiled_gemm",
+    "per offset: lattice's register-tiled GEMM kernel reading the gathered rows, adding into the "
+    "scattered ones",
+)
 DEQUANT_POINTWISE_GEMM = CONV.route(
     CPU, "dequant_pointwise_gemm", "packed weight dequantized, then pointwise_gemm"
 )
 DEQUANT_GATHER_GEMM_SCATTER = CONV.route(
     CPU, "dequant_gather_gemm_scatter", "packed weight dequantized, then gather_gemm_scatter"
 )
+DEQUANT_TILED_GEMM = CONV.route(CPU, "dequant_tiled_gemm", "packed weight dequantized, then tiled_gemm")
 POINTWISE_MATMUL = CONV.route(GPU, "pointwise_matmul", "1x1x1 on the input support: one MLX GPU matmul")
 GATHER_MATMUL_SCATTER = CONV.route(
     GPU, "gather_matmul_scatter", "per offset: MLX gather, matmul, scatter-add"
@@ -90,15 +97,33 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             return _route_gpu(rb, req, packed, cap)
     # 2-5. CPU routes by relation, weight layout and shape
     if packed:
-        return _route_packed(rb, req)
+        return _route_packed(rb, req, cap)
     if req.identity_relation and req.kernel_volume == 1:
         return rb.take(
             POINTWISE_GEMM, "1x1x1 kernel on the input support: one BLAS GEMM over all rows, coordinates kept"
         )
     rb.reject(POINTWISE_GEMM, IDENTITY)
+    return _take_gather_route(rb, cap, TILED_GEMM, GATHER_GEMM_SCATTER, "")
+
+
+def _take_gather_route(rb: RouteBuilder, cap: Capability, tiled, blas, how: str) -> Route:
+    """The CPU route of a relation convolution: lattice's tiled GEMM kernel where the
+    capability names one (cap.cpu_gemm), else gather -> BLAS -> scatter."""
+    if cap.cpu_gemm != "blas":
+        rb.facts["cpu_gemm"] = cap.cpu_gemm
+        rb.reject(blas, f"lattice's {cap.cpu_gemm} kernel runs here ({cap.cpu_gemm_reason})")
+        return rb.take(
+            tiled,
+            f"{how}per kernel offset: W[k] packed once, then lattice's {cap.cpu_gemm} register-tiled GEMM "
+            "kernel reads the gathered input rows straight into its FMAs and adds the products into the "
+            "scattered output rows from registers (tiles over all cores); the submanifold centre offset is "
+            "one BLAS GEMM that initialises the output",
+        )
+    rb.reject(tiled, cap.cpu_gemm_reason or "lattice's GEMM kernels do not run here")
     return rb.take(
-        GATHER_GEMM_SCATTER,
-        "per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows (tiled over all cores)",
+        blas,
+        f"{how}per kernel offset: gather input rows, BLAS GEMM, scatter-add to output rows (tiled over "
+        "all cores)",
     )
 
 
@@ -149,8 +174,8 @@ def _check_weight_layout(req: ConvRequest) -> bool:
     return True
 
 
-def _route_packed(rb: RouteBuilder, req: ConvRequest) -> Route:
-    """Packed weights: dequantize (K * C_in * C_out values, tiny) then the dense BLAS routes."""
+def _route_packed(rb: RouteBuilder, req: ConvRequest, cap: Capability) -> Route:
+    """Packed weights: dequantize (K * C_in * C_out values, tiny) then the dense routes."""
     rb.reject(GATHER_GEMM_SCATTER, "weight_layout == dense")
     if req.identity_relation and req.kernel_volume == 1:
         rb.reject(POINTWISE_GEMM, "weight_layout == dense")
@@ -159,8 +184,10 @@ def _route_packed(rb: RouteBuilder, req: ConvRequest) -> Route:
             "packed 1x1x1 kernel on the input support: dequantize the weight, one BLAS GEMM over all rows",
         )
     rb.reject(DEQUANT_POINTWISE_GEMM, IDENTITY)
-    return rb.take(
+    return _take_gather_route(
+        rb,
+        cap,
+        DEQUANT_TILED_GEMM,
         DEQUANT_GATHER_GEMM_SCATTER,
-        "packed weight dequantized to (K, C_in, C_out) in float32, then per kernel offset: gather, "
-        "BLAS GEMM, scatter-add (tiled over all cores)",
+        "packed weight dequantized to (K, C_in, C_out) in float32, then ",
     )

@@ -24,6 +24,8 @@ class Capability:
     compiled: tuple[str, ...]
     gpu_name: str | None = None
     metal_kernels: bool = False  # LATTICE_METAL_KERNELS=1
+    cpu_gemm: str = "blas"  # the CPU convolutions' GEMM: "blas" or one of lattice's kernels
+    cpu_gemm_reason: str = ""  # why (what the CPU runs, or LATTICE_CPU_GEMM)
 
     def has(self, tier: Tier) -> bool:
         return tier in self.tiers
@@ -87,7 +89,30 @@ def capability() -> Capability:
             name = "metal"
     # Native kernels compiled into lattice._ext: the CPU backend (the GPU kernels are
     # compiled at first use by MLX).
-    return Capability(tuple(tiers), ("cpu",), name, settings.metal_kernels())
+    gemm, why = cpu_gemm_kernel()
+    return Capability(tuple(tiers), ("cpu",), name, settings.metal_kernels(), gemm, why)
+
+
+def cpu_gemm_kernel() -> tuple[str, str]:
+    """The GEMM kernel of the CPU convolutions and why: ``LATTICE_CPU_GEMM`` where it names
+    one (a kernel this CPU cannot run is a ``ValueError``), else the best of lattice's kernels
+    this CPU runs (``lattice._ext.conv_kernels()``), else the BLAS."""
+    from lattice import _ext
+
+    runs = list(_ext.conv_kernels())
+    choice = settings.cpu_gemm()
+    if choice == "blas":
+        return "blas", f"{settings.CPU_GEMM}=blas"
+    if choice != "auto":
+        if choice not in runs:
+            raise ValueError(
+                f"[routing] {settings.CPU_GEMM}={choice}: this CPU runs lattice's kernels "
+                f"{runs or 'none'} (or blas)"
+            )
+        return choice, f"{settings.CPU_GEMM}={choice}"
+    if runs:
+        return runs[0], f"the CPU runs lattice's {'/'.join(runs)} kernels; {runs[0]} is the widest"
+    return "blas", "this CPU runs none of lattice's GEMM kernels (AVX2 + FMA or AVX-512F, x86-64)"
 
 
 def requested_device(device) -> str:

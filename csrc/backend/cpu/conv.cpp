@@ -1,6 +1,8 @@
-// CPU sparse convolution: gather -> GEMM (linked BLAS) -> scatter-add, per kernel
-// offset, in tiles spread over both cores. Edges of one offset never share an
-// output row in a kernel relation, so tiles of one offset scatter without atomics.
+// CPU sparse convolution, per kernel offset, in tiles spread over both cores: gather ->
+// GEMM (linked BLAS) -> scatter-add, or lattice's register-tiled kernel (gemm.h), which
+// reads the gathered rows and adds into the scattered ones directly, W packed once per
+// call. Edges of one offset never share an output row in a kernel relation, so tiles of
+// one offset scatter without atomics.
 // Every row index is range-checked first; a relation nobody vouched for (EdgeFacts in
 // primitives.h) is also checked for that property, and scattered serially, in edge
 // order, where it does not hold.
@@ -11,6 +13,7 @@
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_convert.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/gemm.h"
 #include "core/checks.h"
 #include "core/settings.h"
 #include "primitives.h"
@@ -59,9 +62,43 @@ bool identity_edges(const int32_t* in, const int32_t* out, const std::vector<int
   return ok.load();
 }
 
+// Edges per task of lattice's kernel: a multiple of its row tile, and at least about 2^16
+// multiply-adds (smaller tasks cost more to hand out than they take).
+inline int64_t kernel_chunk(const gemm::KernelInfo& ki, int c_in, int c_out) {
+  const int64_t least = (int64_t{1} << 16) / std::max<int64_t>(1, static_cast<int64_t>(c_in) * c_out);
+  const int64_t tiles = std::max<int64_t>(24, (least + ki.rows - 1) / ki.rows);
+  return tiles * ki.rows;
+}
+
+// The offsets but `skip` through lattice's kernel: each offset's W packed once (all offsets
+// packed in parallel first), then its edges in chunks over the cores (in order, on one
+// thread, where `distinct` does not hold).
+void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, const float* W, const int32_t* IR,
+                         const int32_t* OR, const std::vector<int64_t>& bounds, int skip, bool transpose_w, int P,
+                         int Q, float* Y, bool distinct) {
+  const int K = static_cast<int>(bounds.size()) - 1;
+  const int c_in = transpose_w ? Q : P, c_out = transpose_w ? P : Q;
+  const int64_t psz = gemm::packed_size(c_in, c_out, ki.panel), wk = static_cast<int64_t>(P) * Q;
+  std::vector<float> packed(static_cast<size_t>(K) * psz);
+  const auto pack = [&](int64_t k, int64_t, int64_t) {
+    if (k != skip && bounds[k + 1] > bounds[k])
+      gemm::pack(W + k * wk, Q, transpose_w, c_in, c_out, ki.panel, packed.data() + k * psz);
+  };
+  maybe_parallel_chunks(K * psz >= (1 << 16), K, K, pack);
+  const int64_t chunk = kernel_chunk(ki, c_in, c_out);
+  for (int k = 0; k < K; ++k) {
+    const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
+    if (k == skip || n == 0) continue;
+    const float* wp = packed.data() + k * psz;
+    maybe_parallel_chunks(distinct, n, (n + chunk - 1) / chunk, [&](int64_t, int64_t b, int64_t e) {
+      ki.gather_gemm_scatter(X, c_in, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out);
+    });
+  }
+}
+
 void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
                   mx::array& out, const std::vector<int64_t>& bounds, bool transpose_w, int identity_k,
-                  EdgeFacts facts) {
+                  EdgeFacts facts, gemm::Kernel kernel) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const int P = w.shape(1), Q = w.shape(2);
   const int c_in = transpose_w ? Q : P;
@@ -101,7 +138,10 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   if (!initialised) {
     parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
   }
-  if (c_in > 0 && c_out > 0) {
+  if (c_in > 0 && c_out > 0 && kernel != gemm::Kernel::blas) {
+    conv_offsets_kernel(gemm::info(kernel), X, W, IR, OR, bounds, initialised ? identity_k : -1, transpose_w, P, Q, Y,
+                        distinct);
+  } else if (c_in > 0 && c_out > 0) {
     const int64_t T = tile_rows(c_in, c_out);
     for (int k = 0; k < K; ++k) {
       if (k == identity_k && initialised) continue;
@@ -125,8 +165,45 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   if (out.dtype() != mx::float32) store_from_f32(Y, out);
 }
 
+// The weight gradient through lattice's kernel: each offset's edges in parts of a size fixed
+// by the relation alone (so the sums do not depend on the thread count); the first part of
+// an offset writes G[k], the others their own buffers, added to G[k] in part order after.
+void weight_grad_kernel(const gemm::KernelInfo& ki, const float* A, int ca, const float* B, int cb, const int32_t* RA,
+                        const int32_t* RB, const std::vector<int64_t>& bounds, float* G) {
+  const int K = static_cast<int>(bounds.size()) - 1;
+  const int64_t gk = static_cast<int64_t>(ca) * cb;
+  const int64_t part = std::max<int64_t>(16384, (bounds.back() + 31) / 32);
+  struct Item { int k; int64_t b, e; int64_t buffer; };  // buffer -1: G[k] itself
+  std::vector<Item> items;
+  int64_t buffers = 0;
+  for (int k = 0; k < K; ++k) {
+    if (bounds[k + 1] == bounds[k]) std::memset(G + k * gk, 0, sizeof(float) * gk);
+    for (int64_t s = bounds[k]; s < bounds[k + 1]; s += part)
+      items.push_back({k, s, std::min(bounds[k + 1], s + part), s == bounds[k] ? -1 : buffers++});
+  }
+  std::vector<float> partial(static_cast<size_t>(buffers) * gk);
+  const int64_t scratch = ki.at_b_scratch(ca, cb);
+  const auto n_items = static_cast<int64_t>(items.size());
+  parallel_chunks(n_items, n_items, [&](int64_t i, int64_t, int64_t) {
+    thread_local std::vector<float> work;
+    if (work.size() < static_cast<size_t>(scratch)) work.resize(static_cast<size_t>(scratch));
+    const Item& it = items[i];
+    float* g = it.buffer < 0 ? G + it.k * gk : partial.data() + it.buffer * gk;
+    ki.gather_at_b(A, ca, RA + it.b, B, cb, RB + it.b, it.e - it.b, ca, cb, g, false, work.data());
+  });
+  if (buffers == 0) return;
+  parallel_chunks(K, K, [&](int64_t k, int64_t, int64_t) {
+    float* g = G + k * gk;
+    for (const Item& it : items) {
+      if (it.k != k || it.buffer < 0) continue;
+      const float* p = partial.data() + it.buffer * gk;
+      for (int64_t j = 0; j < gk; ++j) g[j] += p[j];
+    }
+  });
+}
+
 void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a, const mx::array& rows_b,
-                      mx::array& out, const std::vector<int64_t>& bounds, bool checked) {
+                      mx::array& out, const std::vector<int64_t>& bounds, bool checked, gemm::Kernel kernel) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const int ca = a.shape(1), cb = b.shape(1);
   std::vector<float> as, bs;
@@ -140,6 +217,10 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
   }
   float* G = out.data<float>();
   const int64_t gk = static_cast<int64_t>(ca) * cb;
+  if (ca > 0 && cb > 0 && kernel != gemm::Kernel::blas) {
+    weight_grad_kernel(gemm::info(kernel), A, ca, B, cb, RA, RB, bounds, G);
+    return;
+  }
   std::memset(G, 0, sizeof(float) * K * gk);
   if (ca == 0 || cb == 0) return;
   const int64_t T = tile_rows(ca, cb);
@@ -176,17 +257,17 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
 
 void SparseConv::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   dispatch_cpu(stream(), inputs, outputs[0],
-           [bounds = bounds_, tw = transpose_w_, idk = identity_k_, facts = facts_](std::vector<mx::array>& in,
-                                                                                     mx::array& out) {
-             conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk, facts);
+           [bounds = bounds_, tw = transpose_w_, idk = identity_k_, facts = facts_, kernel = kernel_](
+               std::vector<mx::array>& in, mx::array& out) {
+             conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk, facts, kernel);
            });
 }
 
 void SparseConvWeightGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch_cpu(stream(), inputs, outputs[0], [bounds = bounds_, checked = facts_.checked](std::vector<mx::array>& in,
-                                                                                         mx::array& out) {
-    conv_weight_grad(in[0], in[1], in[2], in[3], out, *bounds, checked);
-  });
+  dispatch_cpu(stream(), inputs, outputs[0],
+               [bounds = bounds_, checked = facts_.checked, kernel = kernel_](std::vector<mx::array>& in, mx::array& out) {
+                 conv_weight_grad(in[0], in[1], in[2], in[3], out, *bounds, checked, kernel);
+               });
 }
 
 void BlasGemm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {

@@ -1,5 +1,6 @@
-"""CPU routes of the convolution family: the native gather-GEMM-scatter and the pointwise
-GEMM (``csrc/backend/cpu/conv.cpp``), placed on the CPU stream, and their packed-weight
+"""CPU routes of the convolution family: the native relation convolution — gather, BLAS GEMM,
+scatter-add, or lattice's register-tiled GEMM kernel (``csrc/backend/cpu/conv.cpp``,
+``gemm.h``) — and the pointwise GEMM, placed on the CPU stream, and their packed-weight
 forms."""
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from lattice import _ext
 from lattice.core.quantized import dequantized
 from lattice.core.relation import KernelRelation
 from lattice.routing import conv as routes
+from lattice.routing.device import capability
 from lattice.routing.registry import implements
 
 
-@implements(routes.GATHER_GEMM_SCATTER)
-def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
-    """Relation convolution with mapped weight (K, C_in, C_out) (differentiable).
+def _relation_conv(feats: mx.array, weight: mx.array, rel: KernelRelation, kernel: str) -> mx.array:
+    """Relation convolution with mapped weight (K, C_in, C_out) (differentiable), its products
+    by ``kernel`` ("blas" or one of lattice's GEMM kernels; the VJP's convolutions too).
 
     ``distinct=True``: the relation comes from lattice's coordinate manager, whose kernel
     relations never repeat an input or an output row within one kernel offset, so the
@@ -32,8 +34,22 @@ def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation) 
         False,
         identity_k,
         distinct=True,
+        kernel=kernel,
         stream=mx.cpu,
     )
+
+
+@implements(routes.GATHER_GEMM_SCATTER)
+def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
+    """Per kernel offset: gather, BLAS GEMM, scatter-add."""
+    return _relation_conv(feats, weight, rel, "blas")
+
+
+@implements(routes.TILED_GEMM)
+def tiled_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
+    """Per kernel offset: lattice's register-tiled GEMM kernel of this CPU (the capability's
+    ``cpu_gemm``) over the gathered rows, adding into the scattered ones."""
+    return _relation_conv(feats, weight, rel, capability().cpu_gemm)
 
 
 @implements(routes.POINTWISE_GEMM)
@@ -43,4 +59,5 @@ def pointwise_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx
 
 
 implements(routes.DEQUANT_GATHER_GEMM_SCATTER)(dequantized(gather_gemm_scatter))
+implements(routes.DEQUANT_TILED_GEMM)(dequantized(tiled_gemm))
 implements(routes.DEQUANT_POINTWISE_GEMM)(dequantized(pointwise_gemm))

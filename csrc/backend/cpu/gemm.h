@@ -1,0 +1,65 @@
+// lattice's own register-tiled float32 GEMM kernels for the CPU convolution: the gathered
+// rows of X go straight into the FMAs and the product is added into the scattered rows of Y
+// from registers, so nothing is gathered into a buffer, no BLAS packs its operands per tile
+// and no product tile is written and read back. W is packed once per call into panels of
+// `panel` columns (gemm::pack). The weight gradient's kernel, whose reduction runs over the
+// edges, packs the gathered rows of both operands a step of edges at a time. One kernel per instruction set: AVX-512F (12 rows x 32
+// columns of accumulators) and AVX2 + FMA (6 x 16), compiled in their own files with their
+// own flags (gemm_avx512.cpp, gemm_avx2.cpp) and chosen at run time by what the CPU and the
+// OS support (gemm_x86.cpp); other platforms have none (gemm_portable.cpp) and the routes
+// take the BLAS.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lattice::gemm {
+
+// What runs a convolution's products: the linked BLAS (gather -> sgemm -> scatter-add) or
+// one of lattice's kernels. The values travel through the Python bindings.
+enum class Kernel : int { blas = 0, avx2 = 1, avx512 = 2 };
+
+// Y[out_rows[e]] += X[in_rows[e]] @ W for e in [0, m): X rows of length c_in (stride ldx), Y
+// rows of c_out (stride ldy), W packed by pack() for this kernel. Rows of out_rows must be
+// distinct within one call (one kernel offset), or the call must run alone.
+using GatherGemmScatter = void (*)(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
+                                   int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy);
+
+// G (ca x cb, row stride cb) = (accumulate ? G : 0) + sum over e in [0, m) of
+// A[ra[e]]^T B[rb[e]] (the weight gradient of one kernel offset): the gathered rows packed a
+// step of edges at a time into `scratch` (at_b_scratch(ca, cb) floats, the caller's), then
+// register tiles over the step.
+using GatherAtB = void (*)(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,
+                           const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch);
+
+struct KernelInfo {
+  Kernel kernel;
+  const char* name;
+  int panel;  // columns per packed panel of W
+  int rows;   // rows per register tile
+  GatherGemmScatter gather_gemm_scatter;
+  GatherAtB gather_at_b;
+  int64_t (*at_b_scratch)(int ca, int cb);
+};
+
+// The kernels this machine runs, best first (empty where only the BLAS does).
+const std::vector<KernelInfo>& available();
+
+// The kernel k (throws std::invalid_argument where this machine cannot run it).
+const KernelInfo& info(Kernel k);
+
+// The name of the best kernel here ("avx512", "avx2"), or "blas".
+std::string best_name();
+
+// Floats of W (c_in x c_out) packed for a kernel of `panel` columns.
+inline int64_t packed_size(int c_in, int c_out, int panel) {
+  return static_cast<int64_t>((c_out + panel - 1) / panel) * panel * c_in;
+}
+
+// Packs W (c_in x c_out, row stride ldw; transpose: W is given as c_out x c_in) into panels:
+// panel p holds columns [p * panel, p * panel + panel) as c_in rows of `panel` floats,
+// zeros past c_out.
+void pack(const float* w, int64_t ldw, bool transpose, int c_in, int c_out, int panel, float* out);
+
+}  // namespace lattice::gemm

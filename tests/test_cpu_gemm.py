@@ -1,0 +1,157 @@
+"""lattice's register-tiled CPU GEMM kernels (``csrc/backend/cpu/gemm*.cpp``: ``avx2``,
+``avx512``) against a float64 NumPy oracle and the BLAS route, called through the native
+entry points the convolution routes use: the forward / input-gradient convolution
+(``sparse_conv``, W as is and transposed) and the weight gradient
+(``sparse_conv_weight_grad``), over channel counts that leave partial register tiles and
+panels, offsets with no edges, row counts that leave partial row tiles, repeated output rows
+(the serial scatter), and results that do not depend on the thread count. The routes'
+choice and the convolution ops on every kernel are covered by ``test_conv.py`` /
+``test_conv_grad.py`` (every test there runs once per kernel)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from lattice import _ext
+
+KERNELS = [k for k in ("avx2", "avx512") if k in _ext.conv_kernels()]
+pytestmark = pytest.mark.skipif(not KERNELS, reason="this CPU runs none of lattice's GEMM kernels")
+SHAPES = [(1, 1), (3, 5), (4, 32), (12, 33), (17, 16), (33, 70), (64, 64), (96, 128), (130, 47)]
+
+
+def _relation(rng, n_in: int, n_out: int, per_offset: list[int], distinct: bool = True):
+    ins, outs, bounds = [], [], [0]
+    for m in per_offset:
+        o = rng.choice(n_out, size=m, replace=False) if distinct else rng.integers(0, n_out, size=m)
+        ins.append(rng.integers(0, n_in, size=m))
+        outs.append(o)
+        bounds.append(bounds[-1] + m)
+    cat = lambda a: np.concatenate(a).astype(np.int32) if a else np.zeros(0, np.int32)  # noqa: E731
+    return cat(ins), cat(outs), bounds
+
+
+def _oracle_conv(x, w, ir, orr, bounds, n_out, transpose):
+    y = np.zeros((n_out, w.shape[1] if transpose else w.shape[2]))
+    for k in range(len(bounds) - 1):
+        s = slice(bounds[k], bounds[k + 1])
+        wk = w[k].T if transpose else w[k]
+        np.add.at(y, orr[s], x[ir[s]].astype(np.float64) @ wk.astype(np.float64))
+    return y
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("c_in,c_out", SHAPES)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_conv_matches_the_oracle_and_the_blas(kernel, c_in, c_out, transpose):
+    rng = np.random.default_rng(c_in * 131 + c_out)
+    n_in, n_out = 700, 650
+    ir, orr, bounds = _relation(rng, n_in, n_out, [0, 37, 1, 600, 13, 0, 250])
+    x = rng.normal(size=(n_in, c_in)).astype(np.float32)
+    w = rng.normal(size=(len(bounds) - 1, *((c_out, c_in) if transpose else (c_in, c_out)))).astype(
+        np.float32
+    )
+    args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n_out, transpose, -1, True)
+    got = np.asarray(_ext.sparse_conv(*args, kernel=kernel))
+    want = _oracle_conv(x, w, ir, orr, bounds, n_out, transpose)
+    scale = np.abs(want).max() + 1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+    blas = np.asarray(_ext.sparse_conv(*args, kernel="blas"))
+    np.testing.assert_allclose(got, blas, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_conv_with_repeated_output_rows_scatters_serially(kernel):
+    """A relation nobody vouched for (``distinct=False``) whose offsets repeat output rows."""
+    rng = np.random.default_rng(3)
+    ir, orr, bounds = _relation(rng, 300, 40, [500, 700], distinct=False)
+    x = rng.normal(size=(300, 20)).astype(np.float32)
+    w = rng.normal(size=(2, 20, 36)).astype(np.float32)
+    got = _ext.sparse_conv(mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, 40, kernel=kernel)
+    want = _oracle_conv(x, w, ir, orr, bounds, 40, False)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("ca,cb", SHAPES)
+def test_weight_gradient_matches_the_oracle_and_the_blas(kernel, ca, cb):
+    rng = np.random.default_rng(ca * 7 + cb)
+    ra, rb, bounds = _relation(rng, 500, 480, [0, 300, 1, 129, 0, 400])
+    a = rng.normal(size=(500, ca)).astype(np.float32)
+    b = rng.normal(size=(480, cb)).astype(np.float32)
+    args = (mx.array(a), mx.array(b), mx.array(ra), mx.array(rb), bounds, True)
+    got = np.asarray(_ext.sparse_conv_weight_grad(*args, kernel=kernel))
+    want = np.stack(
+        [
+            a[ra[s]].astype(np.float64).T @ b[rb[s]].astype(np.float64)
+            for s in (slice(bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1))
+        ]
+    )
+    scale = np.abs(want).max() + 1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(
+        got, np.asarray(_ext.sparse_conv_weight_grad(*args, kernel="blas")), atol=1e-4 * scale
+    )
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_weight_gradient_of_many_edges_sums_its_parts_in_order(kernel):
+    """An offset longer than one part (16,384 edges): parts summed into G after."""
+    rng = np.random.default_rng(5)
+    ra, rb, bounds = _relation(rng, 60_000, 50_000, [40_000, 20_000])
+    a = rng.normal(size=(60_000, 9)).astype(np.float32)
+    b = rng.normal(size=(50_000, 19)).astype(np.float32)
+    got = _ext.sparse_conv_weight_grad(
+        mx.array(a), mx.array(b), mx.array(ra), mx.array(rb), bounds, True, kernel
+    )
+    for k in range(2):
+        s = slice(bounds[k], bounds[k + 1])
+        want = a[ra[s]].astype(np.float64).T @ b[rb[s]].astype(np.float64)
+        np.testing.assert_allclose(np.asarray(got[k]), want, rtol=1e-4, atol=1e-3)
+
+
+def test_kernel_names_are_checked():
+    x, w = mx.ones((3, 2)), mx.ones((1, 2, 2))
+    rows = mx.array([0, 1], dtype=mx.int32)
+    with pytest.raises(ValueError, match="kernel must be 'blas', 'avx2' or 'avx512', got 'sse'"):
+        _ext.sparse_conv(x, w, rows, rows, [0, 2], 3, kernel="sse")
+    with pytest.raises(ValueError, match="kernel must be"):
+        _ext.sparse_conv_weight_grad(x, x, rows, rows, [0, 2], kernel="avx1024")
+
+
+_THREADS = textwrap.dedent(
+    """
+    import sys
+    import mlx.core as mx
+    import numpy as np
+    from lattice import _ext
+    rng = np.random.default_rng(0)
+    n, k = 40_000, sys.argv[2]
+    ir = np.concatenate([rng.permutation(n)[:30_000] for _ in range(5)]).astype(np.int32)
+    orr = np.concatenate([rng.permutation(n)[:30_000] for _ in range(5)]).astype(np.int32)
+    bounds = list(range(0, 150_001, 30_000))
+    x = mx.array(rng.normal(size=(n, 40)).astype(np.float32))
+    w = mx.array(rng.normal(size=(5, 40, 24)).astype(np.float32))
+    y = _ext.sparse_conv(x, w, mx.array(ir), mx.array(orr), bounds, n, distinct=True, kernel=k)
+    g = _ext.sparse_conv_weight_grad(x, y, mx.array(ir), mx.array(orr), bounds, True, k)
+    np.savez(sys.argv[1], y=np.asarray(y), g=np.asarray(g))
+    """
+)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
+    out = {}
+    for threads in ("1", "2"):
+        path = tmp_path / f"{threads}.npz"
+        env = dict(os.environ, LATTICE_NUM_THREADS=threads)
+        subprocess.run([sys.executable, "-c", _THREADS, str(path), kernel], env=env, check=True)
+        out[threads] = np.load(path)
+    for key in ("y", "g"):
+        np.testing.assert_array_equal(out["1"][key], out["2"][key], err_msg=key)
