@@ -6,6 +6,8 @@
 #include <bit>
 #include <cmath>
 #include <numeric>
+
+#include "core/clones.h"
 #include "core/message.h"
 
 namespace lattice {
@@ -362,15 +364,10 @@ template <class T>
   return bad;
 }
 
-// The loop compiled twice on x86-64 (GCC, glibc's ifunc picks at load): for x86-64-v3
+// The loop compiled twice on x86-64 (LATTICE_X86_CLONES, core/clones.h): for x86-64-v3
 // machines (floor is one vroundsd; the loop stays scalar) and for the baseline the wheel
 // targets, where floor is a branchy software sequence (perf on the dense indoor frame: the
 // loop fell from 48 % to 31 % of sparse_quantize's samples).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__)
-#define LATTICE_X86_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define LATTICE_X86_CLONES
-#endif
 
 LATTICE_X86_CLONES static int64_t quantize_chunk_f32(const float* p, const int32_t* bidx, int64_t b, int64_t e,
                                                      const double* org, const double* vs, int32_t* q,

@@ -9,6 +9,8 @@
 // forward in two passes (the per-channel statistics, then the AffineAct pass) and backward
 // in two (two per-channel sums, then the input gradient). Sums run in float64 over fixed
 // blocks of rows, added in block order, so they do not depend on the thread count either.
+// The row loops are compiled for x86-64-v3 too (core/clones.h), and this file without
+// floating-point contraction (CMakeLists.txt), so that both compile to the same roundings.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +19,7 @@
 
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/dtype_convert.h"
+#include "core/clones.h"
 #include "core/parallel.h"
 #include "primitives.h"
 
@@ -25,16 +28,28 @@ namespace lattice {
 namespace {
 
 // Rows [b, e) of C channels, float32 throughout.
-void affine_rows(const float* __restrict X, const float* __restrict S, const float* __restrict H,
-                 const float* __restrict R, float* __restrict Y, int64_t b, int64_t e, int64_t C, bool relu) {
+template <bool kResidual, bool kRelu>
+inline void affine_rows_as(const float* __restrict X, const float* __restrict S, const float* __restrict H,
+                           const float* __restrict R, float* __restrict Y, int64_t b, int64_t e, int64_t C) {
   for (int64_t r = b; r < e; ++r) {
     const int64_t o = r * C;
     for (int64_t c = 0; c < C; ++c) {
       float v = X[o + c] * S[c] + H[c];
-      if (R != nullptr) v += R[o + c];
-      if (relu) v = v < 0.0f ? 0.0f : v;  // max(v, 0); NaN stays NaN as in mx.maximum
+      if (kResidual) v += R[o + c];
+      if (kRelu) v = v < 0.0f ? 0.0f : v;  // max(v, 0); NaN stays NaN as in mx.maximum
       Y[o + c] = v;
     }
+  }
+}
+
+LATTICE_X86_CLONES void affine_rows(const float* X, const float* S, const float* H, const float* R, float* Y,
+                                    int64_t b, int64_t e, int64_t C, bool relu) {
+  if (R != nullptr) {
+    if (relu) affine_rows_as<true, true>(X, S, H, R, Y, b, e, C);
+    else affine_rows_as<true, false>(X, S, H, R, Y, b, e, C);
+  } else {
+    if (relu) affine_rows_as<false, true>(X, S, H, R, Y, b, e, C);
+    else affine_rows_as<false, false>(X, S, H, R, Y, b, e, C);
   }
 }
 
@@ -42,8 +57,8 @@ void affine_rows(const float* __restrict X, const float* __restrict S, const flo
 // the additions.
 constexpr int64_t kSumBlock = 512;
 
-// Per-channel sums over the rows in float64: part(b, r0, r1, acc) adds rows [r0, r1) of
-// block b into acc (W * C doubles, zeroed); returns the W * C totals, blocks added in order.
+// Per-channel sums over the rows in float64: part(r0, r1, acc) adds rows [r0, r1) into acc
+// (W * C doubles, zeroed); returns the W * C totals, blocks added in order.
 template <class Part>
 std::vector<double> block_sums(int64_t n, int64_t C, int W, Part&& part) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
@@ -59,27 +74,31 @@ std::vector<double> block_sums(int64_t n, int64_t C, int W, Part&& part) {
   return total;
 }
 
+// s1 += x - k, s2 += (x - k)^2 per channel over rows [r0, r1).
+LATTICE_X86_CLONES void stats_rows(const float* __restrict X, const float* __restrict K, int64_t r0, int64_t r1,
+                                   int64_t C, double* __restrict s1, double* __restrict s2) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* __restrict x = X + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = static_cast<double>(x[c]) - static_cast<double>(K[c]);
+      s1[c] += d;
+      s2[c] += d * d;
+    }
+  }
+}
+
 // Mean and biased variance per channel of the n rows of X, summed about the first row
-// (a shift that keeps the float64 sum of squares clear of cancellation). No rows: NaN,
-// as the mean of nothing is in MLX.
+// (a shift that keeps the sum of squares clear of cancellation). No rows: NaN, as the mean
+// of nothing is in MLX.
 void batch_stats(const float* X, int64_t n, int64_t C, float* mean, float* var) {
   if (n == 0) {
     std::fill(mean, mean + C, std::numeric_limits<float>::quiet_NaN());
     std::fill(var, var + C, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  const float* __restrict K = X;
-  const auto sums = block_sums(n, C, 2, [&](int64_t r0, int64_t r1, double* __restrict acc) {
-    double* __restrict s1 = acc;
-    double* __restrict s2 = acc + C;
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* __restrict x = X + r * C;
-      for (int64_t c = 0; c < C; ++c) {
-        const double d = static_cast<double>(x[c]) - static_cast<double>(K[c]);
-        s1[c] += d;
-        s2[c] += d * d;
-      }
-    }
+  const float* K = X;
+  const auto sums = block_sums(n, C, 2, [&](int64_t r0, int64_t r1, double* acc) {
+    stats_rows(X, K, r0, r1, C, acc, acc + C);
   });
   for (int64_t c = 0; c < C; ++c) {
     const double m = sums[c] / static_cast<double>(n);
@@ -88,19 +107,57 @@ void batch_stats(const float* X, int64_t n, int64_t C, float* mean, float* var) 
   }
 }
 
-// The input gradient of BatchNormAct, rows [b, e): dx = a * gm + k * (x - mean) + h with
-// gm the cotangent where the ReLU passes it.
-void batch_norm_grad_rows(const float* __restrict G, const float* __restrict X, const float* __restrict O,
-                          const float* __restrict M, const float* __restrict A, const float* __restrict Kc,
-                          const float* __restrict H, float* __restrict DX, float* __restrict DR, int64_t b,
-                          int64_t e, int64_t C) {
+// sg += gm, sgx += gm * (x - mean) per channel over rows [r0, r1), gm the cotangent where
+// the ReLU passed it (out > 0; every row without the ReLU, O null). Each row's gm is formed
+// in float32 into `row` first: a select next to float64 sums does not vectorise (one loop
+// mixing the two ran 5x slower), a float select and a float64 sum each do.
+template <bool kMask>
+inline void grad_sums_as(const float* __restrict G, const float* __restrict X, const float* __restrict O,
+                         const float* __restrict M, int64_t r0, int64_t r1, int64_t C, double* __restrict sg,
+                         double* __restrict sgx, float* __restrict row) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * C;
+    for (int64_t c = 0; c < C; ++c) row[c] = (!kMask || O[o + c] > 0.0f) ? G[o + c] : 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const double gm = static_cast<double>(row[c]);
+      sg[c] += gm;
+      sgx[c] += gm * (static_cast<double>(X[o + c]) - static_cast<double>(M[c]));
+    }
+  }
+}
+
+LATTICE_X86_CLONES void grad_sums_rows(const float* G, const float* X, const float* O, const float* M, int64_t r0,
+                                       int64_t r1, int64_t C, double* sg, double* sgx, float* row) {
+  if (O != nullptr) grad_sums_as<true>(G, X, O, M, r0, r1, C, sg, sgx, row);
+  else grad_sums_as<false>(G, X, O, M, r0, r1, C, sg, sgx, row);
+}
+
+// The input gradient of BatchNormAct, rows [b, e): dx = a * gm + k * (x - mean) + h, and
+// dresidual = gm where DR is given.
+template <bool kMask, bool kResidual>
+inline void grad_rows_as(const float* __restrict G, const float* __restrict X, const float* __restrict O,
+                         const float* __restrict M, const float* __restrict A, const float* __restrict Kc,
+                         const float* __restrict H, float* __restrict DX, float* __restrict DR, int64_t b, int64_t e,
+                         int64_t C) {
   for (int64_t r = b; r < e; ++r) {
     const int64_t o = r * C;
     for (int64_t c = 0; c < C; ++c) {
-      const float gm = (O == nullptr || O[o + c] > 0.0f) ? G[o + c] : 0.0f;
+      const float gm = (!kMask || O[o + c] > 0.0f) ? G[o + c] : 0.0f;
       DX[o + c] = A[c] * gm + Kc[c] * (X[o + c] - M[c]) + H[c];
-      if (DR != nullptr) DR[o + c] = gm;
+      if (kResidual) DR[o + c] = gm;
     }
+  }
+}
+
+LATTICE_X86_CLONES void batch_norm_grad_rows(const float* G, const float* X, const float* O, const float* M,
+                                             const float* A, const float* Kc, const float* H, float* DX, float* DR,
+                                             int64_t b, int64_t e, int64_t C) {
+  if (O != nullptr) {
+    if (DR != nullptr) grad_rows_as<true, true>(G, X, O, M, A, Kc, H, DX, DR, b, e, C);
+    else grad_rows_as<true, false>(G, X, O, M, A, Kc, H, DX, DR, b, e, C);
+  } else {
+    if (DR != nullptr) grad_rows_as<false, true>(G, X, O, M, A, Kc, H, DX, DR, b, e, C);
+    else grad_rows_as<false, false>(G, X, O, M, A, Kc, H, DX, DR, b, e, C);
   }
 }
 
@@ -169,17 +226,10 @@ void BatchNormActGrad::eval_cpu(const std::vector<mx::array>& inputs, std::vecto
     float* dw = out[1].data<float>();
     float* db = out[2].data<float>();
     // Sums of the passed cotangent gm and of gm * (x - mean), per channel.
-    const auto sums = block_sums(n, C, 2, [&](int64_t r0, int64_t r1, double* __restrict acc) {
-      double* __restrict sg = acc;
-      double* __restrict sgx = acc + C;
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t o = r * C;
-        for (int64_t c = 0; c < C; ++c) {
-          const float gm = (O == nullptr || O[o + c] > 0.0f) ? G[o + c] : 0.0f;
-          sg[c] += gm;
-          sgx[c] += static_cast<double>(gm) * (static_cast<double>(X[o + c]) - static_cast<double>(M[c]));
-        }
-      }
+    const auto sums = block_sums(n, C, 2, [&](int64_t r0, int64_t r1, double* acc) {
+      thread_local std::vector<float> row;
+      if (row.size() < static_cast<size_t>(C)) row.resize(static_cast<size_t>(C));
+      grad_sums_rows(G, X, O, M, r0, r1, C, acc, acc + C, row.data());
     });
     // dx = invstd * w * (gm - db / n - (x - mean) * invstd * dw / n) + g_mean / n
     //      + 2 * g_var * (x - mean) / n, as a * gm + k * (x - mean) + h per channel.
