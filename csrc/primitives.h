@@ -135,8 +135,8 @@ class AffineAct : public mx::Primitive {
 
 // Training-mode BatchNorm over the rows with the residual add and the ReLU after it:
 // mean, var = the per-channel mean and biased variance of x's rows (float64 sums, float32
-// results); out = act(x * scale + shift [+ residual]) with scale = weight * rsqrt(var + eps)
-// and shift = bias - mean * scale (float32 arithmetic, as AffineAct). Inputs: x (N, C),
+// results); out = act((x - mean) * scale + bias [+ residual]) with scale = weight *
+// rsqrt(var + eps) (float32 arithmetic, no FMA contraction). Inputs: x (N, C),
 // weight and bias (C,) float32, residual (N, C) when has_residual. Outputs: out (N, C) of
 // the operands' promoted dtype, mean (C,) and var (C,) float32. Its VJP is BatchNormActGrad.
 class BatchNormAct : public mx::Primitive {

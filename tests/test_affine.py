@@ -166,6 +166,7 @@ def test_route_is_the_native_pass_on_the_cpu(cpu_device):
     assert "cpu.mlx_ops" in [r.name for r in route.rejected]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64 exists on the CPU only
 def test_argument_errors():
     x = SparseTensor(make_cloud("line"), mx.ones((25, 4)))
     other = SparseTensor(make_cloud("line"), mx.ones((25, 4)))  # equal rows, another manager
@@ -212,6 +213,7 @@ def test_eval_batchnorm_is_mlx_batchnorm_up_to_rounding(cloud):
     np.testing.assert_allclose(_np(arr), _np(want), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64 exists on the CPU only
 def test_eval_batchnorm_of_float64_keeps_mlx_arithmetic():
     norm = _trained_norm(3, 2)
     norm.eval()
@@ -236,6 +238,7 @@ def test_training_batchnorm_is_mlx_batchnorm_up_to_rounding():
     np.testing.assert_allclose(np.asarray(g), np.asarray(gw), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64 exists on the CPU only
 def test_scale_shift_is_none_where_the_module_is_not_one_affine_map():
     norm = _trained_norm(3, 6)
     assert norm.scale_shift(mx.ones((1, 3))) is None  # one row: no batch variance

@@ -6,7 +6,8 @@
 // after it and the ReLU cost together: MLX's CPU ops take one pass each.
 //
 // BatchNormAct / BatchNormActGrad: the training-mode BatchNorm with the add and the ReLU,
-// forward in two passes (the per-channel statistics, then the AffineAct pass) and backward
+// forward in two passes (the per-channel statistics, then (x - mean) * scale + bias with
+// the residual and the ReLU) and backward
 // in two (two per-channel sums, then the input gradient). Sums run in float64 over fixed
 // blocks of rows, added in block order, so they do not depend on the thread count either.
 // The row loops are compiled for x86-64-v3 too (core/clones.h), and this file without
@@ -50,6 +51,33 @@ LATTICE_X86_CLONES void affine_rows(const float* X, const float* S, const float*
   } else {
     if (relu) affine_rows_as<false, true>(X, S, H, R, Y, b, e, C);
     else affine_rows_as<false, false>(X, S, H, R, Y, b, e, C);
+  }
+}
+
+// BatchNormAct's pass, rows [b, e): act((x - mean) * scale + bias [+ residual]).
+template <bool kResidual, bool kRelu>
+inline void norm_rows_as(const float* __restrict X, const float* __restrict M, const float* __restrict S,
+                         const float* __restrict B, const float* __restrict R, float* __restrict Y, int64_t b,
+                         int64_t e, int64_t C) {
+  for (int64_t r = b; r < e; ++r) {
+    const int64_t o = r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      float v = (X[o + c] - M[c]) * S[c] + B[c];
+      if (kResidual) v += R[o + c];
+      if (kRelu) v = v < 0.0f ? 0.0f : v;
+      Y[o + c] = v;
+    }
+  }
+}
+
+LATTICE_X86_CLONES void norm_rows(const float* X, const float* M, const float* S, const float* B, const float* R,
+                                  float* Y, int64_t b, int64_t e, int64_t C, bool relu) {
+  if (R != nullptr) {
+    if (relu) norm_rows_as<true, true>(X, M, S, B, R, Y, b, e, C);
+    else norm_rows_as<true, false>(X, M, S, B, R, Y, b, e, C);
+  } else {
+    if (relu) norm_rows_as<false, true>(X, M, S, B, R, Y, b, e, C);
+    else norm_rows_as<false, false>(X, M, S, B, R, Y, b, e, C);
   }
 }
 
@@ -192,18 +220,16 @@ void BatchNormAct::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
     const float* X = as_f32(in[0], xs);
     batch_stats(X, n, C, mean, var);
     if (n == 0 || C == 0) return;
-    // scale and shift as BatchNorm.affine() forms them, then the AffineAct pass.
+    // (x - mean) * scale + bias with scale = weight * rsqrt(var + eps): MLX's BatchNorm
+    // arithmetic up to rounding, and exactly bias where a channel is constant.
     const float* W = in[1].data<float>();
     const float* B = in[2].data<float>();
-    std::vector<float> scale(C), shift(C);
-    for (int64_t c = 0; c < C; ++c) {
-      scale[c] = W[c] * (1.0f / std::sqrt(var[c] + eps));
-      shift[c] = B[c] - mean[c] * scale[c];
-    }
+    std::vector<float> scale(C);
+    for (int64_t c = 0; c < C; ++c) scale[c] = W[c] * (1.0f / std::sqrt(var[c] + eps));
     const float* R = res ? as_f32(in[3], rs) : nullptr;
     float* Y = out[0].dtype() == mx::float32 ? out[0].data<float>()
                                               : (ys.resize(static_cast<size_t>(n) * C), ys.data());
-    parallel_for(n, [&](int64_t b, int64_t e) { affine_rows(X, scale.data(), shift.data(), R, Y, b, e, C, relu); },
+    parallel_for(n, [&](int64_t b, int64_t e) { norm_rows(X, mean, scale.data(), B, R, Y, b, e, C, relu); },
                  std::max<int64_t>(1, 16384 / C));
     if (out[0].dtype() != mx::float32) store_from_f32(Y, out[0]);
   });

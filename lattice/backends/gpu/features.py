@@ -52,6 +52,19 @@ def compiled_affine(
         return y if y.dtype == dtype else y.astype(dtype)
 
 
+@functools.cache
+def _compiled_norm(residual: bool, relu: bool):
+    """``act((x - mean) * scale + bias + residual)`` as one ``mx.compile``d function, per form."""
+
+    def norm(x, mean, scale, bias, *rest):
+        y = (x.astype(mx.float32) - mean) * scale + bias
+        if residual:
+            y = y + rest[0].astype(mx.float32)
+        return mx.maximum(y, 0.0) if relu else y
+
+    return mx.compile(norm)
+
+
 @implements(routes.GPU_BATCH_NORM)
 def gpu_batch_norm_act(
     feats: mx.array,
@@ -62,14 +75,19 @@ def gpu_batch_norm_act(
     eps: float,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """``(out, mean, var)``: float32 batch mean and biased variance by MLX's GPU reductions,
-    then ``compiled_affine`` with the scale and shift they give."""
+    then ``act((x - mean) * scale + bias + residual)`` as one compiled function (the native
+    route's arithmetic). Empty features are not evaluated by a compiled function (MLX 0.32.4's
+    CUDA SIGFPE)."""
+    operands = (feats, weight, bias) + (() if residual is None else (residual,))
+    dtype = mx.result_type(*(a.dtype for a in operands))
+    if feats.size == 0:  # the statistics of no rows are NaN, as the CPU route's
+        nan = mx.full((feats.shape[1],), float("nan"), dtype=mx.float32)
+        return mx.zeros(feats.shape, dtype=dtype), nan, nan
     with mx.stream(mx.gpu):
         f = feats.astype(mx.float32)
         mean = mx.mean(f, axis=0)
         var = mx.mean(mx.square(f - mean), axis=0)
         scale = weight.astype(mx.float32) * mx.rsqrt(var + eps)
-        shift = bias.astype(mx.float32) - mean * scale
-    operands = (feats, weight, bias) + (() if residual is None else (residual,))
-    dtype = mx.result_type(*(a.dtype for a in operands))
-    out = compiled_affine(feats, scale, shift, residual, relu)
+        rest = () if residual is None else (residual,)
+        out = _compiled_norm(residual is not None, relu)(f, mean, scale, bias.astype(mx.float32), *rest)
     return (out if out.dtype == dtype else out.astype(dtype)), mean, var
