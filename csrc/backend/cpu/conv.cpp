@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_convert.h"
@@ -79,17 +80,18 @@ void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, const float
   const int K = static_cast<int>(bounds.size()) - 1;
   const int c_in = transpose_w ? Q : P, c_out = transpose_w ? P : Q;
   const int64_t psz = gemm::packed_size(c_in, c_out, ki.panel), wk = static_cast<int64_t>(P) * Q;
-  std::vector<float> packed(static_cast<size_t>(K) * psz);
+  // Every float of it is written by pack(): not zeroed first (10 MB per call on a wide layer).
+  std::unique_ptr<float[]> packed(new float[static_cast<size_t>(K) * psz]);
   const auto pack = [&](int64_t k, int64_t, int64_t) {
     if (k != skip && bounds[k + 1] > bounds[k])
-      gemm::pack(W + k * wk, Q, transpose_w, c_in, c_out, ki.panel, packed.data() + k * psz);
+      gemm::pack(W + k * wk, Q, transpose_w, c_in, c_out, ki.panel, packed.get() + k * psz);
   };
   maybe_parallel_chunks(K * psz >= (1 << 16), K, K, pack);
   const int64_t chunk = kernel_chunk(ki, c_in, c_out);
   for (int k = 0; k < K; ++k) {
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
     if (k == skip || n == 0) continue;
-    const float* wp = packed.data() + k * psz;
+    const float* wp = packed.get() + k * psz;
     maybe_parallel_chunks(distinct, n, (n + chunk - 1) / chunk, [&](int64_t, int64_t b, int64_t e) {
       ki.gather_gemm_scatter(X, c_in, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out);
     });
@@ -181,14 +183,14 @@ void weight_grad_kernel(const gemm::KernelInfo& ki, const float* A, int ca, cons
     for (int64_t s = bounds[k]; s < bounds[k + 1]; s += part)
       items.push_back({k, s, std::min(bounds[k + 1], s + part), s == bounds[k] ? -1 : buffers++});
   }
-  std::vector<float> partial(static_cast<size_t>(buffers) * gk);
+  std::unique_ptr<float[]> partial(new float[static_cast<size_t>(buffers) * gk]);  // each written whole
   const int64_t scratch = ki.at_b_scratch(ca, cb);
   const auto n_items = static_cast<int64_t>(items.size());
   parallel_chunks(n_items, n_items, [&](int64_t i, int64_t, int64_t) {
     thread_local std::vector<float> work;
     if (work.size() < static_cast<size_t>(scratch)) work.resize(static_cast<size_t>(scratch));
     const Item& it = items[i];
-    float* g = it.buffer < 0 ? G + it.k * gk : partial.data() + it.buffer * gk;
+    float* g = it.buffer < 0 ? G + it.k * gk : partial.get() + it.buffer * gk;
     ki.gather_at_b(A, ca, RA + it.b, B, cb, RB + it.b, it.e - it.b, ca, cb, g, false, work.data());
   });
   if (buffers == 0) return;
@@ -196,7 +198,7 @@ void weight_grad_kernel(const gemm::KernelInfo& ki, const float* A, int ca, cons
     float* g = G + k * gk;
     for (const Item& it : items) {
       if (it.k != k || it.buffer < 0) continue;
-      const float* p = partial.data() + it.buffer * gk;
+      const float* p = partial.get() + it.buffer * gk;
       for (int64_t j = 0; j < gk; ++j) g[j] += p[j];
     }
   });

@@ -83,6 +83,8 @@ void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, co
 // Edges per step of gather_at_b: a step's packed rows of A and B stay in L2 while every
 // register tile of G runs over them.
 constexpr int kAtbEdges = 128;
+// How many edges ahead the packing prefetches the gathered rows.
+constexpr int kAtbAhead = 8;
 
 // Floats per edge of one packed strip of A: MR rounded up to whole registers (copied with
 // vector stores, the spare lanes never read).
@@ -120,6 +122,10 @@ void gather_at_b(const float* a, int64_t lda, const int32_t* ra, const float* b,
   for (int64_t e0 = 0; e0 < m; e0 += kAtbEdges) {
     const int ne = m - e0 < kAtbEdges ? static_cast<int>(m - e0) : kAtbEdges;
     for (int e = 0; e < ne; ++e) {
+      if (e0 + e + kAtbAhead < m) {  // the rows are random: ask for those a few edges on early
+        __builtin_prefetch(a + static_cast<int64_t>(ra[e0 + e + kAtbAhead]) * lda);
+        __builtin_prefetch(b + static_cast<int64_t>(rb[e0 + e + kAtbAhead]) * ldb);
+      }
       const float* arow = a + static_cast<int64_t>(ra[e0 + e]) * lda;
       const float* brow = b + static_cast<int64_t>(rb[e0 + e]) * ldb;
       for (int s = 0; s < strips; ++s)
