@@ -151,7 +151,7 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
     for threads in ("1", "2"):
         path = tmp_path / f"{threads}.npz"
         env = dict(os.environ, LATTICE_NUM_THREADS=threads)
-        subprocess.run([sys.executable, "-c", _THREADS, str(path), kernel], env=env, check=True)
+        subprocess.run([sys.executable, "-P", "-c", _THREADS, str(path), kernel], env=env, check=True)
         out[threads] = np.load(path)
     for key in ("y", "g"):
         np.testing.assert_array_equal(out["1"][key], out["2"][key], err_msg=key)

@@ -3,12 +3,13 @@
 Each file is one task (``client.submit(run_one, job, task, pure=False, key=...)``), and
 results stream back as they complete (``as_completed``). A worker lost mid-task makes the
 scheduler run the task again elsewhere (up to ``distributed.scheduler.allowed-failures``
-times, default 3); a task that still ends in ``KilledWorker`` (the scheduler also counts
+times, default 3). A task that still ends in ``KilledWorker`` (the scheduler also counts
 deaths against tasks merely queued on the dying worker) is submitted once more under a new
-key, then the file fails with ``KilledWorker``. Outputs are written atomically, so a re-run
-never leaves a partial or a second file. Workers get absolute paths (a worker on another
-machine must see the same file system at the same paths) or URLs, which every worker reads
-and writes itself (``s3://``: give the workers the AWS environment).
+key once the others have finished, alone, so that no other file's crash counts against it;
+if that dies too, the file fails with ``KilledWorker``. Outputs are written atomically, so
+a re-run never leaves a partial or a second file. Workers get absolute paths (a worker on
+another machine must see the same file system at the same paths) or URLs, which every
+worker reads and writes itself (``s3://``: give the workers the AWS environment).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from dataclasses import replace
 from lattice.pipeline.batch import BatchError, FileResult, Job, Task, error_text, run_one
 
 EXTRA = "pip install 'lattice[dask]'"
-# A KilledWorker task is submitted this many times more: the scheduler counts a death against
-# every task assigned to the worker, queued ones too, so a file can be a bystander of another
-# file that kills its workers.
+# A KilledWorker task is submitted this many times more, alone, once the rest are done: the
+# scheduler counts a death against every task assigned to the worker, queued ones too, so a
+# file can be a bystander of another file that kills its workers.
 RESUBMIT = 1
 
 
@@ -100,7 +101,8 @@ class DaskExecutor:
             yield client
 
     def execute(self, job: Job, tasks: Sequence[Task], on_start=None) -> Iterator[tuple[int, FileResult]]:  # noqa: ARG002 (Dask does not say when a task starts)
-        """Submit every task, then yield ``(k, FileResult)`` as the futures complete."""
+        """Submit every task, yield ``(k, FileResult)`` as the futures complete, then retry the
+        ``KilledWorker`` ones one at a time."""
         if not tasks:
             return
         distributed = _distributed()
@@ -110,32 +112,50 @@ class DaskExecutor:
             futures = {
                 client.submit(run_one, job, s, key=f"{run}-{k}", pure=False): k for k, s in enumerate(sent)
             }
-            resubmitted: dict[int, int] = {}
+            killed: list[int] = []
             finished = False
             try:
-                stream = distributed.as_completed(futures)
-                for future in stream:
-                    k = futures[future]
-                    try:
-                        result = _local_names(future.result(), tasks[k], sent[k])
-                    except Exception as err:  # KilledWorker: the task's workers all died
-                        killed = type(err).__name__ == "KilledWorker"
-                        if killed and resubmitted.get(k, 0) < RESUBMIT:
-                            resubmitted[k] = resubmitted.get(k, 0) + 1  # perhaps only a bystander
-                            again = f"{run}-{k}-again{resubmitted[k]}"
-                            retry = client.submit(run_one, job, sent[k], key=again, pure=False)
-                            futures[retry] = k
-                            stream.add(retry)
-                            continue
-                        why = "worker died too often (KilledWorker)" if killed else error_text(err)
-                        result = FileResult(
-                            tasks[k].src, tasks[k].dst, "failed", error=f"{tasks[k].src}: {why}"
+                for future in distributed.as_completed(futures):
+                    k = futures.pop(future)
+                    result = self._result(future, tasks[k], sent[k])
+                    if result is None:
+                        killed.append(k)  # perhaps only a bystander of another file's crash
+                    else:
+                        yield k, result
+                for k in sorted(killed):  # alone: no other file can take its worker down now
+                    for again in range(1, RESUBMIT + 1):
+                        future = client.submit(
+                            run_one, job, sent[k], key=f"{run}-{k}-again{again}", pure=False
                         )
-                    yield k, result
+                        futures[future] = k
+                        distributed.wait(future)
+                        del futures[future]
+                        result = self._result(future, tasks[k], sent[k])
+                        if result is not None:
+                            break
+                    yield k, result or _killed(tasks[k])
                 finished = True
             finally:
                 if not finished:
                     client.cancel(list(futures))
+
+    @staticmethod
+    def _result(future, task: Task, sent: Task) -> FileResult | None:
+        """The task's result, its failure, or None when it ended in ``KilledWorker``. The
+        future is released: a finished task the client still holds is run again when the
+        worker keeping its result dies, rewriting its file behind the batch's back."""
+        try:
+            return _local_names(future.result(), task, sent)
+        except Exception as err:  # KilledWorker: the task's workers all died
+            if type(err).__name__ == "KilledWorker":
+                return None
+            return FileResult(task.src, task.dst, "failed", error=f"{task.src}: {error_text(err)}")
+        finally:
+            future.release()
+
+
+def _killed(task: Task) -> FileResult:
+    return FileResult(task.src, task.dst, "failed", error=f"{task.src}: worker died too often (KilledWorker)")
 
 
 __all__ = ["EXTRA", "RESUBMIT", "DaskExecutor"]
