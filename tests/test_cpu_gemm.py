@@ -23,6 +23,16 @@ from lattice import _ext
 
 KERNELS = [k for k in ("avx2", "avx512") if k in _ext.conv_kernels()]
 pytestmark = pytest.mark.skipif(not KERNELS, reason="this CPU runs none of lattice's GEMM kernels")
+
+
+@pytest.fixture(autouse=True)
+def _cpu_stream():
+    """The kernels are CPU ops: they run on the CPU stream under a GPU default device
+    (``LATTICE_TEST_DEVICE=gpu``) too."""
+    with mx.stream(mx.cpu):
+        yield
+
+
 SHAPES = [(1, 1), (3, 5), (4, 32), (12, 33), (17, 16), (33, 70), (64, 64), (96, 128), (130, 47)]
 
 
@@ -131,6 +141,7 @@ _THREADS = textwrap.dedent(
     import mlx.core as mx
     import numpy as np
     from lattice import _ext
+    mx.set_default_device(mx.cpu)
     rng = np.random.default_rng(0)
     n, k = 40_000, sys.argv[2]
     ir = np.concatenate([rng.permutation(n)[:30_000] for _ in range(5)]).astype(np.int32)
