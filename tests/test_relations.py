@@ -555,3 +555,90 @@ def test_kernel_size_one_is_the_identity_relation(cloud, dilation):
     y = ops.subm_conv3d(x, w, kernel_size=1, dilation=dilation)
     want = np.asarray(x.feats) @ np.asarray(w).reshape(3, 2).T  # NumPy: MLX CUDA's empty matmul
     np.testing.assert_allclose(np.asarray(y.feats), want, rtol=1e-6)
+
+
+# (the cached larger kernel, the requested one, dilation)
+RESTRICTIONS = [(5, 3, 1), (5, (3, 1, 3), 1), (3, (1, 3, 1), 2), (7, 5, 1), ((5, 3, 5), (3, 3, 1), (1, 2, 1))]
+
+
+@pytest.mark.parametrize("big,small,dilation", RESTRICTIONS, ids=_ids(RESTRICTIONS))
+def test_submanifold_restricted_from_a_larger_cached_relation(cloud, big, small, dilation):
+    """A submanifold relation whose offsets are among those of a larger cached one of the same
+    set and dilation is cut from it (route ``cpu.restricted``, no table probed): the reference
+    relation, and bit for bit the edges a fresh build gives (same order in every offset)."""
+    x = SparseTensor(cloud, mx.ones((len(cloud), 1)))
+    ops.submanifold_kernel_relation(x, kernel_size=big, dilation=dilation)
+    rel = ops.submanifold_kernel_relation(x, kernel_size=small, dilation=dilation)
+    assert rel.route.name == "cpu.restricted"
+    rr.assert_relation_matches(rel, rr.submanifold(cloud, small, dilation), _n(cloud), same_out_order=True)
+    _offsets_equal(rel, small, dilation)
+    fresh = ops.submanifold_kernel_relation(cloud, kernel_size=small, dilation=dilation)
+    assert fresh.route.name != "cpu.restricted"
+    for got, want in zip(
+        (rel.edges.in_rows, rel.edges.out_rows, rel.edges.counts),
+        (fresh.edges.in_rows, fresh.edges.out_rows, fresh.edges.counts),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert rel.built_map is None  # the forms of the relation it was cut from
+
+
+def test_restriction_takes_the_smallest_covering_relation_and_only_a_covering_one():
+    from lattice.core.kernel import KernelSpec
+
+    c = make_cloud("random_sparse")
+    x = SparseTensor(c, mx.ones((len(c), 1)))
+    manager, key = x.coord_manager, x.coord_key
+    seven = ops.submanifold_kernel_relation(x, kernel_size=7)
+    five = ops.submanifold_kernel_relation(x, kernel_size=5)
+    assert seven.route.name == "cpu.hash_relation_symmetric" and five.route.name == "cpu.restricted"
+    assert manager.covering_relation(key, KernelSpec((3, 3, 1))) is five
+    assert ops.submanifold_kernel_relation(x, kernel_size=(3, 3, 1)).route.name == "cpu.restricted"
+    # another dilation, a kernel wider on one axis, or another set: built afresh
+    assert ops.submanifold_kernel_relation(x, kernel_size=3, dilation=2).route.name != "cpu.restricted"
+    assert ops.submanifold_kernel_relation(x, kernel_size=(9, 1, 1)).route.name != "cpu.restricted"
+    y = SparseTensor(c, mx.ones((len(c), 1)))
+    assert ops.submanifold_kernel_relation(y, kernel_size=3).route.name != "cpu.restricted"
+    # a smaller cached kernel covers nothing larger
+    assert ops.submanifold_kernel_relation(y, kernel_size=5).route.name != "cpu.restricted"
+
+
+def test_restriction_of_a_dense_map_gives_its_columns(cloud):
+    """A covering relation held as a dense (N, K) map only (as the GPU builder makes it) gives
+    the restricted relation as the same map's columns: the map a fresh build gives."""
+    from lattice.core.coordinates import RelationCacheKey
+    from lattice.core.kernel import KernelSpec
+    from lattice.core.relation import KernelRelation
+
+    x = SparseTensor(cloud, mx.ones((len(cloud), 1)))
+    manager, key = x.coord_manager, x.coord_key
+    built = ops.submanifold_kernel_relation(cloud, kernel_size=5)
+    spec = KernelSpec(5)
+    manager._relations[RelationCacheKey(key, None, spec, RelationKind.SUBMANIFOLD)] = KernelRelation(
+        kind=RelationKind.SUBMANIFOLD,
+        spec=spec,
+        in_key=key,
+        out_key=key,
+        out_coords=x.coords,
+        kernel_offsets=spec.offsets(),
+        in_count=len(cloud),
+        built_map=built.neighbor_map,
+    )
+    rel = ops.submanifold_kernel_relation(x, kernel_size=3)
+    assert rel.route.name == "cpu.restricted" and rel.built_edges is None
+    want = ops.submanifold_kernel_relation(cloud, kernel_size=3).neighbor_map
+    np.testing.assert_array_equal(np.asarray(rel.neighbor_map), np.asarray(want))
+    assert rel.neighbor_map.shape == (len(cloud), 27)
+
+
+def test_explain_names_the_restricted_route_and_why_not():
+    c = make_cloud("dense_block")
+    x = SparseTensor(c, mx.ones((len(c), 1)))
+    route = lattice.explain(ops.submanifold_kernel_relation, x, kernel_size=3)
+    assert route.name == "cpu.hash_relation_symmetric"
+    assert any(r.name == "cpu.restricted" and "no larger submanifold" in r.predicate for r in route.rejected)
+    lattice.explain(ops.submanifold_kernel_relation, x, kernel_size=5)  # built and cached
+    x = SparseTensor(c, mx.ones((len(c), 1)))
+    ops.submanifold_kernel_relation(x, kernel_size=5)
+    route = lattice.explain(ops.submanifold_kernel_relation, x, kernel_size=3)
+    assert route.name == "cpu.restricted" and "at this kernel's offsets" in route.reason

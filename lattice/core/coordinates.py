@@ -337,6 +337,22 @@ class CoordinateManager(DocumentedNames):
             self._relations[cache] = hit
         return hit
 
+    def covering_relation(self, in_key: CoordinateMapKey, spec: KernelSpec) -> KernelRelation | None:
+        """The smallest cached submanifold relation of ``in_key`` whose kernel covers ``spec``
+        (``KernelSpec.covers``: same dilation, at least as large on every axis), or None. The
+        submanifold relation of ``spec`` is then the covering one's edges at ``spec``'s offsets."""
+        best = None
+        for cache, rel in self._relations.items():
+            if (
+                cache.kind is RelationKind.SUBMANIFOLD
+                and cache.in_key == in_key
+                and cache.spec != spec
+                and cache.spec.covers(spec)
+                and (best is None or cache.spec.volume < best.spec.volume)
+            ):
+                best = rel
+        return best
+
     def _build(self, kind, in_key, spec, target_key, op, device=None) -> KernelRelation:
         self._check_relation(kind, in_key, spec, target_key, op)
         route, out_key, edges, nmap = build_relation(self, kind, in_key, spec, target_key, op, device)

@@ -76,6 +76,28 @@ class KernelSpec:
             and self.dilation == (1, 1, 1)
         )
 
+    def covers(self, other: KernelSpec) -> bool:
+        """True when ``other``'s offsets are among this kernel's: both odd and centred (stride 1,
+        padding 0), of the same dilation, and this one at least as large on every axis."""
+        return (
+            self.is_centered_submanifold
+            and other.is_centered_submanifold
+            and self.dilation == other.dilation
+            and all(a >= b for a, b in zip(self.size, other.size, strict=True))
+        )
+
+    def positions_of(self, other: KernelSpec) -> list[int]:
+        """Where each of ``other``'s offsets (in its order) is in this kernel's ``offsets()``;
+        ``self.covers(other)`` must hold. Offsets run x slowest, z fastest, from -(k // 2)."""
+        (sx, sy, sz), (bx, by, bz) = other.size, self.size
+        dx, dy, dz = (bx - sx) // 2, (by - sy) // 2, (bz - sz) // 2
+        return [
+            ((i + dx) * by + (j + dy)) * bz + (k + dz)
+            for i in range(sx)
+            for j in range(sy)
+            for k in range(sz)
+        ]
+
     def offsets(self) -> mx.array:
         """The (volume, 3) int32 offsets, dilation applied, z varying fastest. One array per
         (size, dilation), made once and shared by every relation (read it, do not assign into

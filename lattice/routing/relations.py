@@ -24,6 +24,9 @@ class RelationRequest:
     exclusive: bool = False
     # a kernel_size-1 submanifold relation of a set with exact rows: every row its own input
     identity: bool = False
+    # a submanifold relation whose offsets are among those of a larger cached submanifold
+    # relation of the same set and dilation (the k=3 maps of a U-Net's input after its k=5 stem)
+    covered: bool = False
 
 
 RELATIONS = RouteTable(
@@ -48,6 +51,12 @@ IDENTITY_RELATION = RELATIONS.route(
     "identity",
     "submanifold, kernel_size 1: each row's one edge is itself (both forms), no table probed; any device",
 )
+RESTRICTED_RELATION = RELATIONS.route(
+    Backend.CPU,
+    "restricted",
+    "submanifold: a larger cached submanifold relation of the same set, at this kernel's offsets; "
+    "no table probed; any device",
+)
 HASH_MAP_SUBMANIFOLD = RELATIONS.kernels(
     "hash_map_submanifold", "lattice's kernels: dense (N, K) map, GPU hash"
 )
@@ -67,6 +76,14 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
         )
     if req.kind == "submanifold" and req.kernel_volume == 1:
         rb.reject(IDENTITY_RELATION, "the set's rows are exact (not a lazily counted buffer)")
+    if req.covered:
+        return rb.take(
+            RESTRICTED_RELATION,
+            "a larger submanifold relation of this set and dilation is cached: its edges (or dense "
+            "map columns) at this kernel's offsets, no table probed, in the forms it has, on every device",
+        )
+    if req.kind == "submanifold":
+        rb.reject(RESTRICTED_RELATION, "no larger submanifold relation of this set and dilation is cached")
     backend = gpu_kernels(rb, req.device, "hash_map", cap)
     if backend is not None:
         if req.kind == "submanifold":
@@ -122,6 +139,7 @@ def build_relation(manager, kind, in_key, spec, target_key, op: str, device=None
         device=requested_device(device),
         exclusive=manager.exclusive(kind, in_key, spec, target_key),
         identity=kind.value == "submanifold" and spec.volume == 1 and manager.row_count(in_key) is None,
+        covered=kind.value == "submanifold" and manager.covering_relation(in_key, spec) is not None,
     )
     route, built = dispatch_or_cpu(
         route_relation(req),

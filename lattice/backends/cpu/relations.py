@@ -2,7 +2,8 @@
 five kinds over the native hash tables of a coordinate manager's sets, registered under
 the relation routes' ids (``lattice.routing.relations``). Each returns (out_key, edges,
 None): the edges grouped by kernel offset; the identity relation (kernel_size 1, any
-device) gives both forms."""
+device) gives both forms, and a submanifold relation restricted from a larger cached one the
+forms that one has."""
 
 from __future__ import annotations
 
@@ -33,6 +34,34 @@ def identity(manager, kind, in_key, spec, target_key, op):
     n = manager.capacity(in_key)
     rows = arange(n, dtype=mx.int32)
     return in_key, RelationEdges(rows, rows, mx.array([n], dtype=mx.int32)), rows.reshape(n, 1)
+
+
+@implements(routes.RESTRICTED_RELATION)
+def restricted(manager, kind, in_key, spec, target_key, op):
+    """A submanifold relation from the smallest larger one of the same set and dilation the
+    manager holds: per offset of ``spec``, the edges of the same offset there (one
+    concatenation) and, where that relation was built as a dense map, the same map's columns
+    (one gather). The forms it was built in are the forms given, so a map made on the GPU
+    stays a map."""
+    source = manager.covering_relation(in_key, spec)
+    at = source.spec.positions_of(spec)
+    edges = nmap = None
+    if source.built_edges is not None:
+        bounds, e = source.edge_offsets_host, source.built_edges
+        counts = [bounds[j + 1] - bounds[j] for j in at]
+        if sum(counts) == 0:
+            in_rows = out_rows = mx.zeros((0,), dtype=mx.int32)
+        else:
+            in_rows = mx.concatenate([e.in_rows[bounds[j] : bounds[j + 1]] for j in at])
+            out_rows = mx.concatenate([e.out_rows[bounds[j] : bounds[j + 1]] for j in at])
+        edges = RelationEdges(in_rows, out_rows, mx.array(counts, dtype=mx.int32))
+    if source.built_map is not None:
+        m = source.built_map
+        if m.shape[0] == 0:
+            nmap = mx.zeros((0, len(at)), dtype=mx.int32)
+        else:
+            nmap = mx.take(m, mx.array(at, dtype=mx.int32), axis=1)
+    return in_key, edges, nmap
 
 
 @implements(routes.HASH_RELATION_INPUT_DRIVEN)
