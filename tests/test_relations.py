@@ -40,8 +40,20 @@ TRANSPOSED_GEOMETRIES = [
     ((2, 3, 1), (2, 1, 3), (0, 1, 2), (1, 2, 1)),
 ]
 
-# (7, 1): 171 probed offsets, more than the native builder probes in one batch (128)
-SUBMANIFOLD_GEOMETRIES = [(1, 1), (3, 1), (3, 2), (5, 1), (5, 2), (7, 1), ((3, 1, 5), (1, 2, 1))]
+# (7, 1): 171 probed offsets, more than the native builder probes in one batch (128). Kernels
+# of 27 offsets or more read the bricks of a window up to 17 points wide first; (3, 9) is
+# wider (19: probed directly), ((3, 1, 5), ...) has 15 offsets (probed directly).
+SUBMANIFOLD_GEOMETRIES = [
+    (1, 1),
+    (3, 1),
+    (3, 2),
+    (5, 1),
+    (5, 2),
+    (7, 1),
+    ((3, 1, 5), (1, 2, 1)),
+    (3, 9),
+    ((9, 3, 1), (2, 1, 1)),
+]
 
 GENERATIVE_GEOMETRIES = [
     (1, 1),
