@@ -100,7 +100,8 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
     if req.kind == "submanifold":
         return rb.take(
             HASH_RELATION_SYMMETRIC,
-            "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror",
+            "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror "
+            "(kernels of 27+ offsets: only points the set's 8^3 occupancy bricks hold)",
         )
     if req.kind == "forward" and req.exclusive:
         return rb.take(
