@@ -85,6 +85,40 @@ def test_minkunet_presets_keep_the_input_support(preset):
     assert blocks == {14: 8, 18: 16, 34: 23}[preset]
 
 
+def test_minkunet_builds_each_relation_once():
+    """A forward on new coordinates builds every relation once, and the decoder's k=3 map of
+    the input set is cut from the k=5 stem's (route ``cpu.restricted``), not built again; a
+    second forward on the same tensor builds nothing."""
+    from lattice.core import RelationKind
+    from lattice.core.kernel import KernelSpec
+
+    x = scene(1500)
+    model = minkunet(14, 2, 3, width=4)
+    assert model.config.stem_kernel == 5
+    model.eval()
+    built = []
+    manager = x.coord_manager
+    original = manager._build
+
+    def counted(kind, in_key, spec, target_key, op, device=None):
+        rel = original(kind, in_key, spec, target_key, op, device)
+        built.append((kind, in_key, spec, target_key, rel.route.name))
+        return rel
+
+    manager._build = counted
+    first = np.asarray(model(x).feats)
+    assert len(built) == len({b[:4] for b in built})
+    level0 = {b[2].size: b[4] for b in built if b[0] is RelationKind.SUBMANIFOLD and b[1] == x.coord_key}
+    assert level0[(5, 5, 5)] != "cpu.restricted" and level0[(3, 3, 3)] == "cpu.restricted"
+    count = len(built)
+    np.testing.assert_array_equal(np.asarray(model(x).feats), first)
+    assert len(built) == count
+    # the same outputs as a forward whose k=3 map of the input is built afresh
+    fresh = scene(1500)
+    fresh.coord_manager.relation(RelationKind.SUBMANIFOLD, fresh.coord_key, KernelSpec(3))
+    np.testing.assert_allclose(np.asarray(model(fresh).feats), first, rtol=1e-5, atol=1e-5)
+
+
 def test_minkunet_depth_and_widths_are_configurable():
     cfg = UNetConfig(2, 4, stem_channels=6, stem_kernel=3, encoder_channels=(8, 12), encoder_blocks=(1, 2),
                      decoder_channels=(10, 6), decoder_blocks=(1, 1))  # fmt: skip
