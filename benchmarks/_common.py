@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -107,3 +108,32 @@ def openblas_sgemm_ms(m: int, k: int, n: int, repeats: int = 7, threads: int | N
         return median_ms(call, repeats)
     finally:
         lib.scipy_openblas_set_num_threads(saved)
+
+
+@contextlib.contextmanager
+def counting_convs():
+    """Counts the convolutions run inside the block (patched at their dispatch in
+    ``lattice.ops.conv``): yields a dict whose ``flop`` is 2 × edges × C_in × C_out summed
+    over the calls (a pointwise call's edges are its rows), and ``bytes`` the traffic of a
+    gather-scatter with no reuse — every edge reads its C_in input row and adds into its
+    C_out output row (read and written), plus the weights — an upper bound on what the
+    convolutions move. Edge counts of relations built on the GPU are host reads: time
+    such a block separately."""
+    import lattice.ops.conv as conv_ops
+
+    totals = {"flop": 0.0, "bytes": 0.0}
+    original = conv_ops.dispatch
+
+    def counted(route, feats, weight, rel, *args, **kwargs):
+        y = original(route, feats, weight, rel, *args, **kwargs)
+        edges, c_in, c_out = rel.n_edges, int(feats.shape[1]), int(y.shape[1])
+        size = feats.dtype.size
+        totals["flop"] += 2.0 * edges * c_in * c_out
+        totals["bytes"] += float(edges * (c_in + 2 * c_out) * size + getattr(weight, "nbytes", 0))
+        return y
+
+    conv_ops.dispatch = counted
+    try:
+        yield totals
+    finally:
+        conv_ops.dispatch = original

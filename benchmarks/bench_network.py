@@ -21,7 +21,9 @@ backward, Adam update ``mx.compile``d over the model and optimizer state as MLX'
 a training loop; a new tensor every step, so relations are built inside it), timed from the
 call to the evaluated parameters and optimizer state.
 ``--profile``: the time of each top-level module of one fresh forward, evaluated one after the
-other (stem, down/encoder per level, decoder per level, head), and its share of their sum.
+other (stem, down/encoder per level, decoder per level, head), its share of their sum, and its
+convolutions' GFLOP, GB moved (every edge reading its input row and adding into its output
+row, plus the weights: no reuse, an upper bound) and GFLOP/s.
 """
 
 from __future__ import annotations
@@ -117,13 +119,41 @@ def peer_times(python: str, coords_file: str, repeats: int, threads: int) -> lis
     return json.loads(r.stdout.splitlines()[-1])["times"]
 
 
+def _walk(model, x, visit) -> None:
+    """The forward of ``model`` on ``x`` module by module: ``visit(name, fn, *args)`` runs
+    each top-level module and returns its output."""
+    y = visit("stem (subm k5)", model.stem, x)
+    skips = [y]
+    for i, (down, blocks) in enumerate(zip(model.down, model.encoder, strict=True)):
+        y = visit(f"down {i} (conv k2 s2)", down, y)
+        for j, block in enumerate(blocks):
+            y = visit(f"encoder {i}.{j} (basic block)", block, y)
+        skips.append(y)
+    for i, up in enumerate(model.decoder):
+        y = visit(f"decoder {i} (up + cat + block)", up, y, skips[-2 - i])
+    visit("head (linear)", model.head, y)
+
+
 def profile(model, coords, feats) -> list[dict]:
-    """One fresh forward, module by module, each evaluated before the next starts."""
-    x = lattice.SparseTensor(coords, feats)
+    """One fresh forward, module by module, each evaluated before the next starts; the
+    convolutions' GFLOP and GB moved per module (``_common.counting_convs``) from another
+    fresh forward, untimed."""
+    from _common import counting_convs
+
     mx.eval(model(lattice.SparseTensor(coords, feats)).feats)  # warm
+    work = {}
+
+    def count(name, fn, *args):
+        with counting_convs() as totals:
+            y = fn(*args)
+            mx.eval(y.feats)
+        work[name] = totals
+        return y
+
+    _walk(model, lattice.SparseTensor(coords, feats), count)
     rows, t = [], {}
 
-    def step(name, fn, *args):
+    def timed(name, fn, *args):
         t0 = time.perf_counter()
         y = fn(*args)
         mx.eval(y.feats)
@@ -131,20 +161,15 @@ def profile(model, coords, feats) -> list[dict]:
         rows.append({"module": name, "rows_out": y.active_count, "channels": y.channels})
         return y
 
-    y = step("stem (subm k5)", model.stem, x)
-    skips = [y]
-    for i, (down, blocks) in enumerate(zip(model.down, model.encoder, strict=True)):
-        y = step(f"down {i} (conv k2 s2)", down, y)
-        for j, block in enumerate(blocks):
-            y = step(f"encoder {i}.{j} (basic block)", block, y)
-        skips.append(y)
-    for i, up in enumerate(model.decoder):
-        y = step(f"decoder {i} (up + cat + block)", up, y, skips[-2 - i])
-    step("head (linear)", model.head, y)
+    _walk(model, lattice.SparseTensor(coords, feats), timed)
     total = sum(t.values())
     for r in rows:
-        r["ms"] = round(t[r["module"]], 2)
-        r["share"] = round(t[r["module"]] / total, 3)
+        ms, w = t[r["module"]], work[r["module"]]
+        r["ms"] = round(ms, 2)
+        r["share"] = round(ms / total, 3)
+        r["GFLOP"] = round(w["flop"] / 1e9, 2)
+        r["GB"] = round(w["bytes"] / 1e9, 2)
+        r["GFLOP/s"] = round(w["flop"] / ms / 1e6, 1) if ms > 0 else float("nan")
     return rows
 
 

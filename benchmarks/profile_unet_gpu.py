@@ -7,7 +7,8 @@ unsynchronised forward of ``bench_lazy_rows.py`` but rank the costs.
 Input: the spconv shape (``bench_conv_gpu.shells``), 4 channels, float32, eval mode,
 width 32. Per module: median ms over the repeats, each call on a new coordinate manager
 (relations built inside the module that first needs them), and the same module again on
-the same manager (relations cached): the difference is relation building.
+the same manager (relations cached): the difference is relation building; and per module the convolutions'
+GFLOP, GB moved (``_common.counting_convs``: no reuse, an upper bound) and GFLOP/s cached.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 import mlx.core as mx
 import numpy as np
-from _common import report
+from _common import counting_convs, report
 from bench_conv_gpu import shells
 
 import lattice
@@ -100,6 +101,15 @@ def main() -> None:
     cached = {name: [] for name, _ in steps}
     rows_at = {}
     rng = np.random.default_rng(0)
+    # The convolutions' GFLOP and GB moved per module, from an untimed forward of its own
+    # (edge counts of GPU-built relations are host reads).
+    work = {}
+    state = (lattice.SparseTensor(coords, mx.array(rng.normal(size=(len(coords), 4)).astype(np.float32))), [])
+    for name, fn in steps:
+        with counting_convs() as totals:
+            state = fn(state)
+            mx.eval(state[0].feats)
+        work[name] = totals
     for r in range(args.repeats + 1):
         x = lattice.SparseTensor(coords, mx.array(rng.normal(size=(len(coords), 4)).astype(np.float32)))
         mx.eval(x.coords, x.feats)
@@ -130,6 +140,9 @@ def main() -> None:
                 "fresh_ms": round(f, 2),
                 "cached_ms": round(c, 2),
                 "relations_ms": round(f - c, 2),
+                "GFLOP": round(work[name]["flop"] / 1e9, 2),
+                "GB": round(work[name]["bytes"] / 1e9, 2),
+                "GFLOP/s cached": round(work[name]["flop"] / c / 1e6, 1) if c > 0 else float("nan"),
             }
         )
     total_f = sum(r["fresh_ms"] for r in out)
@@ -142,6 +155,9 @@ def main() -> None:
             "fresh_ms": round(total_f, 2),
             "cached_ms": round(total_c, 2),
             "relations_ms": round(total_f - total_c, 2),
+            "GFLOP": round(sum(w["flop"] for w in work.values()) / 1e9, 2),
+            "GB": round(sum(w["bytes"] for w in work.values()) / 1e9, 2),
+            "GFLOP/s cached": round(sum(w["flop"] for w in work.values()) / total_c / 1e6, 1),
         }
     )
     report(out, f"MinkUNet14 w32 forward by module ({lattice.backend_info().gpu}, {len(coords)} voxels)")
