@@ -1,13 +1,14 @@
 """Whole networks: MinkUNet14 forward (fresh and cached relations) and a per-module profile,
 with spconv's same U-Net side by side (issue 20).
 
-    python benchmarks/bench_network.py [--tiles 1] [--repeats 5] [--rounds 3]
+    python benchmarks/bench_network.py [--preset 14] [--tiles 1] [--repeats 5] [--rounds 3]
         [--peer-python /path/to/peer-venv/bin/python] [--profile] [--json out.json]
 
 Input by public shape: the SemanticKITTI scan ``seq00_000000.bin`` voxelized at 0.05 m
 (94,444 voxels, first point's features per voxel), or ``--tiles T`` copies of it side by
 side in x; 4 input channels (x, y, z, remission). Model: ``minkunet(14, 4, 19)`` at width 32
-(stem k5 to 32, encoder 32/64/128/256, decoder 256/128/96/96), eval mode, float32.
+(stem k5 to 32, encoder 32/64/128/256, decoder 256/128/96/96), eval mode, float32;
+``--preset 18``: MinkUNet18, two basic blocks per level (spconv's U-Net the same).
 
 Rows (medians of ``--repeats`` per round, the range over rounds):
 - ``fresh``: every call gets a new tensor on its own coordinate manager, so every relation of
@@ -73,8 +74,8 @@ def lattice_times(model, coords, feats, repeats: int, fresh: bool) -> list[float
     return times
 
 
-def train_times(coords, feats, repeats: int, compiled_update: bool = True) -> list[float]:
-    """Training steps of a fresh train-mode MinkUNet14 w32 (the first one untimed). The Adam
+def train_times(coords, feats, repeats: int, compiled_update: bool = True, preset: int = 14) -> list[float]:
+    """Training steps of a fresh train-mode MinkUNet (``preset`` 14 or 18) w32 (the first one untimed). The Adam
     update is ``mx.compile``d with the model and optimizer state as its inputs and outputs,
     as MLX's documentation writes a training loop (``compiled_update=False``: called plain;
     on the CPU the plain update of the 11.6 M parameters is a dozen one-thread MLX passes)."""
@@ -84,7 +85,7 @@ def train_times(coords, feats, repeats: int, compiled_update: bool = True) -> li
     import mlx.optimizers as optim
 
     mx.random.seed(0)
-    model = minkunet(14, 4, 19, width=32)
+    model = minkunet(preset, 4, 19, width=32)
     mx.eval(model.parameters())
     labels = mx.array(np.random.default_rng(0).integers(0, 19, len(coords)).astype(np.int32))
     opt = optim.Adam(learning_rate=1e-3)
@@ -113,8 +114,9 @@ def train_times(coords, feats, repeats: int, compiled_update: bool = True) -> li
     return times
 
 
-def peer_times(python: str, coords_file: str, repeats: int, threads: int) -> list[float]:
+def peer_times(python: str, coords_file: str, repeats: int, threads: int, preset: int = 14) -> list[float]:
     cmd = [python, str(PEER), coords_file, "--repeats", str(repeats), "--threads", str(threads)]
+    cmd += ["--preset", str(preset)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=True)
     return json.loads(r.stdout.splitlines()[-1])["times"]
 
@@ -175,6 +177,7 @@ def profile(model, coords, feats) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", type=int, default=14, choices=(14, 18), help="MinkUNet14 or 18")
     ap.add_argument("--tiles", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
@@ -186,7 +189,7 @@ def main() -> None:
     args = ap.parse_args()
     coords, feats = voxels(args.tiles)
     mx.random.seed(0)
-    model = minkunet(14, 4, 19, width=32)
+    model = minkunet(args.preset, 4, 19, width=32)
     model.eval()
     mx.eval(model.parameters())
     threads = int(os.environ.get("LATTICE_NUM_THREADS", "0")) or os.cpu_count()
@@ -212,12 +215,12 @@ def main() -> None:
                     )
                     if args.train:
                         results["lattice train step"].append(
-                            statistics.median(train_times(coords, feats, args.repeats))
+                            statistics.median(train_times(coords, feats, args.repeats, preset=args.preset))
                         )
                 elif args.peer_python:
                     results["spconv fresh"].append(
                         statistics.median(
-                            peer_times(args.peer_python, coords_file, args.repeats, peer_threads)
+                            peer_times(args.peer_python, coords_file, args.repeats, peer_threads, args.preset)
                         )
                     )
     rows = []
@@ -236,10 +239,11 @@ def main() -> None:
                 "spconv / this": "" if peer is None or "train" in name else round(peer / med, 2),
             }
         )
-    title = f"MinkUNet14 w32 forward (and training step), CPU, {args.rounds} rounds x {args.repeats} repeats"
+    name = f"MinkUNet{args.preset} w32"
+    title = f"{name} forward (and training step), CPU, {args.rounds} rounds x {args.repeats} repeats"
     report(rows, title, args.json)
     if args.profile:
-        report(profile(model, coords, feats), "MinkUNet14 w32, one fresh forward by module (CPU)", None)
+        report(profile(model, coords, feats), f"{name}, one fresh forward by module (CPU)", None)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""spconv 2.3.8 (CPU) MinkUNet14 built like lattice's ``minkunet(14, ...)``, for bench_network.py.
+"""spconv 2.3.8 (CPU) MinkUNet14 / 18 built like lattice's ``minkunet(14 | 18, ...)``, for bench_network.py.
 
 Run in a separate environment with torch + spconv (never a lattice dependency); bench_network.py
 calls it with ``--peer-python``:
 
-    /path/to/peer-venv/bin/python benchmarks/peers/spconv_unet.py COORDS.npy --repeats 5 --threads 1
+    /path/to/peer-venv/bin/python benchmarks/peers/spconv_unet.py COORDS.npy --repeats 5 --threads 1 [--preset 18]
 
 The layout is lattice's (lattice/models/unet.py): stem SubMConv3d k5 -> BN -> ReLU; four levels
-of SparseConv3d(k2, s2) -> BN -> ReLU and one basic block (two SubMConv3d k3 with BN, ReLU,
+of SparseConv3d(k2, s2) -> BN -> ReLU and basic blocks (two SubMConv3d k3 with BN, ReLU,
 a 1x1 projection where the width changes, the residual add); four decoder levels of
 SparseInverseConv3d(k2) -> BN -> ReLU onto the skip's indices, the features concatenated with
-the skip's, one basic block; a Linear head. Widths 32 / (32, 64, 128, 256) / (256, 128, 96, 96).
+the skip's, basic blocks; a Linear head. One block per level (MinkUNet14) or two (18). Widths 32 / (32, 64, 128, 256) / (256, 128, 96, 96).
 Eval mode. Each timed call builds a new SparseConvTensor from the coordinates (its kernel
 maps built in the call: "fresh"); ``indice_key`` shares a level's maps inside one forward, as
 lattice's coordinate manager does. Prints one JSON object: the medians and all times in ms.
@@ -52,7 +52,7 @@ class BasicBlock(nn.Module):
 
 
 class UNet(nn.Module):
-    def __init__(self, c_in=4, classes=19, stem=32, enc=(32, 64, 128, 256), dec=(256, 128, 96, 96)):
+    def __init__(self, c_in=4, classes=19, stem=32, enc=(32, 64, 128, 256), dec=(256, 128, 96, 96), blocks=1):
         super().__init__()
         self.stem, self.stem_norm = subm(c_in, stem, 5, "stem"), nn.BatchNorm1d(stem)
         self.down, self.down_norm, self.enc = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
@@ -62,7 +62,9 @@ class UNet(nn.Module):
                 spconv.SparseConv3d(width, width, 2, 2, bias=False, indice_key=f"d{i}", algo=ALGO)
             )
             self.down_norm.append(nn.BatchNorm1d(width))
-            self.enc.append(BasicBlock(width, c, f"s{i + 1}"))
+            self.enc.append(
+                nn.Sequential(*[BasicBlock(width if b == 0 else c, c, f"s{i + 1}") for b in range(blocks)])
+            )
             width = c
             skips.append(c)
         self.up, self.up_norm, self.dec = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
@@ -72,7 +74,11 @@ class UNet(nn.Module):
                 spconv.SparseInverseConv3d(width, c, 2, bias=False, indice_key=f"d{level}", algo=ALGO)
             )
             self.up_norm.append(nn.BatchNorm1d(c))
-            self.dec.append(BasicBlock(c + skips[level], c, f"s{level}"))
+            self.dec.append(
+                nn.Sequential(
+                    *[BasicBlock(c + skips[level] if b == 0 else c, c, f"s{level}") for b in range(blocks)]
+                )
+            )
             width = c
         self.head = nn.Linear(width, classes)
 
@@ -97,6 +103,7 @@ def main() -> None:
     ap.add_argument("coords", help="(N, 4) int32 .npy: batch, x, y, z")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--preset", type=int, default=14, choices=(14, 18))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     idx = torch.from_numpy(np.load(args.coords).astype(np.int32))
@@ -104,7 +111,7 @@ def main() -> None:
     shape = (idx[:, 1:].max(0).values + 2).tolist()
     torch.manual_seed(0)
     feats = torch.randn(len(idx), 4)
-    model = UNet().eval()
+    model = UNet(blocks={14: 1, 18: 2}[args.preset]).eval()
     times = []
     with torch.no_grad():
         for i in range(args.repeats + 1):
