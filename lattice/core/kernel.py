@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 import mlx.core as mx
+import numpy as np
 
 from lattice import _ext
 from lattice.core._checks import Triple, int_triple
@@ -88,15 +89,9 @@ class KernelSpec:
 
     def positions_of(self, other: KernelSpec) -> list[int]:
         """Where each of ``other``'s offsets (in its order) is in this kernel's ``offsets()``;
-        ``self.covers(other)`` must hold. Offsets run x slowest, z fastest, from -(k // 2)."""
-        (sx, sy, sz), (bx, by, bz) = other.size, self.size
-        dx, dy, dz = (bx - sx) // 2, (by - sy) // 2, (bz - sz) // 2
-        return [
-            ((i + dx) * by + (j + dy)) * bz + (k + dz)
-            for i in range(sx)
-            for j in range(sy)
-            for k in range(sz)
-        ]
+        ``self.covers(other)`` must hold."""
+        index = {tuple(o): k for k, o in enumerate(np.asarray(self.offsets()).tolist())}
+        return [index[tuple(o)] for o in np.asarray(other.offsets()).tolist()]
 
     def offsets(self) -> mx.array:
         """The (volume, 3) int32 offsets, dilation applied, z varying fastest. One array per

@@ -3,6 +3,8 @@
 // order fixes the edge order, so results do not depend on the thread count.
 #include "backend/cpu/relations.h"
 
+#include "backend/cpu/coords.h"
+
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -125,46 +127,30 @@ constexpr int32_t kMaxHalfOffsets = 128;
 namespace {
 
 // The occupancy of a set's points in bricks of 8^3 lattice points: one bit per point, 64 bytes
-// (one cache line) per brick, one byte per (x, y) column, bricks found through a hash table of
-// their packed keys. The submanifold builder reads a row's window from the few bricks around
-// it before it probes the set's table: on a scan most offsets meet no point (KITTI at 0.05 m:
-// 6.5 edges per row of a 5^3 kernel's 125), and most (x, y) columns of a window are empty.
+// (one cache line) per brick, one byte per (x, y) column. The bricks are the set's downsample
+// by 8 (`downsample`: its table finds a brick, its inverse gives each row's brick). The
+// submanifold builder reads a row's window from the few bricks around it before it probes the
+// set's table: on a scan most offsets meet no point (KITTI at 0.05 m: 6.5 edges per row of a
+// 5^3 kernel's 125), and most (x, y) columns of a window are empty.
 class Bricks {
  public:
   static constexpr int kShift = 3;
   static constexpr int64_t kBytes = 64;  // 8^3 bits: byte (x & 7) * 8 + (y & 7), bit z & 7
 
-  explicit Bricks(const CoordTable& t) {
-    Bounds b = t.bounds;
-    for (int a = 1; a < 4; ++a) {
-      b.lo[a] >>= kShift;  // floor division (arithmetic shift)
-      b.hi[a] >>= kShift;
-    }
-    packer_ = Packer(b, "submanifold_kernel_relation");
-    table_.reset(t.n / 4 + 16);
+  explicit Bricks(const CoordTable& t) : cells_(downsample(t, {1 << kShift, 1 << kShift, 1 << kShift})) {
+    bytes_.assign(static_cast<size_t>(cells_.table->n) * kBytes, 0);
     const int32_t* c = t.data();
-    int32_t bricks = 0;
+    const int32_t* brick = cells_.inverse.data();
     for (int64_t i = 0; i < t.n; ++i) {
       const int32_t* r = c + 4 * i;
-      uint64_t key = 0;
-      packer_.pack(r[0], r[1] >> kShift, r[2] >> kShift, r[3] >> kShift, key);  // inside: from t's rows
-      if (table_.full_at(bricks + 1)) table_.grow();
-      bool fresh = false;
-      Slot& slot = table_.place(key, table_.home(key), fresh);
-      if (fresh) {
-        slot.value = bricks++;
-        bytes_.resize(bytes_.size() + kBytes, 0);
-      }
-      bytes_[slot.value * kBytes + column(r[1], r[2])] |= static_cast<uint8_t>(1u << (r[3] & 7));
+      bytes_[brick[i] * kBytes + column(r[1], r[2])] |= static_cast<uint8_t>(1u << (r[3] & 7));
     }
   }
 
   // The 64 occupancy bytes of brick (b, bx, by, bz) (brick coordinates: lattice coordinates
   // >> kShift), or nullptr where no point of the set lies in it.
   inline const uint8_t* find(int64_t b, int64_t bx, int64_t by, int64_t bz) const {
-    uint64_t key = 0;
-    if (!packer_.pack(b, bx, by, bz, key)) return nullptr;
-    const int32_t i = table_.find(key);
+    const int32_t i = cells_.table->find(b, bx, by, bz);
     return i < 0 ? nullptr : bytes_.data() + i * kBytes;
   }
 
@@ -172,8 +158,7 @@ class Bricks {
   static inline int column(int64_t x, int64_t y) { return static_cast<int>(((x & 7) << 3) | (y & 7)); }
 
  private:
-  Packer packer_;
-  HashTable table_;
+  UniqueResult cells_;
   std::vector<uint8_t> bytes_;
 };
 
