@@ -3,7 +3,13 @@ spconv benchmark shape of ../shared/tools/gpu/README.md: about 484,637 voxels on
 spherical shells in a 256^3 grid, submanifold k=3, 32 and 64 channels, float32 and
 float16; relation built fresh on the GPU and reused; forward and forward+backward.
 
-    python benchmarks/bench_conv_gpu.py [--repeats 20] [--json out.json]
+    python benchmarks/bench_conv_gpu.py [--repeats 20] [--json out.json] [--save-coords PATH [--save-only]]
+
+``--save-coords PATH`` writes the voxels it times to PATH (.npy, int32 (N, 4) rows of
+batch, x, y, z, as ``shells()`` makes them: batch 0, x, y, z in [0, 256)), the file that
+peers/spconv_conv_gpu.py and peers/spconv_unet.py read, so spconv runs on the same voxels;
+with ``--save-only`` it stops there (NumPy only: MLX and lattice are imported by the
+benchmark itself).
 
 Coordinates start on the GPU (as spconv's indices do). Columns (medians, ms):
 tensor_ms = SparseTensor from them (GPU hash table + duplicate/batch check, one host
@@ -22,14 +28,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 from _common import median_ms, report
-
-import lattice
-from lattice.core.kernel import KernelSpec
-from lattice.ops import subm_conv3d
 
 
 def shells(target: int = 484_637, size: int = 256, seed: int = 0) -> np.ndarray:
@@ -54,13 +56,44 @@ def _median(samples):
     return round(statistics.median(samples), 3)
 
 
+def save_coords(path: str, coords: np.ndarray) -> None:
+    """Writes ``coords`` (int32 (N, 4): batch, x, y, z) to ``path`` as .npy."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.ascontiguousarray(coords, dtype=np.int32))
+    print(f"wrote {path}: {coords.shape[0]} voxels, int32 (N, 4) batch, x, y, z")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--save-coords",
+        metavar="PATH",
+        default=None,
+        help="write the voxels to PATH (.npy, int32 (N, 4): batch, x, y, z) for the spconv peers",
+    )
+    ap.add_argument("--save-only", action="store_true", help="write --save-coords and stop")
     args = ap.parse_args()
+    if args.save_only and not args.save_coords:
+        ap.error("--save-only needs --save-coords PATH")
+    voxels = shells()
+    if args.save_coords:
+        save_coords(args.save_coords, voxels)
+    if not args.save_only:
+        bench(voxels, args.repeats, args.json)
+
+
+def bench(voxels: np.ndarray, repeats: int, json_path: str | None) -> None:
+    """The table of the module docstring, on ``voxels``."""
+    import mlx.core as mx
+
+    import lattice
+    from lattice.core.kernel import KernelSpec
+    from lattice.ops import subm_conv3d
+
     with mx.stream(mx.gpu):
-        coords = mx.array(shells()) + 0  # written by the GPU: resident there
+        coords = mx.array(voxels) + 0  # written by the GPU: resident there
     mx.eval(coords)
     spec = KernelSpec(3, op="bench")
     rows = []
@@ -71,7 +104,7 @@ def main() -> None:
             mx.eval(feats, w)
 
             rel_t, tensor_t, build_t, fresh_t = [], [], [], []
-            for i in range(args.repeats + 1):
+            for i in range(repeats + 1):
                 t0 = time.perf_counter()
                 x = lattice.SparseTensor(coords, feats)
                 mx.eval(x.coords)
@@ -90,7 +123,7 @@ def main() -> None:
                     fresh_t.append((t3 - t0) * 1e3)
 
             one_eval = []
-            for i in range(args.repeats + 1):
+            for i in range(repeats + 1):
                 t0 = time.perf_counter()
                 y = subm_conv3d(lattice.SparseTensor(coords, feats), w, device="gpu")
                 mx.eval(y.feats)
@@ -126,14 +159,14 @@ def main() -> None:
                     "tensor_ms": _median(tensor_t),
                     "relation_ms": _median(rel_t),
                     "build_ms": _median(build_t),
-                    "reused_ms": round(median_ms(reused, args.repeats), 3),
-                    "fwd_bwd_ms": round(median_ms(fwd_bwd, max(3, args.repeats // 2)), 3),
+                    "reused_ms": round(median_ms(reused, repeats), 3),
+                    "fwd_bwd_ms": round(median_ms(fwd_bwd, max(3, repeats // 2)), 3),
                     "fresh_ms": _median(fresh_t),
                     "fresh_1eval_ms": _median(one_eval),
                     "route": lattice.explain(subm_conv3d, x, w, device="gpu").name,
                 }
             )
-    report(rows, f"subm k=3 on the GPU ({lattice.backend_info().gpu})", args.json)
+    report(rows, f"subm k=3 on the GPU ({lattice.backend_info().gpu})", json_path)
 
 
 if __name__ == "__main__":
