@@ -33,3 +33,17 @@ LT_SHARED_ARRAY(int, orows, LT_CONV_TM);
 LT_SHARED_ARRAY(unsigned short, used, LT_CONV_KCAP);
 LT_SHARED_ARRAY(unsigned, bits, LT_CONV_KCAP / 32 + 1);
 lt_conv_tile_mma<T, TN, P>(x, wt, map, order, params, y, tiles, orows, used, bits, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+
+//@kernel conv_weight_grad_mma
+//@inputs x dy map order params
+//@outputs dw
+//@uses conv
+// Weight gradient on tensor cores (CUDA only): float32 x and dy multiplied in TF32, C_in and
+// C_out multiples of 4. Template arguments: T (float), TT (32 or 64: the dW tile), P (pipeline
+// stages). params [n_out, K, C_in, C_out, run <= LT_WGRAD_RUN]. (The comment sits inside the
+// block: one above it would become part of the previous kernel's source.)
+LT_SHARED_ARRAY(float, tiles, (P * lt_wgrad_shape<TT>::STAGE));
+LT_SHARED_ARRAY(int, pairs, 2 * LT_WGRAD_RUN);
+LT_SHARED_ARRAY(int, counts, LT_WGRAD_RUN / 32 + 1);
+lt_conv_wgrad_tile_mma<TT, P>(x, dy, map, order, params, dw, tiles, pairs, counts, LT_LOCAL_ID, LT_GROUP_ID,
+                              LT_GROUP_ID_Y);

@@ -55,7 +55,7 @@ of ``lattice/backends/cuda/*.py`` and every ``//@kernel`` of ``cuda/*.cu`` must 
 
 ``--source-root`` reads ``cuda/`` and ``kernels/`` of another folder (a copy: the test that
 breaks one) through the same ``lattice.backends.kernels`` functions. ``--resources``
-prints ptxas's registers / spills per variant. About 70 s of CPU for the 52 variants at
+prints ptxas's registers / spills per variant. About 70 s of CPU for the 55 variants at
 sm_90 (``--jobs``, default 2, spreads them over processes).
 
 Exit status: 0 when every variant compiles, 1 when one fails (each failure printed as
@@ -112,8 +112,8 @@ class Variant:
 
 
 def _variants() -> dict[str, list[Variant]]:
-    # The tensor-core kernel's pipeline depth is computed by the route itself.
-    from lattice.backends.cuda.conv import _mma_stages
+    # The tensor-core kernels' pipeline depths are computed by the route itself.
+    from lattice.backends.cuda.conv import _mma_stages, _wgrad_mma_stages
 
     size = {"float32": 4, "float16": 2, "bfloat16": 2}
     v = {
@@ -147,6 +147,14 @@ def _variants() -> dict[str, list[Variant]]:
         "conv_weight_grad": [
             Variant({"x": t, "dy": t, "dw": "float32"}, (("T", t), ("TT", tt)))
             for t in FLOATS
+            for tt in (32, 64)
+        ],
+        # float32 only (TF32), TT = 32 or 64, P by TT
+        "conv_weight_grad_mma": [
+            Variant(
+                {"x": "float32", "dy": "float32", "dw": "float32"},
+                (("T", "float32"), ("TT", tt), ("P", _wgrad_mma_stages(tt))),
+            )
             for tt in (32, 64)
         ],
         # pool.cu: T = feats.dtype

@@ -129,7 +129,7 @@ def kernel(dialect: str, family: str, name: str):
 
 
 # Kernels with no Metal entry point (they use CUDA tensor-core instructions).
-CUDA_ONLY = frozenset({"conv_implicit_gemm_mma"})
+CUDA_ONLY = frozenset({"conv_implicit_gemm_mma", "conv_weight_grad_mma"})
 
 # Metal kernels whose outputs are atomics (mx.fast.metal_kernel makes all outputs atomic or none).
 _METAL_ATOMIC = frozenset(

@@ -1,7 +1,10 @@
 """Convolution on the GPU (``cuda/conv.cu``, ``kernels/conv.inc``): an implicit GEMM over
 the relation's dense map (tensor cores where the rows allow), float32 accumulation, no
 atomics; its VJP runs the same kernel over the inverse map with W transposed per offset
-(input gradient) and a weight-gradient kernel over the map (float32 atomics). The
+(input gradient) and a weight-gradient kernel over the map (float32 atomics: on tensor
+cores in TF32 for float32 features whose channel counts are multiples of 4 while TF32 is
+allowed, else float32 FMAs). Rows are taken in an order sorted by the offsets they read,
+made on a map's first convolution when it is wide, on its second otherwise. The
 ``implicit_gemm`` route and its packed-weight form."""
 
 from __future__ import annotations
@@ -19,17 +22,25 @@ from lattice.routing.registry import implements
 
 _TM = 64  # output rows per threadgroup (kernels/conv.inc)
 _MMA_MAX_OFFSETS = 1024  # LT_CONV_KCAP: the tensor-core kernel's list of used offsets
+# C_in * C_out from which a map's rows are sorted on its first convolution (a 64 x 32 layer
+# and wider), not on its second
+_SORT_FIRST_WORK = 64 * 32
+_STATIC_SMEM = 44 * 1024  # static shared memory the tensor-core kernels' stages may fill
 
 
-def _tile_order(rel, key: str, nmap: mx.array) -> mx.array:
-    """The row order the convolution kernels take ``nmap``'s rows in: as they are on the
-    first convolution over the map, sorted by ``row_order`` (kept with the relation) from
-    the second on — the sort (0.27 ms on the spconv shape) pays back from the second use
-    (0.1-0.8 ms per forward there), and a one-off convolution does not pay it. The results
-    are the same bits either way."""
+def _tile_order(rel, key: str, nmap: mx.array, c_in: int, c_out: int) -> mx.array:
+    """The row order the convolution kernels take ``nmap``'s rows in: sorted by
+    ``row_order`` (kept with the relation) at once when the convolution is wide
+    (C_in * C_out >= ``_SORT_FIRST_WORK``), else as they are on the first convolution over
+    the map and sorted from the second on. The sort (0.27 ms on the spconv shape) pays back
+    from the second use of a narrow map (0.1-0.8 ms per forward there), so a one-off narrow
+    convolution does not pay it; a wide convolution's kernels cost more with the channel
+    product while the sort does not, so it sorts for the first use already (not measured on
+    a GPU yet). The results are the same bits either way (each row sums its offsets in order
+    in any tile; the weight gradient's float32 atomics round as they do run to run)."""
     state = rel.cached(key, dict)
     if "order" not in state:
-        if not state.get("used"):
+        if c_in * c_out < _SORT_FIRST_WORK and not state.get("used"):
             state["used"] = True
             return arange(int(nmap.shape[0]), dtype=mx.int32)
         state["order"] = row_order(nmap)
@@ -77,7 +88,7 @@ def _mma_stages(itemsize: int, tn: int) -> int:
     """Pipeline stages of the tensor-core kernel: as many (64 + TN) x (32 + one 16-byte
     pad) tiles as fit 44 KiB of static shared memory, at most 4 (kernels/conv.inc)."""
     stage = (_TM + tn) * (32 + 16 // itemsize) * itemsize
-    return max(2, min(4, 44 * 1024 // stage))
+    return max(2, min(4, _STATIC_SMEM // stage))
 
 
 def uses_tensor_cores(dtype, c_in: int) -> bool:
@@ -92,14 +103,44 @@ def uses_tensor_cores(dtype, c_in: int) -> bool:
     return dtype == mx.float32 and c_in % 4 == 0 and settings.tf32_enabled()
 
 
-_WGRAD_ROWS = 512  # output rows per threadgroup of the weight-gradient kernel
+_WGRAD_ROWS = 512  # output rows per threadgroup of the FMA weight-gradient kernel
+_WGRAD_RUN = 1024  # LT_WGRAD_RUN: positions of the row order per tensor-core weight-gradient group
+_WGRAD_CHUNK = 32  # LT_WGRAD_CHUNK: listed rows per pipeline stage of that kernel
+_WGRAD_PAD = 8  # floats of padding per shared row of a stage (fragment loads bank-conflict-free)
+
+
+def _wgrad_mma_stages(tt: int) -> int:
+    """Pipeline stages of the tensor-core weight gradient: as many stages (a 32-row x (TT +
+    8) float32 tile of x and one of dY) as fit 44 KiB of static shared memory beside the row
+    list (``_WGRAD_RUN`` (o, i) int pairs, 8 KiB), at least 2, at most 4: 3 for TT = 32, 2
+    for TT = 64 (kernels/conv.inc)."""
+    stage = 2 * _WGRAD_CHUNK * (tt + _WGRAD_PAD) * 4
+    return max(2, min(4, (_STATIC_SMEM - 2 * _WGRAD_RUN * 4) // stage))
+
+
+def _weight_grad_kernel(dtype, c_in: int, c_out: int) -> str:
+    """The weight-gradient kernel for features of ``dtype``: ``conv_weight_grad_mma``
+    (tensor cores) for float32 under the forward's TF32 rule (``uses_tensor_cores``: CUDA,
+    ``MLX_ENABLE_TF32`` not ``0``, C_in % 4 == 0) with C_out % 4 == 0 too (its x and dY
+    rows are copied in whole 16-byte pieces); else ``conv_weight_grad`` (float32 FMAs),
+    16-bit features included (their rows are summed in float32 there)."""
+    if dtype == mx.float32 and c_out % 4 == 0 and uses_tensor_cores(mx.float32, c_in):
+        return "conv_weight_grad_mma"
+    return "conv_weight_grad"
 
 
 def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array, order: mx.array) -> mx.array:
     """dW[k] = gather(x, nmap[:, k])^T @ dy, float32 (K, C_in, C_out): one kernel, each
     threadgroup a run of rows of ``order`` x a 32 x 32 tile (64 x 64 when both channel
-    counts exceed 32) of one offset, float32 atomics; 32-row chunks that do not read the
-    offset are skipped (about half with sorted rows)."""
+    counts exceed 32) of one offset, float32 atomics at the end.
+
+    Which kernel (``_weight_grad_kernel``): float32 features whose channel counts are
+    multiples of 4, while TF32 is allowed (the forward's rule), take the tensor-core kernel
+    — runs of 1024 positions, the rows that read the offset listed first, then multiplied
+    32 at a time in TF32 (mma.sync) with the next 32 rows' gathers in flight (cp.async).
+    It was the training step's largest GPU cost on the FMA kernel. Everything else takes
+    the FMA kernel (full float32 products): runs of 512 rows walked 32 at a time, chunks
+    that do not read the offset skipped (about half with sorted rows)."""
     n_in, c_in = int(x.shape[0]), int(x.shape[1])
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_out = int(dy.shape[1])
@@ -114,14 +155,19 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array, order: mx.array) -> 
     )
     tt = 64 if min(c_in, c_out) > 32 else 32
     tiles = -(-c_in // tt) * -(-c_out // tt)
+    name = _weight_grad_kernel(x.dtype, c_in, c_out)
+    if name == "conv_weight_grad_mma":
+        run, template = _WGRAD_RUN, [("T", x.dtype), ("TT", tt), ("P", _wgrad_mma_stages(tt))]
+    else:
+        run, template = _WGRAD_ROWS, [("T", x.dtype), ("TT", tt)]
     (dw,) = launch(
         "conv",
-        "conv_weight_grad",
-        [x, dy.astype(x.dtype), nmap, order, int_params(n_out, kv, c_in, c_out, _WGRAD_ROWS)],
+        name,
+        [x, dy.astype(x.dtype), nmap, order, int_params(n_out, kv, c_in, c_out, run)],
         [(kv, c_in, c_out)],
         [mx.float32],
-        -(-n_out // _WGRAD_ROWS) * THREADS,
-        template=[("T", x.dtype), ("TT", tt)],
+        -(-n_out // run) * THREADS,
+        template=template,
         init=0,
         grid_y=kv * tiles,
     )
@@ -139,16 +185,17 @@ def _conv_fn(rel, transposed: bool = False):
         def the_map():  # built on first use: the in-major map on the first backward pass
             return in_major_map(rel) if transposed else rel.neighbor_map
 
-        def order():
-            return _tile_order(rel, "in_major_row_order" if transposed else "row_order", the_map())
+        def order(c_in, c_out):
+            key = "in_major_row_order" if transposed else "row_order"
+            return _tile_order(rel, key, the_map(), int(c_in), int(c_out))
 
         @mx.custom_function
         def conv(x, w):
-            return _conv_kernel(x, w, the_map(), order())
+            return _conv_kernel(x, w, the_map(), order(x.shape[1], w.shape[2]))
 
         @mx.custom_function
         def weight_grad(x, dy):
-            return _weight_grad(x, dy, the_map(), order())
+            return _weight_grad(x, dy, the_map(), order(x.shape[1], dy.shape[1]))
 
         @weight_grad.vjp
         def weight_grad_vjp(primals, cotangent, output):
