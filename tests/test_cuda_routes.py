@@ -251,12 +251,18 @@ def test_cuda_conv_matches_the_cpu_route(name, dtype, monkeypatch):
 
 @needs_cuda
 @pytest.mark.parametrize("tf32", ["1", "0"])
-@pytest.mark.parametrize("c_in, c_out", [(8, 6), (40, 70), (3, 32)])
+@pytest.mark.parametrize("c_in, c_out", [(8, 6), (40, 70), (3, 32), (32, 48), (36, 68)])
 def test_cuda_conv_gradients_match_the_cpu_route(c_in, c_out, tf32, monkeypatch):
+    """(32, 48) and (36, 68) take the tensor-core weight gradient under TF32 (TT 32 with a
+    second column tile; TT 64 with tail tiles both ways), the others the FMA kernel."""
     monkeypatch.setenv("MLX_ENABLE_TF32", tf32)
     from lattice.backends.cuda.conv import uses_tensor_cores
 
     assert uses_tensor_cores(mx.float32, 8) == (tf32 == "1")
+    mma = tf32 == "1" and c_in % 4 == 0 and c_out % 4 == 0
+    assert cuda_conv._weight_grad_kernel(mx.float32, c_in, c_out) == (
+        "conv_weight_grad_mma" if mma else "conv_weight_grad"
+    )
     c = _coords(6, n=600)
     x_gpu, x_cpu = _pair(c, c=c_in)
     w = mx.array(np.random.default_rng(7).normal(size=(c_out, 3, 3, 3, c_in)).astype(np.float32) * 0.2)
@@ -398,6 +404,151 @@ def test_conv_row_order_sorts_by_offset_mask_and_leaves_results_bit_equal(k, dty
     assert "order" in rel.cached("row_order", dict)
     np.testing.assert_array_equal(np.array(first.astype(mx.float32)), np.array(second.astype(mx.float32)))
     np.testing.assert_array_equal(np.array(first.astype(mx.float32)), np.array(ys[0].astype(mx.float32)))
+
+
+class _Relation:
+    """The part of KernelRelation that _tile_order uses: values kept by name."""
+
+    def __init__(self):
+        self.kept = {}
+
+    def cached(self, name, make):
+        if name not in self.kept:
+            self.kept[name] = make()
+        return self.kept[name]
+
+
+def test_tile_order_sorts_a_wide_map_on_its_first_convolution(monkeypatch):
+    """C_in * C_out >= 64 * 32: the rows are sorted on the first convolution over a map;
+    narrower: as they are on the first, sorted from the second (kept with the relation)."""
+    sorts = []
+
+    def fake_row_order(nmap):
+        sorts.append(int(nmap.shape[0]))
+        return mx.array([2, 0, 1], dtype=mx.int32)
+
+    monkeypatch.setattr(cuda_conv, "row_order", fake_row_order)
+    nmap = mx.zeros((3, 27), dtype=mx.int32)
+    assert cuda_conv._SORT_FIRST_WORK == 64 * 32
+    for c_in, c_out in ((64, 32), (32, 64), (128, 16), (96, 96)):
+        rel = _Relation()
+        assert cuda_conv._tile_order(rel, "row_order", nmap, c_in, c_out).tolist() == [2, 0, 1]
+        assert "order" in rel.kept["row_order"]
+    assert len(sorts) == 4
+    for c_in, c_out in ((63, 32), (16, 24), (1, 2047)):
+        rel, before = _Relation(), len(sorts)
+        assert cuda_conv._tile_order(rel, "row_order", nmap, c_in, c_out).tolist() == [0, 1, 2]
+        assert "order" not in rel.kept["row_order"] and len(sorts) == before
+        assert cuda_conv._tile_order(rel, "row_order", nmap, c_in, c_out).tolist() == [2, 0, 1]
+        assert cuda_conv._tile_order(rel, "row_order", nmap, c_in, c_out).tolist() == [2, 0, 1]
+    assert len(sorts) == 7  # once per relation
+
+
+def test_weight_gradient_kernel_choice_follows_the_forward_tf32_rule(monkeypatch):
+    """The tensor-core weight gradient for float32 rows of whole 16-byte pieces (C_in and
+    C_out multiples of 4) while TF32 is allowed, on CUDA; everything else the FMA kernel."""
+    monkeypatch.setattr(kernels, "dialect", lambda: "cuda")
+    mma, fma = "conv_weight_grad_mma", "conv_weight_grad"
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    for c_in, c_out in ((4, 36), (36, 68), (64, 64), (32, 96), (4, 4)):
+        assert cuda_conv._weight_grad_kernel(mx.float32, c_in, c_out) == mma
+    for c_in, c_out in ((6, 40), (36, 70), (3, 32), (32, 2)):
+        assert cuda_conv._weight_grad_kernel(mx.float32, c_in, c_out) == fma
+    for dtype in (mx.float16, mx.bfloat16):
+        assert cuda_conv._weight_grad_kernel(dtype, 32, 32) == fma
+    monkeypatch.setenv("MLX_ENABLE_TF32", "0")
+    assert cuda_conv._weight_grad_kernel(mx.float32, 32, 32) == fma
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    monkeypatch.setattr(kernels, "dialect", lambda: "metal")
+    assert cuda_conv._weight_grad_kernel(mx.float32, 32, 32) == fma
+
+
+def test_tensor_core_weight_gradient_sizes_match_the_kernel_source():
+    """The run length and chunk the launch assumes are the kernel's, and its stages fit
+    the 48 KiB of static shared memory (a TT + 8 float row pad, the row list of (o, i)
+    pairs, the per-warp counts)."""
+    src = (kernels.source_root() / "kernels" / "conv.inc").read_text()
+    assert f"#define LT_WGRAD_RUN {cuda_conv._WGRAD_RUN} " in src
+    assert f"#define LT_WGRAD_CHUNK {cuda_conv._WGRAD_CHUNK} " in src
+    assert f"static constexpr int S = TT + {cuda_conv._WGRAD_PAD};" in src
+    assert [cuda_conv._wgrad_mma_stages(tt) for tt in (32, 64)] == [3, 2]
+    run, chunk, pad = cuda_conv._WGRAD_RUN, cuda_conv._WGRAD_CHUNK, cuda_conv._WGRAD_PAD
+    for tt in (32, 64):
+        stages = cuda_conv._wgrad_mma_stages(tt) * 2 * chunk * (tt + pad) * 4
+        assert stages + 2 * run * 4 + (run // 32 + 1) * 4 <= 48 * 1024
+
+
+def test_weight_gradient_of_empty_inputs_is_zeros():
+    for n_in, n_out in ((0, 5), (7, 0), (0, 0)):
+        x, dy = mx.zeros((n_in, 8)), mx.ones((n_out, 36))
+        nmap = mx.full((n_out, 27), -1, dtype=mx.int32)
+        dw = cuda_conv._weight_grad(x, dy, nmap, mx.zeros((n_out,), dtype=mx.int32))
+        assert dw.shape == (27, 8, 36) and dw.dtype == mx.float32
+        assert not np.array(dw).any()
+
+
+@needs_cuda
+@pytest.mark.parametrize("tf32", ["1", "0"])
+@pytest.mark.parametrize("c_in, c_out", [(4, 36), (36, 68), (64, 64), (32, 96), (6, 40)])
+@pytest.mark.parametrize("k", [3, 5])
+def test_weight_gradient_kernels_match_a_float64_sum(k, c_in, c_out, tf32, monkeypatch):
+    """Both weight-gradient kernels against dW[k] = sum_o x[map[o, k]]^T dy[o] in float64,
+    over a submanifold map (rows with no input at an offset) plus 1100 rows with no input at
+    all (sorted: the whole first run of 1024 positions reads no offset), in sorted and
+    shuffled row order; channel pairs with tail tiles (TT 32 and 64). Tolerance by kernel:
+    TF32 products 1e-3 of sum |x| |dy|, full float32 3e-5 of it."""
+    monkeypatch.setenv("MLX_ENABLE_TF32", tf32)
+    mma = tf32 == "1" and c_in % 4 == 0 and c_out % 4 == 0
+    name = cuda_conv._weight_grad_kernel(mx.float32, c_in, c_out)
+    assert name == ("conv_weight_grad_mma" if mma else "conv_weight_grad")
+    c = _coords(40 + k, n=2600, span=9)
+    x_gpu, _ = _pair(c, c=c_in, seed=41)
+    rel = x_gpu.coord_manager.relation("submanifold", x_gpu.coord_key, KernelSpec(k, op="test"), device="gpu")
+    sub = np.array(rel.neighbor_map)
+    nm = np.concatenate([sub, np.full((1100, sub.shape[1]), -1, np.int32)])
+    rng = np.random.default_rng(42)
+    dyf = rng.normal(size=(len(nm), c_out)).astype(np.float32)
+    nmap, dy = mx.array(nm), mx.array(dyf)
+    sorted_rows = cuda_relations.row_order(nmap)
+    assert not (nm[np.array(sorted_rows)[:1024]] >= 0).any()  # the first run lists no row
+    shuffled = mx.array(rng.permutation(len(nm)).astype(np.int32))
+    xf, yf = np.array(x_gpu.feats).astype(np.float64), dyf.astype(np.float64)
+    ref = np.zeros((nm.shape[1], c_in, c_out))
+    scale = np.zeros_like(ref)
+    for j in range(nm.shape[1]):
+        hit = nm[:, j] >= 0
+        ref[j] = xf[nm[hit, j]].T @ yf[hit]
+        scale[j] = np.abs(xf[nm[hit, j]]).T @ np.abs(yf[hit])
+    tol = 1e-3 if mma else 3e-5
+    for order in (sorted_rows, shuffled):
+        dw = cuda_conv._weight_grad(x_gpu.feats, dy, nmap, order)
+        assert dw.shape == ref.shape and dw.dtype == mx.float32
+        err = np.abs(np.array(dw).astype(np.float64) - ref)
+        worst = np.unravel_index(np.argmax(err - tol * scale), err.shape)
+        assert (err <= tol * scale + 1e-30).all(), (name, worst, err[worst], scale[worst])
+
+
+@needs_cuda
+def test_a_wide_first_convolution_sorts_its_rows_and_gives_the_unsorted_bits(monkeypatch):
+    """A fresh relation's first convolution sorts its rows when C_in * C_out >= 64 * 32
+    (its state holds the order after one call), a narrower one does not; both give the
+    bits of the kernel over the rows as they are."""
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    c = _coords(36, n=1500, span=8)
+    rng = np.random.default_rng(37)
+    for c_in, c_out, wide in ((64, 32, True), (32, 96, True), (16, 24, False), (60, 32, False)):
+        x_gpu, _ = _pair(c, c=c_in, seed=38)  # its own manager: a fresh relation
+        spec = KernelSpec(3, op="test")
+        rel = x_gpu.coord_manager.relation("submanifold", x_gpu.coord_key, spec, device="gpu")
+        w = mx.array(rng.normal(size=(27, c_in, c_out)).astype(np.float32) * 0.2)
+        dense = w.transpose(2, 0, 1).reshape(c_out, 3, 3, 3, c_in)
+        y = subm_conv3d(x_gpu, dense, kernel_size=3, device="gpu").feats
+        state = rel.cached("row_order", dict)
+        assert ("order" in state) == wide, (c_in, c_out)
+        assert bool(state.get("used")) == (not wide)
+        n = int(rel.neighbor_map.shape[0])
+        plain = cuda_conv._conv_kernel(x_gpu.feats, w, rel.neighbor_map, mx.arange(n, dtype=mx.int32))
+        np.testing.assert_array_equal(np.array(y), np.array(plain))
 
 
 @needs_cuda
