@@ -21,7 +21,8 @@
 #   peer [N]       spconv: build/peer-wheels into build/peer-site (once), then on
 #                  build/shells.npy spconv_conv_gpu.py (float32 also with --tf32) and
 #                  spconv_unet.py --device cuda --classes 20, forward and --train, at all
-#                  rows and the first tenth (bench_lazy_rows.py's two sizes), --repeats N
+#                  rows and the first tenth (bench_lazy_rows.py's two sizes), and at all
+#                  rows with --tf32 (MLX's float32 uses TF32), --repeats N
 #   help           this text
 #
 # Verbs run in the order given:  bash tools/gpu_job.sh setup test tests/test_cuda_routes.py -- -n 8 bench 5
@@ -368,12 +369,14 @@ print("torch", torch.__version__, "| spconv", spconv.__version__, "|", torch.cud
     all=$("$py" -c 'import numpy; print(len(numpy.load("build/shells.npy")))') || die "peer: build/shells.npy unreadable"
     : >"$RESULTS/spconv_unet.jsonl"
   fi
-  for rows in "$all" $((all / 10)); do # bench_lazy_rows.py's two sizes
+  # bench_lazy_rows.py's two sizes, spconv's default float32; then with TF32, as MLX's float32 runs
+  for rows in "$all" $((all / 10)) "$all tf32"; do
     for mode in forward train; do
       extra=()
-      [ "$mode" = train ] && extra=(--train)
-      step "spconv_unet $mode N=$rows --repeats $n" unet "$py" "$rows" --device cuda --classes 20 \
-        --repeats "$n" "${extra[@]}"
+      [ "$mode" = train ] && extra+=(--train)
+      [ "${rows#* }" = tf32 ] && extra+=(--tf32)
+      step "spconv_unet $mode N=${rows% *} ${extra[*]} --repeats $n" unet "$py" "${rows% *}" --device cuda \
+        --classes 20 --repeats "$n" "${extra[@]}"
     done
   done
 }
