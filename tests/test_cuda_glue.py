@@ -137,3 +137,114 @@ def test_global_pool_and_its_vjp(mode):
         lambda v: ops.global_pool(x.replace(feats=v), mode=mode, batch_size=size, device="cpu"),
         x,
     )
+
+
+# ---- convolution: the glue of lattice.backends.cuda.conv ----------------------------------
+
+
+def _ref_conv(x, w, nmap, order):
+    """kernels/conv.inc's implicit GEMM in NumPy: y = sum_k gather(x, map[:, k]) @ w[k]."""
+    xs, ws, m = np.asarray(x.astype(mx.float32)), np.asarray(w.astype(mx.float32)), np.asarray(nmap)
+    assert sorted(np.asarray(order).tolist()) == list(range(m.shape[0]))  # a permutation of the rows
+    y = np.zeros((m.shape[0], ws.shape[2]), np.float32)
+    for k in range(m.shape[1]):
+        hit = m[:, k] >= 0
+        y[hit] += xs[m[hit, k]] @ ws[k]
+    return mx.array(y).astype(x.dtype)
+
+
+def _ref_weight_grad(x, dy, nmap, order):
+    """dW[k] = gather(x, map[:, k])^T @ dy, float32."""
+    xs, g, m = np.asarray(x.astype(mx.float32)), np.asarray(dy.astype(mx.float32)), np.asarray(nmap)
+    dw = np.zeros((m.shape[1], xs.shape[1], g.shape[1]), np.float32)
+    for k in range(m.shape[1]):
+        hit = m[:, k] >= 0
+        dw[k] = xs[m[hit, k]].T @ g[hit]
+    return mx.array(dw)
+
+
+@pytest.fixture
+def conv_kernels_on_the_cpu(monkeypatch, cpu_device):
+    """The CUDA convolution's kernels as NumPy, and a count of the inverse maps built."""
+    from lattice.backends.cuda import conv as cuda_conv
+
+    inverted = []
+
+    def counting_invert(nmap, in_count):
+        inverted.append(int(nmap.shape[1]))
+        return _ref_invert(nmap, in_count)
+
+    monkeypatch.setattr(mx, "gpu", mx.cpu)
+    monkeypatch.setattr(cuda_conv, "_conv_kernel", _ref_conv)
+    monkeypatch.setattr(cuda_conv, "_weight_grad", _ref_weight_grad)
+    monkeypatch.setattr(cuda_conv, "row_order", lambda m: mx.arange(m.shape[0] - 1, -1, -1).astype(mx.int32))
+    monkeypatch.setattr(cuda_relations, "invert_map", counting_invert)
+    return inverted
+
+
+@pytest.mark.parametrize(
+    "kernel_size, dilation", [(3, 1), (5, 1), ((3, 1, 5), 1), (3, 2)], ids=["k3", "k5", "k315", "k3d2"]
+)
+def test_submanifold_inverse_map_is_the_map_with_offsets_reversed(kernel_size, dilation, cpu_device):
+    """A centred odd kernel's offsets are symmetric (offset K-1-k is -offset k) and a
+    submanifold relation maps a set onto itself, so map[o, k] = i exactly when
+    map[i, K-1-k] = o: its inverse map is its own map read with the offsets reversed."""
+    x = _tensor(batched=True)
+    spec = KernelSpec(kernel_size, 1, 0, dilation)
+    rel = x.coord_manager.relation(RelationKind.SUBMANIFOLD, x.coord_key, spec, device="cpu")
+    offsets = np.asarray(spec.offsets())
+    np.testing.assert_array_equal(offsets[::-1], -offsets)
+    m = np.asarray(rel.neighbor_map)
+    assert (m >= 0).sum() > m.shape[0]  # rows with neighbours besides themselves
+    np.testing.assert_array_equal(np.asarray(_ref_invert(rel.neighbor_map, rel.in_count)), m[:, ::-1])
+
+
+@pytest.mark.parametrize("kernel_size, dilation", [(3, 1), ((3, 1, 5), 2)], ids=["k3", "k315d2"])
+def test_conv_input_gradient_of_a_submanifold_relation_runs_over_its_own_map(
+    kernel_size, dilation, conv_kernels_on_the_cpu
+):
+    """The input gradient of a submanifold convolution is the forward convolution over the
+    same map with W's offsets reversed and transposed: no inverse map is built, and the
+    gradients (and a second derivative) equal the CPU route's. A strided convolution's
+    input gradient still reads its inverse map."""
+    from lattice.backends.cuda import conv as cuda_conv
+    from lattice.ops.conv import mapped_weight
+
+    x = _tensor(batched=True, channels=4)
+    spec = KernelSpec(kernel_size, 1, 0, dilation)
+    rng = np.random.default_rng(5)
+    w = mx.array(rng.normal(size=(6, *spec.size, 4)).astype(np.float32) * 0.3)
+    rel = x.coord_manager.relation(RelationKind.SUBMANIFOLD, x.coord_key, spec, device="cpu")
+    cot = mx.array(rng.normal(size=(x.feats.shape[0], 6)).astype(np.float32))
+
+    def glue(f, W):
+        return cuda_conv.implicit_gemm(f, mapped_weight(W, spec, "t"), rel)
+
+    def cpu(f, W):
+        return ops.subm_conv3d(
+            x.replace(feats=f), W, kernel_size=kernel_size, dilation=dilation, device="cpu"
+        ).feats
+
+    for fn in (glue, cpu):
+        np.testing.assert_allclose(
+            np.asarray(fn(x.feats, w)), np.asarray(cpu(x.feats, w)), rtol=1e-5, atol=1e-5
+        )
+    grads = [
+        mx.grad(lambda f, W, fn=fn: (fn(f, W) * cot).sum(), argnums=(0, 1))(x.feats, w) for fn in (glue, cpu)
+    ]
+    for a, b in zip(*grads, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+    def penalty(fn, W):  # d/dW |d loss / d f|^2: the weight gradient's own VJP
+        g = mx.grad(lambda f: (fn(f, W) ** 2).sum())(x.feats)
+        return (g**2).sum()
+
+    a, b = mx.grad(lambda W: penalty(glue, W))(w), mx.grad(lambda W: penalty(cpu, W))(w)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+    assert conv_kernels_on_the_cpu == []  # no inverse map for the submanifold relation
+
+    down = KernelSpec(2, 2, 0, 1)
+    strided = x.coord_manager.relation(RelationKind.FORWARD, x.coord_key, down, device="cpu")
+    wd = mx.array(rng.normal(size=(8, 4, 6)).astype(np.float32))
+    mx.eval(mx.grad(lambda f: cuda_conv.implicit_gemm(f, wd, strided).sum())(x.feats))
+    assert conv_kernels_on_the_cpu == [8]  # the strided relation's inverse map, once
