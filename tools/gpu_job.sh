@@ -18,6 +18,9 @@
 #                  LATTICE_TEST_DEVICE=gpu python3 -m pytest FILE... ARGS
 #   bench [N]      bench_conv_gpu.py (which saves build/shells.npy), bench_lazy_rows.py
 #                  --repeats N (default 5), profile_cuda.py
+#   kernels [N]    Nsight Compute's per-kernel summary (gpu__time_duration.sum) of N (default
+#                  2) MinkUNet14 training steps at 484,637 voxels (profile_step_gpu.py; the
+#                  first step compiles): build/results/kernels.txt
 #   peer [N]       spconv: build/peer-wheels into build/peer-site (once), then on
 #                  build/shells.npy spconv_conv_gpu.py (float32 also with --tf32) and
 #                  spconv_unet.py --device cuda --classes 20, forward and --train, at all
@@ -38,7 +41,7 @@ cd "$(dirname "$0")/.." || exit 2
 PY=${PYTHON:-python3}
 DRY=${GPU_JOB_DRY_RUN:-0}
 RESULTS=build/results
-VERBS=" fetch setup test bench peer help "
+VERBS=" fetch setup test bench kernels peer help "
 # pytest options whose value is the next word: a verb name there is the value, not a verb
 VALUE_OPTS=" -k -m -n -p -c -o -W -r --maxfail --deselect --ignore --ignore-glob --durations --tb
   --timeout --dist --rootdir --basetemp --junitxml --junit-xml --log-level --confcutdir --rootdir "
@@ -286,6 +289,16 @@ verb_bench() {
   step "profile_cuda" xlog "$RESULTS/profile_cuda.txt" "$PY" benchmarks/profile_cuda.py
 }
 
+verb_kernels() {
+  local n=$1
+  need_lattice || die "kernels"
+  mkdir -p "$RESULTS"
+  record_card kernels
+  step "ncu per-kernel summary of $n training steps" \
+    xlog "$RESULTS/kernels.txt" ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+    "$PY" benchmarks/profile_step_gpu.py --steps "$n"
+}
+
 # ---- peer (there) ---------------------------------------------------------------------
 
 peer_python() { # the python with torch that sees a GPU
@@ -393,8 +406,9 @@ walk() { # walk RUN ARGS...: parses the verbs (a typo fails before anything runs
     shift
     case $verb in
       fetch | setup | help) [ "$run" = 1 ] && "verb_$verb" ;;
-      bench | peer)
+      bench | peer | kernels)
         n=5
+        [ "$verb" = kernels ] && n=2
         if (($#)) && [[ $1 =~ ^[0-9]+$ ]]; then
           n=$1
           shift
