@@ -3,8 +3,10 @@ bench_conv.py. Run in a separate environment with torch + spconv (never a lattic
 dependency):  /path/to/peer-venv/bin/python benchmarks/peers/spconv_conv.py
 
 Reports SubMConv3d(C, C, 3) forward with the kernel map built in the call and with it
-cached (indice_key reused), SparseConv3d(C, 2C, 3, s=2) and SparseMaxPool3d(2, 2)
-forward, median of 5. spconv's CPU build has no backward pass.
+cached (indice_key reused: the map found in the indice_dict of an earlier call's output,
+where spconv stores it — before 2026-12-06 this script handed over the input's dict,
+which never holds it, so its "map cached" row rebuilt the map), SparseConv3d(C, 2C, 3,
+s=2) and SparseMaxPool3d(2, 2) forward, median of 5. spconv's CPU build has no backward pass.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ def bench_channels(idx, shape, c: int) -> list[dict]:
     pool = spconv.SparseMaxPool3d(2, 2, algo=spconv.ConvAlgo.Native)
     with torch.no_grad():
         fresh = median_ms(lambda: subm(tensor()), 5)
-        t = tensor()
-        subm(t)  # builds and stores the map under indice_key "s1"
+        # spconv copies the input's indice_dict and stores the map it builds under
+        # indice_key "s1" in the copy, which the *output* carries: reuse the output's
+        out = subm(tensor())
+        assert "s1" in out.indice_dict
 
         def cached():
             x = tensor()
-            x.indice_dict = t.indice_dict
+            x.indice_dict = out.indice_dict
             return subm(x)
 
         cached_ms = median_ms(cached, 5)
