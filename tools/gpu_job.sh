@@ -9,6 +9,9 @@
 #                  pyproject's MLX; build/gpu-wheels/ (pyproject's nanobind and
 #                  scipy-openblas32, which the extension's build needs); build/peer-wheels/
 #                  (tools/peer_wheels.sh: spconv-cu126 and its packages)
+#   base REV       build/base/: the Python, kernels and benchmarks of commit REV (git archive),
+#                  the "before" of an A/B on the same card; refused where REV's C++ (csrc/,
+#                  CMakeLists.txt) differs from the tree's, whose extension it borrows there
 # There (python3 with torch, nvcc, cmake, ninja), from the repository root:
 #   setup          install .gpu/*.whl and build/gpu-wheels/*.whl into build/site, link the
 #                  machine's nvidia libraries there, build the extension in build/gpu and put
@@ -18,6 +21,9 @@
 #                  LATTICE_TEST_DEVICE=gpu python3 -m pytest FILE... ARGS
 #   bench [N]      bench_conv_gpu.py (which saves build/shells.npy), bench_lazy_rows.py
 #                  --repeats N (default 5), profile_cuda.py
+#   ab [N]         before / after on this card: bench_lazy_rows.py --repeats N (default 5) in
+#                  build/base (carried; made here by `base REV`, with this tree's extension)
+#                  and in the tree, alternating, two rounds: build/results/ab_{base,tree}_R.json
 #   kernels [N]    Nsight Compute's per-kernel summary (gpu__time_duration.sum) of N (default
 #                  2) MinkUNet14 training steps at 484,637 voxels (profile_step_gpu.py; the
 #                  first step compiles): build/results/kernels.txt
@@ -41,7 +47,7 @@ cd "$(dirname "$0")/.." || exit 2
 PY=${PYTHON:-python3}
 DRY=${GPU_JOB_DRY_RUN:-0}
 RESULTS=build/results
-VERBS=" fetch setup test bench kernels peer help "
+VERBS=" fetch base setup test bench ab kernels peer help "
 # pytest options whose value is the next word: a verb name there is the value, not a verb
 VALUE_OPTS=" -k -m -n -p -c -o -W -r --maxfail --deselect --ignore --ignore-glob --durations --tb
   --timeout --dist --rootdir --basetemp --junitxml --junit-xml --log-level --confcutdir --rootdir "
@@ -150,6 +156,21 @@ verb_fetch() {
     -d build/gpu-wheels "nanobind==$nb" "scipy-openblas32==$ob" || die "fetch: pip download failed"
   step "fetch: build/peer-wheels" x bash tools/peer_wheels.sh build/peer-wheels || die "fetch: peer wheels"
   [ "$DRY" = 1 ] || du -sh .gpu build/gpu-wheels build/peer-wheels
+}
+
+verb_base() {
+  local rev=$1
+  git rev-parse --verify -q "$rev^{commit}" >/dev/null || die "base: no commit '$rev' here"
+  if ! git diff --quiet "$rev" -- csrc CMakeLists.txt; then
+    die "base: $rev's C++ differs from the tree's (csrc/, CMakeLists.txt): its extension must be built for it"
+  fi
+  x rm -rf build/base
+  x mkdir -p build/base
+  step "base: build/base = $rev" \
+    bash -c 'git archive "$1" lattice mlx_lattice benchmarks kernels cuda | tar -x -C build/base' _ "$rev" ||
+    die "base"
+  [ "$DRY" = 1 ] || git rev-parse "$rev" >build/base/REV
+  [ "$DRY" = 1 ] || du -sh build/base
 }
 
 # ---- setup (there) --------------------------------------------------------------------
@@ -289,6 +310,24 @@ verb_bench() {
   step "profile_cuda" xlog "$RESULTS/profile_cuda.txt" "$PY" benchmarks/profile_cuda.py
 }
 
+verb_ab() {
+  local n=$1 r ext
+  need_lattice || die "ab"
+  [ -f build/base/REV ] || [ "$DRY" = 1 ] || die "ab: no build/base: make it here with 'base REV' and carry build/base"
+  ext=$(compgen -G "lattice/_ext*.so" | head -n1)
+  x cp -p "${ext:-lattice/_ext.so}" build/base/lattice/
+  for pkg in mlx scipy_openblas32; do x ln -sfn "../site/$pkg" "build/base/$pkg"; done
+  mkdir -p "$RESULTS"
+  record_card ab
+  for r in 1 2; do
+    step "ab round $r: base ($(cat build/base/REV 2>/dev/null | cut -c1-10))" \
+      x env PYTHONPATH="$PWD/build/site:$PWD/build/base" "$PY" build/base/benchmarks/bench_lazy_rows.py \
+      --repeats "$n" --json "$PWD/$RESULTS/ab_base_$r.json"
+    step "ab round $r: tree" \
+      x "$PY" benchmarks/bench_lazy_rows.py --repeats "$n" --json "$RESULTS/ab_tree_$r.json"
+  done
+}
+
 verb_kernels() {
   local n=$1
   need_lattice || die "kernels"
@@ -406,7 +445,12 @@ walk() { # walk RUN ARGS...: parses the verbs (a typo fails before anything runs
     shift
     case $verb in
       fetch | setup | help) [ "$run" = 1 ] && "verb_$verb" ;;
-      bench | peer | kernels)
+      base)
+        (($#)) || { log "error: base needs a commit (base REV)"; exit 2; }
+        [ "$run" = 1 ] && verb_base "$1"
+        shift
+        ;;
+      bench | peer | kernels | ab)
         n=5
         [ "$verb" = kernels ] && n=2
         if (($#)) && [[ $1 =~ ^[0-9]+$ ]]; then
