@@ -248,3 +248,27 @@ def test_conv_input_gradient_of_a_submanifold_relation_runs_over_its_own_map(
     wd = mx.array(rng.normal(size=(8, 4, 6)).astype(np.float32))
     mx.eval(mx.grad(lambda f: cuda_conv.implicit_gemm(f, wd, strided).sum())(x.feats))
     assert conv_kernels_on_the_cpu == [8]  # the strided relation's inverse map, once
+
+
+def test_only_a_managers_submanifold_relation_counts_as_mirrored(cpu_device):
+    """The mirrored input gradient rests on the manager's rule for submanifold relations; a
+    forward relation, and a relation of given edges labelled "submanifold" (mlx-lattice's
+    constructor: here a one-sided, asymmetric edge list), are not taken as mirrored."""
+    from lattice.backends.cuda import conv as cuda_conv
+    from mlx_lattice.core import KernelRelation as GivenRelation
+
+    x = _tensor()
+    sub = x.coord_manager.relation(RelationKind.SUBMANIFOLD, x.coord_key, KernelSpec(3), device="cpu")
+    fwd = x.coord_manager.relation(RelationKind.FORWARD, x.coord_key, KernelSpec(2, 2), device="cpu")
+    offsets = tuple(tuple(o) for o in np.asarray(KernelSpec(3).offsets()).tolist())
+    given = GivenRelation(
+        mx.array([0, 1], dtype=mx.int32),
+        mx.array([1, 2], dtype=mx.int32),
+        mx.array([0, 0], dtype=mx.int32),
+        kernel_offsets=offsets,
+        out_coords=mx.zeros((3, 4), dtype=mx.int32),
+        n_in_capacity=3,
+        kind="submanifold",
+    )
+    assert given.kind == RelationKind.SUBMANIFOLD
+    assert [cuda_conv._mirrored(r) for r in (sub, fwd, given)] == [True, False, False]

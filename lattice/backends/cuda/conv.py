@@ -178,14 +178,12 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array, order: mx.array) -> 
 
 def _mirrored(rel) -> bool:
     """True where ``rel``'s inverse map is its own map with the offsets reversed: a
-    submanifold relation maps a set onto itself, and a centred odd kernel's offsets are
-    symmetric (offset K-1-k is -offset k, ``KernelSpec.offsets`` order), so map[o, k] = i
-    exactly when map[i, K-1-k] = o."""
-    return (
-        rel.kind == RelationKind.SUBMANIFOLD
-        and rel.spec.is_centered_submanifold
-        and rel.in_key == rel.out_key
-    )
+    submanifold relation a coordinate manager built. The manager makes every one of them on
+    its input set with an odd kernel, stride 1 and no padding (``_check_relation``), whose
+    offsets are symmetric (offset K-1-k is -offset k, ``KernelSpec.offsets`` order), so
+    map[o, k] = i exactly when map[i, K-1-k] = o. A relation holding given edges (mlx-lattice's
+    ``KernelRelation`` constructor: no set keys) promises no such symmetry whatever its kind."""
+    return rel.kind == RelationKind.SUBMANIFOLD and rel.in_key is not None
 
 
 def _conv_over(rel, transposed: bool):
