@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from reference import conv as rconv
 from test_pool import cloud_coords, features
 
 from lattice import ops
@@ -142,25 +143,19 @@ def test_global_pool_and_its_vjp(mode):
 # ---- convolution: the glue of lattice.backends.cuda.conv ----------------------------------
 
 
+def _f32(a):
+    return np.asarray(a.astype(mx.float32))
+
+
 def _ref_conv(x, w, nmap, order):
-    """kernels/conv.inc's implicit GEMM in NumPy: y = sum_k gather(x, map[:, k]) @ w[k]."""
-    xs, ws, m = np.asarray(x.astype(mx.float32)), np.asarray(w.astype(mx.float32)), np.asarray(nmap)
-    assert sorted(np.asarray(order).tolist()) == list(range(m.shape[0]))  # a permutation of the rows
-    y = np.zeros((m.shape[0], ws.shape[2]), np.float32)
-    for k in range(m.shape[1]):
-        hit = m[:, k] >= 0
-        y[hit] += xs[m[hit, k]] @ ws[k]
-    return mx.array(y).astype(x.dtype)
+    """kernels/conv.inc's implicit GEMM (``rconv.map_conv``), rows taken in any permutation."""
+    assert sorted(np.asarray(order).tolist()) == list(range(nmap.shape[0]))  # a permutation of the rows
+    return mx.array(rconv.map_conv(_f32(x), _f32(w), np.asarray(nmap)).astype(np.float32)).astype(x.dtype)
 
 
 def _ref_weight_grad(x, dy, nmap, order):
-    """dW[k] = gather(x, map[:, k])^T @ dy, float32."""
-    xs, g, m = np.asarray(x.astype(mx.float32)), np.asarray(dy.astype(mx.float32)), np.asarray(nmap)
-    dw = np.zeros((m.shape[1], xs.shape[1], g.shape[1]), np.float32)
-    for k in range(m.shape[1]):
-        hit = m[:, k] >= 0
-        dw[k] = xs[m[hit, k]].T @ g[hit]
-    return mx.array(dw)
+    """dW[k] = gather(x, map[:, k])^T @ dy (``rconv.map_weight_grad``), float32."""
+    return mx.array(rconv.map_weight_grad(_f32(x), _f32(dy), np.asarray(nmap)).astype(np.float32))
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from reference import conv as rconv
 
 import lattice
 from lattice.backends import kernels
@@ -395,11 +396,11 @@ def test_conv_row_order_sorts_by_offset_mask_and_leaves_results_bit_equal(k, dty
     # products: within 1e-3 of sum |x| |dy|), float16 the FMA kernel
     dy = ys[0]
     dws = [np.array(cuda_conv._weight_grad(x_gpu.feats, dy, nmap, o)) for o in (mx.array(order), shuffled)]
-    xf, dyf, nm = (np.array(a.astype(mx.float32)).astype(np.float64) for a in (x_gpu.feats, dy, nmap))
-    ref = np.stack([xf[nm[m[:, j], j].astype(int)].T @ dyf[m[:, j]] for j in range(kv)])
+    xf, dyf, nm = np.array(x_gpu.feats.astype(mx.float32)), np.array(dy.astype(mx.float32)), np.array(nmap)
+    ref = rconv.map_weight_grad(xf, dyf, nm)
     tf32 = cuda_conv._weight_grad_kernel(dtype, 16, 24) == "conv_weight_grad_mma"
     assert tf32 == (dtype == mx.float32)
-    scale = np.stack([np.abs(xf[nm[m[:, j], j].astype(int)]).T @ np.abs(dyf[m[:, j]]) for j in range(kv)])
+    scale = rconv.map_weight_grad(xf, dyf, nm, absolute=True)
     for dw in dws:
         if tf32:
             assert (np.abs(dw - ref) <= 1e-3 * scale).all()
@@ -521,13 +522,9 @@ def test_weight_gradient_kernels_match_a_float64_sum(k, c_in, c_out, tf32, monke
     sorted_rows = cuda_relations.row_order(nmap)
     assert not (nm[np.array(sorted_rows)[:1024]] >= 0).any()  # the first run lists no row
     shuffled = mx.array(rng.permutation(len(nm)).astype(np.int32))
-    xf, yf = np.array(x_gpu.feats).astype(np.float64), dyf.astype(np.float64)
-    ref = np.zeros((nm.shape[1], c_in, c_out))
-    scale = np.zeros_like(ref)
-    for j in range(nm.shape[1]):
-        hit = nm[:, j] >= 0
-        ref[j] = xf[nm[hit, j]].T @ yf[hit]
-        scale[j] = np.abs(xf[nm[hit, j]]).T @ np.abs(yf[hit])
+    xf = np.array(x_gpu.feats)
+    ref = rconv.map_weight_grad(xf, dyf, nm)
+    scale = rconv.map_weight_grad(xf, dyf, nm, absolute=True)
     tol = 1e-3 if mma else 3e-5
     for order in (sorted_rows, shuffled):
         dw = cuda_conv._weight_grad(x_gpu.feats, dy, nmap, order)

@@ -315,3 +315,32 @@ def align(actual_coords: np.ndarray, ref_coords: np.ndarray) -> np.ndarray:
             f"output coordinate {a[np.argmax(missing)].tolist()} is not in the reference support"
         )
     return order[pos]
+
+
+# ---- the GPU kernels' arithmetic over a given dense neighbour map -----------------------
+# Oracles of what the implicit-GEMM kernels compute from a map they are handed (the map
+# itself is checked against the edge rules elsewhere): ``nmap`` is (N_out, K) int, -1 where
+# offset k of an output row has no input. float64.
+
+
+def map_conv(x: np.ndarray, w: np.ndarray, nmap: np.ndarray) -> np.ndarray:
+    """``y[o] = sum_k x[nmap[o, k]] @ w[k]`` (w mapped, (K, C_in, C_out))."""
+    x, w, nmap = np.asarray(x, np.float64), np.asarray(w, np.float64), np.asarray(nmap)
+    y = np.zeros((nmap.shape[0], w.shape[2]))
+    for k in range(nmap.shape[1]):
+        hit = nmap[:, k] >= 0
+        y[hit] += x[nmap[hit, k]] @ w[k]
+    return y
+
+
+def map_weight_grad(x: np.ndarray, dy: np.ndarray, nmap: np.ndarray, *, absolute: bool = False) -> np.ndarray:
+    """``dW[k] = sum_o x[nmap[o, k]]^T dy[o]``, (K, C_in, C_out); ``absolute``: the same sum of
+    ``|x|`` and ``|dy|``, the scale a rounding error of each entry is measured against."""
+    x, dy, nmap = np.asarray(x, np.float64), np.asarray(dy, np.float64), np.asarray(nmap)
+    if absolute:
+        x, dy = np.abs(x), np.abs(dy)
+    dw = np.zeros((nmap.shape[1], x.shape[1], dy.shape[1]))
+    for k in range(nmap.shape[1]):
+        hit = nmap[:, k] >= 0
+        dw[k] = x[nmap[hit, k]].T @ dy[hit]
+    return dw
