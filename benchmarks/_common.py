@@ -15,16 +15,34 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 KITTI_SCAN = DATA / "semantickitti" / "seq00_000000.bin"
 
 
-def median_ms(fn: Callable[[], object], repeats: int = 7, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` in milliseconds."""
-    for _ in range(warmup):
-        fn()
+def timed_ms(
+    fn: Callable[[], object],
+    repeats: int,
+    warmup: int = 1,
+    sync: Callable[[], object] | None = None,
+    reset: Callable[[], object] | None = None,
+) -> list[float]:
+    """Wall times of ``repeats`` calls of ``fn()`` in milliseconds, after ``warmup`` untimed
+    ones; ``sync()`` (a device synchronize) before the clock starts and before it stops,
+    ``reset()`` untimed before each call."""
     times = []
-    for _ in range(repeats):
+    for i in range(warmup + repeats):
+        if reset is not None:
+            reset()
+        if sync is not None:
+            sync()
         t0 = time.perf_counter()
         fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        if sync is not None:
+            sync()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def median_ms(fn: Callable[[], object], repeats: int = 7, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` in milliseconds."""
+    return statistics.median(timed_ms(fn, repeats, warmup))
 
 
 def kitti_points() -> np.ndarray:

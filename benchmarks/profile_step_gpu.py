@@ -4,12 +4,12 @@
         python3 benchmarks/profile_step_gpu.py [--steps 2] [--rows N]
 
 (``tools/gpu_job.sh kernels`` runs exactly that and keeps the summary.) The input is
-bench_lazy_rows.py's: the spconv shape (484,637 voxels on spherical shells, or its first
+bench_lazy_rows.py's (its ``_inputs``): the spconv shape (484,637 voxels on spherical shells, or its first
 ``--rows``), 4 input channels, MinkUNet14 at width 32, train mode, mean cross entropy over 20
 classes, loss + gradients evaluated; every step on a new tensor (own coordinate manager),
 so every relation is built inside it, as on a new scan. The first step compiles the
 kernels; divide the summary's totals by ``--steps`` for one step. Without a profiler it
-prints each step's wall time.
+prints each step's wall time. GPU only (the coordinates start on the GPU).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import mlx.core as mx
 import mlx.nn as mnn
 import numpy as np
 from bench_conv_gpu import shells
+from bench_lazy_rows import _inputs
 
-import lattice
 from lattice.models import minkunet
 
 
@@ -38,15 +38,12 @@ def main() -> None:
     model.train(True)
     mx.eval(model.parameters())
     labels = mx.array(np.arange(n) % 20)
-    feats = np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32)
 
     def loss(m, x):
         return mnn.losses.cross_entropy(m(x).feats, labels, reduction="mean")
 
     grad = mnn.value_and_grad(model, loss)
-    for step in range(args.steps):
-        x = lattice.SparseTensor(mx.array(coords), mx.array(feats))  # on MLX's default device
-        mx.eval(x.coords, x.feats)
+    for step, x in enumerate(_inputs(coords, args.steps)):  # each on its own manager
         t0 = time.perf_counter()
         mx.eval(grad(model, x))
         print(f"step {step}: {(time.perf_counter() - t0) * 1e3:.1f} ms ({n} voxels)", flush=True)

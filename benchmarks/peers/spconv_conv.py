@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import torch
+from _spconv import nonnegative
 from spconv import pytorch as spconv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -57,9 +58,7 @@ def bench_channels(idx, shape, c: int) -> list[dict]:
 def main() -> None:
     torch.set_num_threads(2)
     coords = kitti_voxels(0.05)
-    idx = torch.from_numpy(coords).int()
-    idx[:, 1:] -= idx[:, 1:].min(0).values
-    shape = (idx[:, 1:].max(0).values + 3).tolist()
+    idx, shape = nonnegative(coords, margin=3)
     rows = bench_channels(idx, shape, 32) + bench_channels(idx, shape, 64)
     report(rows, f"spconv {__import__('spconv').__version__} CPU, kitti 0.05 m")
 

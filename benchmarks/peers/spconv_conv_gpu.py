@@ -30,42 +30,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
+from _spconv import add_input_args, algorithm, check_input_args, load_indices
 from spconv import __version__ as spconv_version
 from spconv import constants as spconv_constants
 from spconv import pytorch as spconv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import report  # noqa: E402
+from _common import report, timed_ms  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
-
-
-def load_indices(path: str) -> tuple[torch.Tensor, list[int]]:
-    """(N, 4) int32 batch, x, y, z from ``path``, shifted non-negative, and its spatial shape."""
-    idx = torch.from_numpy(np.load(path).astype(np.int32))
-    idx[:, 1:] -= idx[:, 1:].min(0).values  # spconv needs non-negative indices
-    return idx, (idx[:, 1:].max(0).values + 1).tolist()
-
-
-def timed(step, repeats: int, warmup: int, sync, reset=None) -> list[float]:
-    """ms of ``repeats`` calls of ``step()`` after ``warmup`` untimed ones, each between two
-    ``sync()``; ``reset()`` runs untimed before each call."""
-    times = []
-    for i in range(warmup + repeats):
-        if reset is not None:
-            reset()
-        sync()
-        t0 = time.perf_counter()
-        step()
-        sync()
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
 
 
 def edge_count(data) -> int | None:
@@ -109,11 +85,13 @@ def bench_one(idx, shape, c: int, dtype: torch.dtype, args, algo) -> dict:
     def clear_grads():
         leaf.grad, conv.weight.grad = None, None
 
-    fresh_ms, fresh_range = _summary(timed(fresh, args.repeats, args.warmup, sync))
-    reused_ms, reused_range = _summary(timed(reused, args.repeats, args.warmup, sync))
+    fresh_ms, fresh_range = _summary(timed_ms(fresh, args.repeats, args.warmup, sync))
+    reused_ms, reused_range = _summary(timed_ms(reused, args.repeats, args.warmup, sync))
     # spconv's CPU build has no backward pass ("Torch not compiled with CUDA enabled")
     bwd = (
-        timed(fwd_bwd, args.repeats, args.warmup, sync, reset=clear_grads) if device.type == "cuda" else None
+        timed_ms(fwd_bwd, args.repeats, args.warmup, sync, reset=clear_grads)
+        if device.type == "cuda"
+        else None
     )
     fwd_bwd_ms, _ = _summary(bwd)
     return {
@@ -133,23 +111,14 @@ def bench_one(idx, shape, c: int, dtype: torch.dtype, args, algo) -> dict:
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("coords", nargs="?", help="(N, 4) int32 .npy: batch, x, y, z")
-    ap.add_argument("--coords", dest="coords_path", metavar="PATH", help="the same, as an option")
-    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    add_input_args(ap, "cuda")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls before each timing")
     ap.add_argument("--channels", type=int, nargs="+", default=[32, 64])
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float16"], choices=list(DTYPES))
-    ap.add_argument("--tf32", action="store_true", help="let spconv use TF32 in float32")
-    algos = ["auto", *(a.name for a in spconv.ConvAlgo)]
-    ap.add_argument("--algo", default="auto", choices=algos, help="auto: Native on CPU, else spconv's")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = ap.parse_args()
-    if (args.coords is None) == (args.coords_path is None):
-        ap.error("give the coordinates once: COORDS or --coords PATH")
-    args.coords = args.coords or args.coords_path
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device (--device cpu to smoke-test)")
+    check_input_args(ap, args)
     if args.repeats < 1 or args.warmup < 0:
         ap.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats} and {args.warmup}")
     return args
@@ -158,11 +127,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     spconv_constants.SPCONV_ALLOW_TF32 = args.tf32
-    if args.algo == "auto":
-        algo = spconv.ConvAlgo.Native if args.device == "cpu" else spconv.ConvAlgo.MaskImplicitGemm
-    else:
-        algo = spconv.ConvAlgo[args.algo]
-    idx, shape = load_indices(args.coords)
+    algo = algorithm(args)
+    idx, shape = load_indices(args.coords, margin=1)
     idx = idx.to(args.device)
     rows = [bench_one(idx, shape, c, DTYPES[d], args, algo) for c in args.channels for d in args.dtypes]
     card = torch.cuda.get_device_name() if args.device == "cuda" else "CPU, smoke test only"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import torch
+from _spconv import nonnegative
 from spconv.pytorch import ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -17,10 +18,7 @@ from _common import dense_block, kitti_voxels, median_ms, report  # noqa: E402
 
 
 def bench(name, coords_np, repeats):
-    idx = torch.from_numpy(coords_np).int()
-    lo = idx[:, 1:].min(0).values
-    idx[:, 1:] -= lo
-    shape = (idx[:, 1:].max(0).values + 3).tolist()
+    idx, shape = nonnegative(coords_np, margin=3)
     rows = []
     for label, kw in (
         ("submanifold k=3", dict(ksize=[3, 3, 3], stride=[1, 1, 1], padding=[1, 1, 1], subm=True)),

@@ -38,14 +38,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+import sys
+from pathlib import Path
 
-import numpy as np
 import torch
+from _spconv import add_input_args, algorithm, check_input_args, load_indices
 from spconv import __version__ as spconv_version
 from spconv import constants as spconv_constants
 from spconv import pytorch as spconv
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import timed_ms  # noqa: E402
 
 
 def subm(c_in, c_out, k, key, algo):
@@ -130,53 +134,18 @@ class UNet(nn.Module):
         return self.head(y.features)
 
 
-def load_indices(path: str, rows: int | None = None) -> tuple[torch.Tensor, list[int]]:
-    """(N, 4) int32 batch, x, y, z from ``path`` (its first ``rows``), shifted non-negative as
-    spconv needs, and the spatial shape the four stride-2 levels run in."""
-    idx = torch.from_numpy(np.load(path).astype(np.int32))
-    if rows is not None:
-        idx = idx[:rows].contiguous()
-    idx[:, 1:] -= idx[:, 1:].min(0).values  # spconv needs non-negative indices
-    return idx, (idx[:, 1:].max(0).values + 2).tolist()
-
-
-def timed(step, repeats: int, warmup: int, sync, reset=None) -> list[float]:
-    """Times ``step()`` ``repeats`` times after ``warmup`` untimed calls; ``sync()`` before the
-    clock starts and before it stops, ``reset()`` (untimed) before each call. ms."""
-    times = []
-    for i in range(warmup + repeats):
-        if reset is not None:
-            reset()
-        sync()
-        t0 = time.perf_counter()
-        step()
-        sync()
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
-
-
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("coords", nargs="?", help="(N, 4) int32 .npy: batch, x, y, z")
-    ap.add_argument("--coords", dest="coords_path", metavar="PATH", help="the same, as an option")
+    add_input_args(ap, "cpu")
     ap.add_argument("--rows", type=int, default=None, help="only the first N rows of COORDS")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls first (1 CPU, 3 CUDA)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--preset", type=int, default=14, choices=(14, 18))
-    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--classes", type=int, default=19, help="output classes of the head")
     ap.add_argument("--train", action="store_true", help="time loss + backward in train mode")
-    ap.add_argument("--tf32", action="store_true", help="let spconv and torch use TF32 in float32")
-    algos = ["auto", *(a.name for a in spconv.ConvAlgo)]
-    ap.add_argument("--algo", default="auto", choices=algos, help="auto: Native on CPU, else spconv's")
     args = ap.parse_args()
-    if (args.coords is None) == (args.coords_path is None):
-        ap.error("give the coordinates once: COORDS or --coords PATH")
-    args.coords = args.coords or args.coords_path
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device")
+    check_input_args(ap, args)
     if args.train and args.device == "cpu":
         ap.error("--train needs --device cuda: spconv's CPU build has no backward pass")
     if args.warmup is None:
@@ -191,11 +160,8 @@ def main() -> None:
     if args.tf32:
         spconv_constants.SPCONV_ALLOW_TF32 = True
         torch.backends.cuda.matmul.allow_tf32 = True
-    if args.algo == "auto":
-        algo = spconv.ConvAlgo.Native if args.device == "cpu" else spconv.ConvAlgo.MaskImplicitGemm
-    else:
-        algo = spconv.ConvAlgo[args.algo]
-    idx, shape = load_indices(args.coords, args.rows)
+    algo = algorithm(args)
+    idx, shape = load_indices(args.coords, margin=2, rows=args.rows)  # room for the stride-2 levels
     n = len(idx)
     torch.manual_seed(0)
     feats = torch.randn(n, 4).to(device)
@@ -214,7 +180,9 @@ def main() -> None:
             loss = nn.functional.cross_entropy(model(tensor()), labels)
             loss.backward()
 
-        times = timed(step, args.repeats, args.warmup, sync, reset=lambda: model.zero_grad(set_to_none=True))
+        times = timed_ms(
+            step, args.repeats, args.warmup, sync, reset=lambda: model.zero_grad(set_to_none=True)
+        )
     else:
         model.eval()
 
@@ -223,7 +191,7 @@ def main() -> None:
                 out = model(tensor())
             assert out.shape == (n, args.classes)
 
-        times = timed(step, args.repeats, args.warmup, sync)
+        times = timed_ms(step, args.repeats, args.warmup, sync)
     key = "train_ms" if args.train else "forward_ms"
     result = {key: statistics.median(times), "times": times, "N": n, "range_ms": [min(times), max(times)]}
     result.update(
