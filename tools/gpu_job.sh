@@ -50,10 +50,10 @@ RESULTS=build/results
 VERBS=" fetch base setup test bench ab kernels peer help "
 # pytest options whose value is the next word: a verb name there is the value, not a verb
 VALUE_OPTS=" -k -m -n -p -c -o -W -r --maxfail --deselect --ignore --ignore-glob --durations --tb
-  --timeout --dist --rootdir --basetemp --junitxml --junit-xml --log-level --confcutdir --rootdir "
+  --timeout --dist --rootdir --basetemp --junitxml --junit-xml --log-level --confcutdir "
 SUMMARY=()
 FAILED=()
-PEER_ENV=()
+PEER_ENV=(env "PYTHONPATH=$PWD/build/peer-site" PYTHONUNBUFFERED=1) # the peer's python, with build/peer-site
 T_START=$(date +%s.%N)
 
 log() { printf '[gpu_job %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -191,29 +191,49 @@ wheel_list() { # "name size" of each wheel given that exists
   return 0
 }
 
-install_site() {
-  local wheels=() w want
-  for w in .gpu/*.whl build/gpu-wheels/*.whl; do [ -f "$w" ] && wheels+=("$w"); done
-  if [ ${#wheels[@]} -eq 0 ]; then
-    [ -f build/site/.wheels ] && { log "setup: no wheels carried; build/site kept"; return 0; }
-    log "setup: no .gpu/*.whl and no build/site: carry .gpu and build/gpu-wheels (made here by fetch)"
+# install_wheels DIR PY WHEEL...: the wheels into DIR (pip --target), once per set of wheels
+# (DIR/.wheels lists the set installed); with no wheel carried, an installed DIR is kept
+install_wheels() {
+  local dir=$1 py=$2 want w wheels=()
+  shift 2
+  for w in "$@"; do [ -f "$w" ] && wheels+=("$w"); done # an unmatched glob stays a pattern
+  set -- "${wheels[@]}"
+  want=$(wheel_list "$@")
+  if [ -z "$want" ]; then
+    [ -f "$dir/.wheels" ] && { log "no wheels carried; $dir kept"; return 0; }
+    log "no wheels carried and no $dir: carry them (made here by fetch)"
     return 2
   fi
-  compgen -G "build/gpu-wheels/nanobind-*.whl" >/dev/null || log "warning: no nanobind wheel carried: the machine's own is used"
-  compgen -G "build/gpu-wheels/scipy_openblas32-*.whl" >/dev/null || log "warning: no scipy-openblas32 wheel carried"
-  want=$(wheel_list "${wheels[@]}")
-  if [ -f build/site/.wheels ] && [ "$(cat build/site/.wheels)" = "$want" ]; then
-    log "setup: build/site holds these wheels already"
+  if [ -f "$dir/.wheels" ] && [ "$(cat "$dir/.wheels")" = "$want" ]; then
+    log "$dir holds these wheels already"
     return 0
   fi
-  x rm -rf build/site
-  x "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target build/site "${wheels[@]}" ||
-    return
-  [ "$DRY" = 1 ] || printf '%s\n' "$want" >build/site/.wheels
+  x rm -rf "$dir"
+  x "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$dir" "$@" || return
+  [ "$DRY" = 1 ] || printf '%s\n' "$want" >"$dir/.wheels"
+}
+
+install_site() {
+  compgen -G "build/gpu-wheels/nanobind-*.whl" >/dev/null || log "warning: no nanobind wheel carried: the machine's own is used"
+  compgen -G "build/gpu-wheels/scipy_openblas32-*.whl" >/dev/null || log "warning: no scipy-openblas32 wheel carried"
+  install_wheels build/site "$PY" .gpu/*.whl build/gpu-wheels/*.whl
+}
+
+# rpath_links DIR: DIR/mlx and DIR/scipy_openblas32 -> build/site, where the RPATH of an
+# extension in DIR/lattice ($ORIGIN/../mlx/lib, $ORIGIN/../scipy_openblas32/lib) looks
+rpath_links() {
+  local pkg
+  for pkg in mlx scipy_openblas32; do
+    if [ -e "$1/$pkg" ] && [ ! -L "$1/$pkg" ]; then
+      log "error: $1/$pkg exists and is not a link"
+      return 1
+    fi
+    x ln -sfn "$PWD/build/site/$pkg" "$1/$pkg"
+  done
 }
 
 link_tree() { # the machine's nvidia libraries into build/site; ./mlx and ./scipy_openblas32 for _ext's RPATH
-  local purelib pkg
+  local purelib
   if [ "$DRY" = 1 ]; then
     purelib='<purelib of python3>'
   else
@@ -224,13 +244,7 @@ link_tree() { # the machine's nvidia libraries into build/site; ./mlx and ./scip
   else
     log "warning: $purelib/nvidia missing: libmlx.so may not find cuBLAS, cuDNN, NVRTC"
   fi
-  for pkg in mlx scipy_openblas32; do # _ext's RPATH: $ORIGIN/../mlx/lib, $ORIGIN/../scipy_openblas32/lib
-    if [ -e "$pkg" ] && [ ! -L "$pkg" ]; then
-      log "error: ./$pkg exists and is not a link"
-      return 1
-    fi
-    x ln -sfn "build/site/$pkg" "$pkg"
-  done
+  rpath_links .
 }
 
 configure_ext() {
@@ -316,7 +330,7 @@ verb_ab() {
   [ -f build/base/REV ] || [ "$DRY" = 1 ] || die "ab: no build/base: make it here with 'base REV' and carry build/base"
   ext=$(compgen -G "lattice/_ext*.so" | head -n1)
   x cp -p "${ext:-lattice/_ext.so}" build/base/lattice/
-  for pkg in mlx scipy_openblas32; do x ln -sfn "../site/$pkg" "build/base/$pkg"; done
+  rpath_links build/base || die "ab"
   mkdir -p "$RESULTS"
   record_card ab
   for r in 1 2; do
@@ -352,24 +366,6 @@ peer_python() { # the python with torch that sees a GPU
   return 1
 }
 
-install_peer_site() { # build/peer-wheels -> build/peer-site, once per set of wheels
-  local want
-  want=$(wheel_list build/peer-wheels/*.whl)
-  if [ -z "$want" ]; then
-    [ -f build/peer-site/.wheels ] && { log "peer: no wheels carried; build/peer-site kept"; return 0; }
-    log "peer: no build/peer-wheels and no build/peer-site: carry build/peer-wheels (made here by fetch)"
-    return 2
-  fi
-  if [ -f build/peer-site/.wheels ] && [ "$(cat build/peer-site/.wheels)" = "$want" ]; then
-    log "peer: build/peer-site holds these wheels already"
-    return 0
-  fi
-  x rm -rf build/peer-site
-  x "$1" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target build/peer-site \
-    build/peer-wheels/*.whl || return
-  [ "$DRY" = 1 ] || printf '%s\n' "$want" >build/peer-site/.wheels
-}
-
 check_card() { # warns where the peer's GPU is not the one lattice's last bench ran on
   local last now
   [ "$DRY" = 1 ] && return 0
@@ -399,7 +395,7 @@ verb_peer() {
   local n=$1 py all rows mode extra
   py=$(peer_python) || die "peer: no python with torch seeing a GPU (tried \$PEER_PYTHON, python3, /opt/torch/.venv/bin/python3)"
   log "peer: $py"
-  step "peer: wheels -> build/peer-site" install_peer_site "$py" || die "peer"
+  step "peer: wheels -> build/peer-site" install_wheels build/peer-site "$py" build/peer-wheels/*.whl || die "peer"
   if [ ! -f build/shells.npy ]; then
     log "peer: build/shells.npy missing (no bench here): made anew, the same shells() rows"
     step "peer: build/shells.npy" x "$py" benchmarks/bench_conv_gpu.py --save-coords build/shells.npy --save-only ||
@@ -408,7 +404,6 @@ verb_peer() {
   mkdir -p "$RESULTS"
   check_card
   record_card peer
-  PEER_ENV=(env "PYTHONPATH=$PWD/build/peer-site" PYTHONUNBUFFERED=1)
   step "peer: import spconv" x "${PEER_ENV[@]}" "$py" -c 'import torch, spconv, spconv.pytorch
 print("torch", torch.__version__, "| spconv", spconv.__version__, "|", torch.cuda.get_device_name())' || die "peer"
   step "spconv_conv_gpu" x "${PEER_ENV[@]}" "$py" benchmarks/peers/spconv_conv_gpu.py build/shells.npy \
