@@ -65,35 +65,36 @@ bool identity_edges(const int32_t* in, const int32_t* out, const std::vector<int
 
 // Edges per task of lattice's kernel: a multiple of its row tile, and at least about 2^16
 // multiply-adds (smaller tasks cost more to hand out than they take).
-inline int64_t kernel_chunk(const gemm::KernelInfo& ki, int c_in, int c_out) {
+inline int64_t kernel_chunk(const gemm::TileKernel& t, int c_in, int c_out) {
   const int64_t least = (int64_t{1} << 16) / std::max<int64_t>(1, static_cast<int64_t>(c_in) * c_out);
-  const int64_t tiles = std::max<int64_t>(24, (least + ki.rows - 1) / ki.rows);
-  return tiles * ki.rows;
+  const int64_t tiles = std::max<int64_t>(24, (least + t.rows - 1) / t.rows);
+  return tiles * t.rows;
 }
 
-// The offsets but `skip` through lattice's kernel: each offset's W packed once (all offsets
-// packed in parallel first), then its edges in chunks over the cores (in order, on one
-// thread, where `distinct` does not hold).
+// The offsets but `skip` through lattice's kernel, in the register tile of its shape for
+// c_out: each offset's W packed once (all offsets packed in parallel first), then its edges
+// in chunks over the cores (in order, on one thread, where `distinct` does not hold).
 void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, const float* W, const int32_t* IR,
                          const int32_t* OR, const std::vector<int64_t>& bounds, int skip, bool transpose_w, int P,
                          int Q, float* Y, bool distinct) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const int c_in = transpose_w ? Q : P, c_out = transpose_w ? P : Q;
-  const int64_t psz = gemm::packed_size(c_in, c_out, ki.panel), wk = static_cast<int64_t>(P) * Q;
+  const gemm::TileKernel& t = ki.for_columns(c_out);
+  const int64_t psz = gemm::packed_size(c_in, c_out, t.panel), wk = static_cast<int64_t>(P) * Q;
   // Every float of it is written by pack(): not zeroed first (10 MB per call on a wide layer).
   std::unique_ptr<float[]> packed(new float[static_cast<size_t>(K) * psz]);
   const auto pack = [&](int64_t k, int64_t, int64_t) {
     if (k != skip && bounds[k + 1] > bounds[k])
-      gemm::pack(W + k * wk, Q, transpose_w, c_in, c_out, ki.panel, packed.get() + k * psz);
+      gemm::pack(W + k * wk, Q, transpose_w, c_in, c_out, t.panel, packed.get() + k * psz);
   };
   maybe_parallel_chunks(K * psz >= (1 << 16), K, K, pack);
-  const int64_t chunk = kernel_chunk(ki, c_in, c_out);
+  const int64_t chunk = kernel_chunk(t, c_in, c_out);
   for (int k = 0; k < K; ++k) {
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
     if (k == skip || n == 0) continue;
     const float* wp = packed.get() + k * psz;
     maybe_parallel_chunks(distinct, n, (n + chunk - 1) / chunk, [&](int64_t, int64_t b, int64_t e) {
-      ki.gather_gemm_scatter(X, c_in, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out);
+      t.gather_gemm_scatter(X, c_in, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out);
     });
   }
 }
@@ -167,9 +168,10 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   if (out.dtype() != mx::float32) store_from_f32(Y, out);
 }
 
-// The weight gradient through lattice's kernel: each offset's edges in parts of a size fixed
-// by the relation alone (so the sums do not depend on the thread count); the first part of
-// an offset writes G[k], the others their own buffers, added to G[k] in part order after.
+// The weight gradient through lattice's kernel (the register tile of its shape for cb): each
+// offset's edges in parts of a size fixed by the relation alone (so the sums do not depend
+// on the thread count); the first part of an offset writes G[k], the others their own
+// buffers, added to G[k] in part order after.
 void weight_grad_kernel(const gemm::KernelInfo& ki, const float* A, int ca, const float* B, int cb, const int32_t* RA,
                         const int32_t* RB, const std::vector<int64_t>& bounds, float* G) {
   const int K = static_cast<int>(bounds.size()) - 1;
@@ -184,14 +186,15 @@ void weight_grad_kernel(const gemm::KernelInfo& ki, const float* A, int ca, cons
       items.push_back({k, s, std::min(bounds[k + 1], s + part), s == bounds[k] ? -1 : buffers++});
   }
   std::unique_ptr<float[]> partial(new float[static_cast<size_t>(buffers) * gk]);  // each written whole
-  const int64_t scratch = ki.at_b_scratch(ca, cb);
+  const gemm::TileKernel& t = ki.for_columns(cb);
+  const int64_t scratch = t.at_b_scratch(ca, cb);
   const auto n_items = static_cast<int64_t>(items.size());
   parallel_chunks(n_items, n_items, [&](int64_t i, int64_t, int64_t) {
     thread_local std::vector<float> work;
     if (work.size() < static_cast<size_t>(scratch)) work.resize(static_cast<size_t>(scratch));
     const Item& it = items[i];
     float* g = it.buffer < 0 ? G + it.k * gk : partial.get() + it.buffer * gk;
-    ki.gather_at_b(A, ca, RA + it.b, B, cb, RB + it.b, it.e - it.b, ca, cb, g, false, work.data());
+    t.gather_at_b(A, ca, RA + it.b, B, cb, RB + it.b, it.e - it.b, ca, cb, g, false, work.data());
   });
   if (buffers == 0) return;
   parallel_chunks(K, K, [&](int64_t k, int64_t, int64_t) {

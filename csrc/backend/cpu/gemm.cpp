@@ -16,6 +16,19 @@ const KernelInfo& info(Kernel k) {
                               " kernel (lattice.backends.info() lists what it has)");
 }
 
+const TileKernel& KernelInfo::for_columns(int columns) const {
+  const TileKernel* best = &tiles.front();
+  int64_t best_pad = -1;
+  for (const auto& t : tiles) {
+    const int64_t pad = static_cast<int64_t>((columns + t.panel - 1) / t.panel) * t.panel - columns;
+    if (best_pad < 0 || pad < best_pad || (pad == best_pad && t.panel > best->panel)) {
+      best = &t;
+      best_pad = pad;
+    }
+  }
+  return *best;
+}
+
 std::string best_name() { return available().empty() ? "blas" : available().front().name; }
 
 void pack(const float* w, int64_t ldw, bool transpose, int c_in, int c_out, int panel, float* out) {

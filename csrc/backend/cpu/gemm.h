@@ -3,11 +3,13 @@
 // from registers, so nothing is gathered into a buffer, no BLAS packs its operands per tile
 // and no product tile is written and read back. W is packed once per call into panels of
 // `panel` columns (gemm::pack). The weight gradient's kernel, whose reduction runs over the
-// edges, packs the gathered rows of both operands a step of edges at a time. One kernel per instruction set: AVX-512F (12 rows x 32
-// columns of accumulators) and AVX2 + FMA (6 x 16), compiled in their own files with their
-// own flags (gemm_avx512.cpp, gemm_avx2.cpp) and chosen at run time by what the CPU and the
-// OS support (gemm_x86.cpp); other platforms have none (gemm_portable.cpp) and the routes
-// take the BLAS.
+// edges, packs the gathered rows of both operands a step of edges at a time. One kernel per
+// instruction set, compiled in its own file with its own flags (gemm_avx512.cpp,
+// gemm_avx2.cpp) and chosen at run time by what the CPU and the OS support (gemm_x86.cpp);
+// other platforms have none (gemm_portable.cpp) and the routes take the BLAS. A kernel comes
+// in register-tile shapes (TileKernel), one picked per product by its output width
+// (KernelInfo::for_columns): AVX-512F 12 rows x 32 columns, 8 x 48 and 6 x 64 of
+// accumulators (24 of the 32 zmm registers each), AVX2 + FMA 6 x 16.
 #pragma once
 
 #include <cstdint>
@@ -33,14 +35,27 @@ using GatherGemmScatter = void (*)(const float* x, int64_t ldx, const int32_t* i
 using GatherAtB = void (*)(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,
                            const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch);
 
-struct KernelInfo {
-  Kernel kernel;
-  const char* name;
+// One register-tile shape of a kernel: `rows` rows of the gathered operand times `panel`
+// columns (the packed panel of W; of G's columns in the weight gradient).
+struct TileKernel {
   int panel;  // columns per packed panel of W
   int rows;   // rows per register tile
   GatherGemmScatter gather_gemm_scatter;
   GatherAtB gather_at_b;
   int64_t (*at_b_scratch)(int ca, int cb);
+};
+
+struct KernelInfo {
+  Kernel kernel;
+  const char* name;
+  std::vector<TileKernel> tiles;  // narrowest first
+
+  // The tile for a product of `columns` output columns: the one that pads the fewest
+  // columns (panels * panel - columns), the widest of those. A broadcast operand feeds
+  // fewer FMAs in a narrow tile: on a Zen 4 core, 12 x 32 ran at 97-104 GFLOP/s from L1,
+  // 8 x 48 and 6 x 64 at 111-116; so 64 and 128 channels take 6 x 64, 96 takes 8 x 48,
+  // 32 keeps 12 x 32 (a wider tile would multiply zeros).
+  const TileKernel& for_columns(int columns) const;
 };
 
 // The kernels this machine runs, best first (empty where only the BLAS does).

@@ -1,6 +1,6 @@
 // The gather-GEMM-scatter kernel for AVX-512F (compiled with -mavx512f -mfma; called only where
-// gemm_x86.cpp found the CPU and the OS support it): 12 rows x 2 registers of 16 floats of
-// accumulators, 24 of the 32 zmm registers.
+// gemm_x86.cpp found the CPU and the OS support it) in three register-tile shapes: 12 rows x
+// 2 registers of 16 floats of accumulators, 8 x 3 and 6 x 4 — 24 of the 32 zmm registers each.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -34,16 +34,22 @@ struct Avx512 {
 
 namespace lattice::gemm {
 
-void gather_gemm_scatter_avx512(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
-                                int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy) {
-  gather_gemm_scatter<Avx512, 12, 2>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);
-}
-
-int64_t gather_at_b_scratch_avx512(int ca, int cb) { return atb_scratch<Avx512, 12, 32>(ca, cb); }
-
-void gather_at_b_avx512(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,
-                        const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch) {
-  gather_at_b<Avx512, 12, 2>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);
-}
+// The entry points of one register-tile shape (declared in gemm_x86.cpp).
+#define LATTICE_TILE_ENTRIES(mr, nv)                                                                               \
+  void gather_gemm_scatter_avx512_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,                  \
+                                            const int32_t* out_rows, int64_t m, const float* wp, int c_in,         \
+                                            int c_out, float* y, int64_t ldy) {                                    \
+    gather_gemm_scatter<Avx512, mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);                   \
+  }                                                                                                                \
+  int64_t gather_at_b_scratch_avx512_##mr##x##nv(int ca, int cb) { return atb_scratch<Avx512, mr, nv>(ca, cb); }     \
+  void gather_at_b_avx512_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,   \
+                                    const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,       \
+                                    float* scratch) {                                                              \
+    gather_at_b<Avx512, mr, nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                       \
+  }
+LATTICE_TILE_ENTRIES(12, 2)
+LATTICE_TILE_ENTRIES(8, 3)
+LATTICE_TILE_ENTRIES(6, 4)
+#undef LATTICE_TILE_ENTRIES
 
 }  // namespace lattice::gemm

@@ -13,6 +13,15 @@
 
 namespace {
 
+// Floats per 64-byte cache line: the kernels prefetch gathered rows line by line.
+constexpr int kLineFloats = 16;
+// gather_gemm_scatter asks for every line of the rows two register tiles ahead, into L2
+// (locality 1). Asking for the first line of each row one tile ahead into L1 left the kernel
+// waiting on the rows' other lines: on the KITTI scan's k=3 map (one thread, all 27 offsets
+// through the kernel, alternating runs) 64 -> 64 went from 42-54 to 29-31 ms and 96 -> 96
+// from 75-76 to 57-59; every line into L1 was slower than into L2.
+constexpr int kAheadTiles = 2;
+
 // One register tile: rows a[0..MR) (rows >= `rows` repeat a[0] and are not stored) times one
 // packed panel of NV registers' width, added into y[r] + col for the first `cols` columns.
 template <class V, int MR, int NV>
@@ -50,8 +59,8 @@ inline __attribute__((always_inline)) void tile(const float* const* a, float* co
 }
 
 // Y[out_rows[e]] += X[in_rows[e]] @ W over [0, m), MR rows at a time, every panel of W per
-// row tile (the tile's rows stay in L1 across the panels); the next tile's rows are
-// prefetched.
+// row tile (the tile's rows stay in L1 across the panels); the rows kAheadTiles tiles on
+// are prefetched.
 template <class V, int MR, int NV>
 void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows, int64_t m,
                          const float* wp, int c_in, int c_out, float* y, int64_t ldy) {
@@ -66,9 +75,11 @@ void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, co
       a[r] = x + static_cast<int64_t>(in_rows[e]) * ldx;
       yr[r] = y + static_cast<int64_t>(out_rows[e]) * ldy;
     }
-    for (int r = 0; r < MR && e0 + MR + r < m; ++r) {
-      __builtin_prefetch(x + static_cast<int64_t>(in_rows[e0 + MR + r]) * ldx);
-      __builtin_prefetch(y + static_cast<int64_t>(out_rows[e0 + MR + r]) * ldy, 1);
+    for (int r = 0; r < MR && e0 + kAheadTiles * MR + r < m; ++r) {
+      const float* xn = x + static_cast<int64_t>(in_rows[e0 + kAheadTiles * MR + r]) * ldx;
+      const float* yn = y + static_cast<int64_t>(out_rows[e0 + kAheadTiles * MR + r]) * ldy;
+      for (int j = 0; j < c_in; j += kLineFloats) __builtin_prefetch(xn + j, 0, 1);
+      for (int j = 0; j < c_out; j += kLineFloats) __builtin_prefetch(yn + j, 1, 1);
     }
     for (int p = 0; p < panels; ++p) {
       const int cols = c_out - p * NR < NR ? c_out - p * NR : NR;
@@ -83,24 +94,19 @@ void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, co
 // Edges per step of gather_at_b: a step's packed rows of A and B stay in L2 while every
 // register tile of G runs over them.
 constexpr int kAtbEdges = 128;
-// How many edges ahead the packing prefetches the gathered rows, and the floats per cache
-// line it asks for them by (every line of a row: at 64 channels and more the rows' later
-// lines missed, and the weight gradient alone took 3-6 % longer, KITTI scan, one thread).
+// How many edges ahead the packing prefetches every line of the gathered rows (the first
+// line only: at 64 channels and more the rows' later lines missed, and the weight gradient
+// alone took 3-6 % longer, KITTI scan, one thread; into L2 instead of L1 measured the same).
 constexpr int kAtbAhead = 8;
-constexpr int kLineFloats = 16;
 
-// Floats per edge of one packed strip of A: MR rounded up to whole registers (copied with
-// vector stores, the spare lanes never read).
-template <class V, int MR>
-constexpr int strip_width() {
-  return (MR + V::W - 1) / V::W * V::W;
-}
-
-// Floats of gather_at_b's packing buffer.
-template <class V, int MR, int NR>
+// Floats of gather_at_b's packing buffer: per strip of A, kAtbEdges edges of MR floats and
+// one register of slack (each edge's strip is written as a whole register, its spare lanes
+// overwritten by the next edge's); per panel of B, kAtbEdges edges of NR floats.
+template <class V, int MR, int NV>
 inline int64_t atb_scratch(int ca, int cb) {
-  return static_cast<int64_t>(kAtbEdges) *
-         (static_cast<int64_t>((ca + MR - 1) / MR) * strip_width<V, MR>() + ((cb + NR - 1) / NR) * NR);
+  constexpr int NR = NV * V::W;
+  return static_cast<int64_t>((ca + MR - 1) / MR) * (static_cast<int64_t>(kAtbEdges) * MR + V::W) +
+         static_cast<int64_t>(kAtbEdges) * ((cb + NR - 1) / NR) * NR;
 }
 
 // Copies n <= len floats of src to dst and zeros dst[n, len): len a multiple of V::W.
@@ -111,17 +117,18 @@ inline __attribute__((always_inline)) void copy_padded(const float* src, int n, 
 
 // G (ca x cb, row stride cb) = (accumulate ? G : 0) + sum over e in [0, m) of
 // A[ra[e]]^T B[rb[e]]. Per step of kAtbEdges edges the gathered rows are packed into
-// `scratch` (atb_scratch(ca, cb) floats): A's as strips of MR columns (e-major, strip_width
-// floats per edge), B's as panels of NR columns, zeros past ca / cb; then each MR x NR tile
-// runs over the step's edges and is stored into (or added to) G.
+// `scratch` (atb_scratch(ca, cb) floats): A's as strips of MR columns (e-major, MR floats
+// per edge), B's as panels of NR columns, zeros past ca / cb; then each MR x NR tile runs
+// over the step's edges and is stored into (or added to) G.
 template <class V, int MR, int NV>
 void gather_at_b(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb, const int32_t* rb,
                  int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch) {
+  static_assert(MR <= V::W, "a strip of A is written as one register per edge");
   constexpr int NR = NV * V::W;
-  constexpr int SW = strip_width<V, MR>();
+  constexpr int64_t SS = static_cast<int64_t>(kAtbEdges) * MR + V::W;  // floats per strip, slack included
   const int strips = (ca + MR - 1) / MR, panels = (cb + NR - 1) / NR;
-  float* ap = scratch;                                                  // strips x E x SW
-  float* bp = scratch + static_cast<int64_t>(kAtbEdges) * strips * SW;  // panels x E x NR
+  float* ap = scratch;                 // strips x (E x MR + W)
+  float* bp = scratch + strips * SS;  // panels x E x NR
   for (int64_t e0 = 0; e0 < m; e0 += kAtbEdges) {
     const int ne = m - e0 < kAtbEdges ? static_cast<int>(m - e0) : kAtbEdges;
     for (int e = 0; e < ne; ++e) {
@@ -133,15 +140,14 @@ void gather_at_b(const float* a, int64_t lda, const int32_t* ra, const float* b,
       }
       const float* arow = a + static_cast<int64_t>(ra[e0 + e]) * lda;
       const float* brow = b + static_cast<int64_t>(rb[e0 + e]) * ldb;
-      for (int s = 0; s < strips; ++s)
-        copy_padded<V>(arow + s * MR, ca - s * MR < MR ? ca - s * MR : MR,
-                       ap + (static_cast<int64_t>(s) * kAtbEdges + e) * SW, SW);
+      for (int s = 0; s < strips; ++s)  // lanes past MR land in the next edge's strip (or the slack)
+        V::store(ap + s * SS + static_cast<int64_t>(e) * MR, V::load_n(arow + s * MR, ca - s * MR < MR ? ca - s * MR : MR));
       for (int p = 0; p < panels; ++p)
         copy_padded<V>(brow + p * NR, cb - p * NR, bp + (static_cast<int64_t>(p) * kAtbEdges + e) * NR, NR);
     }
     const bool add = accumulate || e0 > 0;
     for (int s = 0; s < strips; ++s) {
-      const float* as = ap + static_cast<int64_t>(s) * kAtbEdges * SW;
+      const float* as = ap + s * SS;
       const int rows = ca - s * MR < MR ? ca - s * MR : MR;
       for (int p = 0; p < panels; ++p) {
         const float* bs = bp + static_cast<int64_t>(p) * kAtbEdges * NR;
@@ -154,7 +160,7 @@ void gather_at_b(const float* a, int64_t lda, const int32_t* ra, const float* b,
           typename V::reg bv[NV];
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) bv[v] = V::load(bs + e * NR + v * V::W);
-          const float* ae = as + e * SW;
+          const float* ae = as + e * MR;
 #pragma GCC unroll 16
           for (int r = 0; r < MR; ++r) {
             const typename V::reg sv = V::set1(ae[r]);

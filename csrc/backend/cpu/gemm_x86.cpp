@@ -8,28 +8,41 @@
 
 namespace lattice::gemm {
 
-void gather_gemm_scatter_avx512(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
-                                int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy);
-void gather_gemm_scatter_avx2(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
-                              int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy);
-int64_t gather_at_b_scratch_avx512(int ca, int cb);
-int64_t gather_at_b_scratch_avx2(int ca, int cb);
-void gather_at_b_avx512(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,
-                        const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch);
-void gather_at_b_avx2(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb, const int32_t* rb,
-                      int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch);
+// Each shape's entry points, defined in its ISA's file (tile_entries there).
+#define LATTICE_TILE_DECLS(isa, mr, nv)                                                                            \
+  void gather_gemm_scatter_##isa##_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,                \
+                                               const int32_t* out_rows, int64_t m, const float* wp, int c_in,     \
+                                               int c_out, float* y, int64_t ldy);                                 \
+  int64_t gather_at_b_scratch_##isa##_##mr##x##nv(int ca, int cb);                                               \
+  void gather_at_b_##isa##_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb, \
+                                       const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,   \
+                                       float* scratch);
+LATTICE_TILE_DECLS(avx512, 12, 2)
+LATTICE_TILE_DECLS(avx512, 8, 3)
+LATTICE_TILE_DECLS(avx512, 6, 4)
+LATTICE_TILE_DECLS(avx2, 6, 2)
+#undef LATTICE_TILE_DECLS
+
+#define LATTICE_TILE(isa, mr, nv, width)                                                                     \
+  TileKernel {                                                                                               \
+    (nv) * (width), (mr), gather_gemm_scatter_##isa##_##mr##x##nv, gather_at_b_##isa##_##mr##x##nv,          \
+        gather_at_b_scratch_##isa##_##mr##x##nv                                                              \
+  }
 
 const std::vector<KernelInfo>& available() {
   static const std::vector<KernelInfo> kernels = [] {
     std::vector<KernelInfo> k;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) k.push_back({Kernel::avx512, "avx512", 32, 12, gather_gemm_scatter_avx512, gather_at_b_avx512,
-                   gather_at_b_scratch_avx512});
+    if (__builtin_cpu_supports("avx512f"))
+      k.push_back({Kernel::avx512, "avx512",
+                   {LATTICE_TILE(avx512, 12, 2, 16), LATTICE_TILE(avx512, 8, 3, 16), LATTICE_TILE(avx512, 6, 4, 16)}});
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      k.push_back({Kernel::avx2, "avx2", 16, 6, gather_gemm_scatter_avx2, gather_at_b_avx2, gather_at_b_scratch_avx2});
+      k.push_back({Kernel::avx2, "avx2", {LATTICE_TILE(avx2, 6, 2, 8)}});
     return k;
   }();
   return kernels;
 }
+
+#undef LATTICE_TILE
 
 }  // namespace lattice::gemm
