@@ -94,9 +94,11 @@ void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, co
 // Edges per step of gather_at_b: a step's packed rows of A and B stay in L2 while every
 // register tile of G runs over them.
 constexpr int kAtbEdges = 128;
-// How many edges ahead the packing prefetches every line of the gathered rows (the first
-// line only: at 64 channels and more the rows' later lines missed, and the weight gradient
-// alone took 3-6 % longer, KITTI scan, one thread; into L2 instead of L1 measured the same).
+// How many edges ahead the packing prefetches every line of the gathered rows into L1 (the
+// first line only: at 64 channels and more the rows' later lines missed, and the weight
+// gradient alone took 3-6 % longer, KITTI scan, one thread). It also asks for the next
+// step's rows into L2 while it packs this step's: the weight gradient alone 36-40 -> 32-34
+// ms at 64 x 64, 71-73 -> 63-64 at 96 x 96, 91-92 -> 84 at 128 x 96 (same scan and thread).
 constexpr int kAtbAhead = 8;
 
 // Floats of gather_at_b's packing buffer: per strip of A, kAtbEdges edges of MR floats and
@@ -132,11 +134,17 @@ void gather_at_b(const float* a, int64_t lda, const int32_t* ra, const float* b,
   for (int64_t e0 = 0; e0 < m; e0 += kAtbEdges) {
     const int ne = m - e0 < kAtbEdges ? static_cast<int>(m - e0) : kAtbEdges;
     for (int e = 0; e < ne; ++e) {
-      if (e0 + e + kAtbAhead < m) {  // the rows are random: ask for every line of those a few edges on
+      if (e0 + e + kAtbAhead < m) {  // the rows are random: every line of those a few edges on, into L1
         const float* an = a + static_cast<int64_t>(ra[e0 + e + kAtbAhead]) * lda;
         const float* bn = b + static_cast<int64_t>(rb[e0 + e + kAtbAhead]) * ldb;
         for (int j = 0; j < ca; j += kLineFloats) __builtin_prefetch(an + j);
         for (int j = 0; j < cb; j += kLineFloats) __builtin_prefetch(bn + j);
+      }
+      if (e0 + kAtbEdges + e < m) {  // and the next step's, a step's work ahead, into L2
+        const float* an = a + static_cast<int64_t>(ra[e0 + kAtbEdges + e]) * lda;
+        const float* bn = b + static_cast<int64_t>(rb[e0 + kAtbEdges + e]) * ldb;
+        for (int j = 0; j < ca; j += kLineFloats) __builtin_prefetch(an + j, 0, 1);
+        for (int j = 0; j < cb; j += kLineFloats) __builtin_prefetch(bn + j, 0, 1);
       }
       const float* arow = a + static_cast<int64_t>(ra[e0 + e]) * lda;
       const float* brow = b + static_cast<int64_t>(rb[e0 + e]) * ldb;
