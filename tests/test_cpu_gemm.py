@@ -33,7 +33,9 @@ def _cpu_stream():
         yield
 
 
-SHAPES = [(1, 1), (3, 5), (4, 32), (12, 33), (17, 16), (33, 70), (64, 64), (96, 128), (130, 47), (7, 80), (48, 96), (70, 192), (128, 144)]
+# (C_in, C_out): partial tiles and panels of every AVX-512 tile shape (32, 48 and 64 columns wide)
+SHAPES = [(1, 1), (3, 5), (4, 32), (12, 33), (17, 16), (33, 70), (64, 64), (96, 128), (130, 47)]
+SHAPES += [(7, 80), (48, 96), (70, 192), (128, 144)]
 
 
 def _relation(rng, n_in: int, n_out: int, per_offset: list[int], distinct: bool = True):
