@@ -58,7 +58,7 @@ mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& i
   facts.checked = check_rows_now(in_rows, x.shape(0), op, "in_rows", "the features") &
                   check_rows_now(out_rows, n_out, op, "out_rows", "the output");
   auto xs = mx::contiguous(x, false, s);
-  auto ws = mx::contiguous(mx::astype(w, mx::float32, s), false, s);
+  auto ws = mx::astype(w, mx::float32, s);  // a view is read in place (conv.cpp's weight_view)
   auto stream = mx::to_stream(s);
   return mx::array({n_out, c_out}, x.dtype(),
                    std::make_shared<SparseConv>(stream, std::move(bounds), n_out, transpose_w, identity_k, facts, kernel),
@@ -98,7 +98,7 @@ mx::array blas_gemm(const mx::array& a, const mx::array& b, bool trans_a, bool t
   }
   auto stream = mx::to_stream(s);
   return mx::array({m, n}, a.dtype(), std::make_shared<BlasGemm>(stream, trans_a, trans_b),
-                   {mx::contiguous(a, false, s), mx::contiguous(b, false, s)});
+                   {a, b});  // views read in place (blas_operand)
 }
 
 namespace {

@@ -78,6 +78,79 @@ def test_conv_matches_the_oracle_and_the_blas(kernel, c_in, c_out, transpose):
     np.testing.assert_allclose(got, blas, rtol=1e-5, atol=1e-5 * scale)
 
 
+def _weight_views(w: np.ndarray) -> dict[str, mx.array]:
+    """Views of the mapped weight ``w`` (K, P, Q) as MLX hands them over without a copy: the
+    transposed view of a dense (Q, K, P) layer weight (what ``mapped_weight`` makes), the
+    offsets reversed (negative offset stride), one offset broadcast over K, and a view whose
+    inner strides suit no BLAS call (copied by the native side)."""
+    K, P, Q = w.shape
+    dense = mx.array(np.ascontiguousarray(w.transpose(2, 0, 1)))  # (Q, K, P)
+    wide = mx.array(np.repeat(w[:, :, :, None], 2, axis=3))  # (K, P, Q, 2): [..., 0] strides (., 2Q, 2)
+    return {
+        "dense layer's view": dense.transpose(1, 2, 0),
+        "offsets reversed": mx.array(np.ascontiguousarray(w[::-1]))[::-1],
+        "one offset broadcast": mx.broadcast_to(mx.array(w[:1]), (K, P, Q)),
+        "no BLAS layout": wide[..., 0],
+    }
+
+
+@pytest.mark.parametrize("kernel", ["blas", *KERNELS])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_conv_reads_weight_views_in_place(kernel, transpose):
+    """A weight that is a view (strided, reversed, broadcast) gives what its contiguous copy
+    gives, through the kernels, the BLAS route and the identity offset's GEMM."""
+    rng = np.random.default_rng(11)
+    n = 300
+    ir, orr, bounds = _relation(rng, n, n, [40, 0, 120, 7])  # offset 1: no edges
+    ident = np.arange(n, dtype=np.int32)  # offset 4: the identity, as a submanifold centre
+    ir, orr, bounds = np.concatenate([ir, ident]), np.concatenate([orr, ident]), [*bounds, bounds[-1] + n]
+    c_in, c_out = 24, 40
+    x = rng.normal(size=(n, c_in)).astype(np.float32)
+    shape = (len(bounds) - 1, *((c_out, c_in) if transpose else (c_in, c_out)))
+    w = rng.normal(size=shape).astype(np.float32)
+    for name, view in _weight_views(w).items():
+        want_w = np.ascontiguousarray(np.asarray(view))  # the view's values, contiguous
+        for identity_k in (-1, len(bounds) - 2):
+            args = (mx.array(x), None, mx.array(ir), mx.array(orr), bounds, n, transpose, identity_k, True)
+            got = _ext.sparse_conv(args[0], view, *args[2:], kernel=kernel)
+            want = _ext.sparse_conv(args[0], mx.array(want_w), *args[2:], kernel=kernel)
+            oracle = _oracle_conv(x, want_w, ir, orr, bounds, n, transpose)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(np.asarray(got), oracle, rtol=1e-5, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_blas_gemm_reads_transposed_views(dtype):
+    """``blas_gemm`` on transposed views (column-contiguous: read as the transpose) and on a
+    strided slice (copied), each flag combination, against NumPy."""
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(50, 30)).astype(np.float32)
+    b = rng.normal(size=(30, 20)).astype(np.float32)
+    tol = 1e-5 if dtype == mx.float32 else 3e-2
+    operands_a = {
+        "as is": (mx.array(a).astype(dtype), False),
+        "transposed view": (mx.array(np.ascontiguousarray(a.T)).astype(dtype).T, False),
+        "view, trans flag": (mx.array(a).astype(dtype).T, True),
+        "strided slice": (mx.array(np.repeat(a, 2, axis=1)).astype(dtype)[:, ::2], False),
+    }
+    operands_b = {
+        "as is": (mx.array(b).astype(dtype), False),
+        "transposed view": (mx.array(np.ascontiguousarray(b.T)).astype(dtype).T, False),
+        "view, trans flag": (mx.array(b).astype(dtype).T, True),
+    }
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    for name_a, (va, ta) in operands_a.items():
+        for name_b, (vb, tb) in operands_b.items():
+            got = _ext.blas_gemm(va, vb, ta, tb, stream=mx.cpu)
+            np.testing.assert_allclose(
+                np.asarray(got.astype(mx.float32)),
+                want,
+                rtol=tol,
+                atol=tol * 10,
+                err_msg=f"{name_a} / {name_b}",
+            )
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_conv_with_repeated_output_rows_scatters_serially(kernel):
     """A relation nobody vouched for (``distinct=False``) whose offsets repeat output rows."""

@@ -63,6 +63,23 @@ bool identity_edges(const int32_t* in, const int32_t* out, const std::vector<int
   return ok.load();
 }
 
+// The weight (K, P, Q) as the products read it, in place: element (k, i, j) at
+// p + k * sk + i * si + j * sj. MLX maps a layer's dense (C_out, Kx, Ky, Kz, C_in) weight to
+// (K, C_in, C_out) as a transposed view; reading it through its strides spares a copy of
+// every weight on every call (46 MB per MinkUNet14 forward, 38 % of a 200-voxel one). A view
+// whose inner strides are not (row, 1) or (1, column) with room for the other axis is copied.
+struct WeightView {
+  const float* p;
+  int64_t sk, si, sj;
+};
+
+WeightView weight_view(const mx::array& w, std::vector<float>& copy) {
+  const int64_t P = w.shape(1), Q = w.shape(2);
+  const auto& st = w.strides();
+  if ((st[2] == 1 && st[1] >= Q) || (st[1] == 1 && st[2] >= P)) return {w.data<float>(), st[0], st[1], st[2]};
+  return {dense_f32(w, copy), P * Q, Q, 1};
+}
+
 // Edges per task of lattice's kernel: a multiple of its row tile, and at least about 2^16
 // multiply-adds (smaller tasks cost more to hand out than they take).
 inline int64_t kernel_chunk(const gemm::TileKernel& t, int c_in, int c_out) {
@@ -74,18 +91,17 @@ inline int64_t kernel_chunk(const gemm::TileKernel& t, int c_in, int c_out) {
 // The offsets but `skip` through lattice's kernel, in the register tile of its shape for
 // c_out: each offset's W packed once (all offsets packed in parallel first), then its edges
 // in chunks over the cores (in order, on one thread, where `distinct` does not hold).
-void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, const float* W, const int32_t* IR,
-                         const int32_t* OR, const std::vector<int64_t>& bounds, int skip, bool transpose_w, int P,
-                         int Q, float* Y, bool distinct) {
+void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, const WeightView& W, int64_t s_row,
+                         int64_t s_col, const int32_t* IR, const int32_t* OR, const std::vector<int64_t>& bounds,
+                         int skip, int c_in, int c_out, float* Y, bool distinct) {
   const int K = static_cast<int>(bounds.size()) - 1;
-  const int c_in = transpose_w ? Q : P, c_out = transpose_w ? P : Q;
   const gemm::TileKernel& t = ki.for_columns(c_out);
-  const int64_t psz = gemm::packed_size(c_in, c_out, t.panel), wk = static_cast<int64_t>(P) * Q;
+  const int64_t psz = gemm::packed_size(c_in, c_out, t.panel);
   // Every float of it is written by pack(): not zeroed first (10 MB per call on a wide layer).
   std::unique_ptr<float[]> packed(new float[static_cast<size_t>(K) * psz]);
   const auto pack = [&](int64_t k, int64_t, int64_t) {
     if (k != skip && bounds[k + 1] > bounds[k])
-      gemm::pack(W + k * wk, Q, transpose_w, c_in, c_out, t.panel, packed.get() + k * psz);
+      gemm::pack(W.p + k * W.sk, s_row, s_col, c_in, c_out, t.panel, packed.get() + k * psz);
   };
   maybe_parallel_chunks(K * psz >= (1 << 16), K, K, pack);
   const int64_t chunk = kernel_chunk(t, c_in, c_out);
@@ -109,7 +125,8 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   const int64_t n_out = out.shape(0);
   std::vector<float> xs, ys;
   const float* X = as_f32(x, xs);
-  const float* W = w.data<float>();
+  std::vector<float> wcopy;
+  const WeightView W = weight_view(w, wcopy);
   float* Y;
   if (out.dtype() == mx::float32) {
     Y = out.data<float>();
@@ -125,8 +142,11 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
     check_rows(OR, E, n_out, "sparse_conv", "out_rows", "the output");
   }
   const bool distinct = facts.distinct || rows_distinct_per_offset(OR, bounds, n_out);
-  const int64_t wk = static_cast<int64_t>(P) * Q;
-  const int ldw = Q;
+  // W_k as the product's (c_in x c_out) matrix: element (i, j) at Wk + i * s_row + j * s_col;
+  // for the BLAS, one of those strides is 1 (weight_view), the other its leading dimension.
+  const int64_t s_row = transpose_w ? W.sj : W.si, s_col = transpose_w ? W.si : W.sj;
+  const bool blas_trans = s_col != 1;
+  const int blas_ld = static_cast<int>(std::max<int64_t>(1, blas_trans ? s_col : s_row));
 
   bool initialised = false;
   if (identity_k >= 0 && bounds[identity_k + 1] - bounds[identity_k] == n_out && x.shape(0) == n_out &&
@@ -134,7 +154,8 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
     // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).
     if (n_out > 0 && c_out > 0) {
       if (c_in == 0) std::memset(Y, 0, sizeof(float) * n_out * c_out);
-      else blas::sgemm_parallel(false, transpose_w, n_out, c_out, c_in, 1.0f, X, c_in, W + identity_k * wk, ldw, 0.0f, Y, c_out);
+      else blas::sgemm_parallel(false, blas_trans, n_out, c_out, c_in, 1.0f, X, c_in, W.p + identity_k * W.sk, blas_ld,
+                                0.0f, Y, c_out);
     }
     initialised = true;
   }
@@ -142,15 +163,15 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
     parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
   }
   if (c_in > 0 && c_out > 0 && kernel != gemm::Kernel::blas) {
-    conv_offsets_kernel(gemm::info(kernel), X, W, IR, OR, bounds, initialised ? identity_k : -1, transpose_w, P, Q, Y,
-                        distinct);
+    conv_offsets_kernel(gemm::info(kernel), X, W, s_row, s_col, IR, OR, bounds, initialised ? identity_k : -1, c_in,
+                        c_out, Y, distinct);
   } else if (c_in > 0 && c_out > 0) {
     const int64_t T = tile_rows(c_in, c_out);
     for (int k = 0; k < K; ++k) {
       if (k == identity_k && initialised) continue;
       const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
       if (n == 0) continue;
-      const float* Wk = W + k * wk;
+      const float* Wk = W.p + k * W.sk;
       maybe_parallel_chunks(distinct, n, (n + T - 1) / T, [&](int64_t, int64_t b, int64_t e) {
         thread_local std::vector<float> g, p;
         const int64_t m = e - b;
@@ -159,7 +180,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
         const int32_t* ir = IR + e0 + b;
         const int32_t* orow = OR + e0 + b;
         gather_rows(X, ir, m, c_in, g.data());
-        blas::sgemm(false, transpose_w, static_cast<int>(m), c_out, c_in, 1.0f, g.data(), c_in, Wk, ldw, 0.0f,
+        blas::sgemm(false, blas_trans, static_cast<int>(m), c_out, c_in, 1.0f, g.data(), c_in, Wk, blas_ld, 0.0f,
                     p.data(), c_out);
         scatter_add_rows(p.data(), orow, m, c_out, Y);
       });
@@ -282,8 +303,7 @@ void BlasGemm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::ar
     const int m = out.shape(0), n = out.shape(1);
     const int k = ta ? a.shape(0) : a.shape(1);
     std::vector<float> as, bs, cs;
-    const float* A = as_f32(a, as);
-    const float* B = as_f32(b, bs);
+    const BlasOperand A = blas_operand(a, ta, as), B = blas_operand(b, tb, bs);  // views read in place
     float* C;
     if (out.dtype() == mx::float32) C = out.data<float>();
     else {
@@ -292,7 +312,7 @@ void BlasGemm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::ar
     }
     if (m > 0 && n > 0) {
       if (k == 0) std::memset(C, 0, sizeof(float) * m * n);
-      else blas::sgemm_parallel(ta, tb, m, n, k, 1.0f, A, a.shape(1), B, b.shape(1), 0.0f, C, n);
+      else blas::sgemm_parallel(A.trans, B.trans, m, n, k, 1.0f, A.data, A.ld, B.data, B.ld, 0.0f, C, n);
     }
     if (out.dtype() != mx::float32) store_from_f32(C, out);
   });

@@ -1,6 +1,7 @@
 // float16 / bfloat16 <-> float32 conversion for the CPU kernels (compute is float32).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -29,6 +30,42 @@ inline const float* as_f32(const mx::array& a, std::vector<float>& scratch) {
     }, 1 << 16);
   }
   return dst;
+}
+
+// a's elements (any float dtype, any strides: a view MLX did not copy) as row-major float32
+// in `scratch`.
+inline const float* dense_f32(const mx::array& a, std::vector<float>& scratch) {
+  const int64_t n = static_cast<int64_t>(a.size());
+  const int nd = static_cast<int>(a.ndim());
+  scratch.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, off = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+      off += (rest % a.shape(d)) * a.strides()[d];
+      rest /= a.shape(d);
+    }
+    if (a.dtype() == mx::float32) scratch[i] = a.data<float>()[off];
+    else if (a.dtype() == mx::float16) scratch[i] = static_cast<float>(a.data<mx::float16_t>()[off]);
+    else scratch[i] = static_cast<float>(a.data<mx::bfloat16_t>()[off]);
+  }
+  return scratch.data();
+}
+
+// A matrix operand of a BLAS call as its memory holds it: a row-contiguous float32 matrix is
+// read as it is, a column-contiguous one (a transposed view) as the transpose with the other
+// leading dimension; anything else is copied to row-major float32 first.
+struct BlasOperand {
+  const float* data;
+  bool trans;
+  int ld;
+};
+
+inline BlasOperand blas_operand(const mx::array& m, bool trans, std::vector<float>& scratch) {
+  const int rows = m.shape(0), cols = m.shape(1);
+  if (m.dtype() == mx::float32 && m.flags().row_contiguous) return {m.data<float>(), trans, std::max(cols, 1)};
+  if (m.dtype() == mx::float32 && m.flags().col_contiguous) return {m.data<float>(), !trans, std::max(rows, 1)};
+  if (m.flags().row_contiguous) return {as_f32(m, scratch), trans, std::max(cols, 1)};
+  return {dense_f32(m, scratch), trans, std::max(cols, 1)};
 }
 
 // Writes float32 values into `out` (of any float dtype).

@@ -31,18 +31,18 @@ const TileKernel& KernelInfo::for_columns(int columns) const {
 
 std::string best_name() { return available().empty() ? "blas" : available().front().name; }
 
-void pack(const float* w, int64_t ldw, bool transpose, int c_in, int c_out, int panel, float* out) {
+void pack(const float* w, int64_t s_row, int64_t s_col, int c_in, int c_out, int panel, float* out) {
   const int panels = (c_out + panel - 1) / panel;
   for (int p = 0; p < panels; ++p) {
     float* dst = out + static_cast<int64_t>(p) * c_in * panel;
     const int c0 = p * panel, n = std::min(panel, c_out - c0);
     for (int k = 0; k < c_in; ++k) {
       float* row = dst + static_cast<int64_t>(k) * panel;
-      if (transpose) {
-        for (int j = 0; j < n; ++j) row[j] = w[static_cast<int64_t>(c0 + j) * ldw + k];
-      } else {
-        const float* src = w + static_cast<int64_t>(k) * ldw + c0;
+      const float* src = w + static_cast<int64_t>(k) * s_row + static_cast<int64_t>(c0) * s_col;
+      if (s_col == 1) {
         for (int j = 0; j < n; ++j) row[j] = src[j];
+      } else {
+        for (int j = 0; j < n; ++j) row[j] = src[static_cast<int64_t>(j) * s_col];
       }
       for (int j = n; j < panel; ++j) row[j] = 0.0f;
     }

@@ -72,9 +72,9 @@ inline int64_t packed_size(int c_in, int c_out, int panel) {
   return static_cast<int64_t>((c_out + panel - 1) / panel) * panel * c_in;
 }
 
-// Packs W (c_in x c_out, row stride ldw; transpose: W is given as c_out x c_in) into panels:
-// panel p holds columns [p * panel, p * panel + panel) as c_in rows of `panel` floats,
-// zeros past c_out.
-void pack(const float* w, int64_t ldw, bool transpose, int c_in, int c_out, int panel, float* out);
+// Packs W (c_in x c_out, element (i, j) at w + i * s_row + j * s_col) into panels: panel p
+// holds columns [p * panel, p * panel + panel) as c_in rows of `panel` floats, zeros past
+// c_out.
+void pack(const float* w, int64_t s_row, int64_t s_col, int c_in, int c_out, int panel, float* out);
 
 }  // namespace lattice::gemm
