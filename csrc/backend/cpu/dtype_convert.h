@@ -33,21 +33,30 @@ inline const float* as_f32(const mx::array& a, std::vector<float>& scratch) {
 }
 
 // a's elements (any float dtype, any strides: a view MLX did not copy) as row-major float32
-// in `scratch`.
-inline const float* dense_f32(const mx::array& a, std::vector<float>& scratch) {
-  const int64_t n = static_cast<int64_t>(a.size());
+// in `scratch`: rows of the last axis, each read through its stride.
+template <class T>
+void strided_rows_to_f32(const mx::array& a, const T* src, float* dst) {
   const int nd = static_cast<int>(a.ndim());
-  scratch.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, off = 0;
-    for (int d = nd - 1; d >= 0; --d) {
-      off += (rest % a.shape(d)) * a.strides()[d];
-      rest /= a.shape(d);
+  const int64_t cols = nd ? a.shape(nd - 1) : 1, step = nd ? a.strides()[nd - 1] : 1;
+  const int64_t rows = cols ? static_cast<int64_t>(a.size()) / cols : 0;
+  std::vector<int64_t> idx(std::max(nd - 1, 0), 0);
+  int64_t off = 0;  // the row's first element, kept as idx counts up
+  for (int64_t r = 0; r < rows; ++r, dst += cols) {
+    for (int64_t j = 0; j < cols; ++j) dst[j] = static_cast<float>(src[off + j * step]);
+    for (int d = nd - 2; d >= 0; --d) {
+      off += a.strides()[d];
+      if (++idx[d] < a.shape(d)) break;
+      off -= a.strides()[d] * a.shape(d);
+      idx[d] = 0;
     }
-    if (a.dtype() == mx::float32) scratch[i] = a.data<float>()[off];
-    else if (a.dtype() == mx::float16) scratch[i] = static_cast<float>(a.data<mx::float16_t>()[off]);
-    else scratch[i] = static_cast<float>(a.data<mx::bfloat16_t>()[off]);
   }
+}
+
+inline const float* dense_f32(const mx::array& a, std::vector<float>& scratch) {
+  scratch.resize(a.size());
+  if (a.dtype() == mx::float32) strided_rows_to_f32(a, a.data<float>(), scratch.data());
+  else if (a.dtype() == mx::float16) strided_rows_to_f32(a, a.data<mx::float16_t>(), scratch.data());
+  else strided_rows_to_f32(a, a.data<mx::bfloat16_t>(), scratch.data());
   return scratch.data();
 }
 

@@ -37,20 +37,6 @@ inline Avx2::reg Avx2::load_n(const float* p, int n) {
 
 namespace lattice::gemm {
 
-// The entry points of one register-tile shape (declared in gemm_x86.cpp).
-#define LATTICE_TILE_ENTRIES(mr, nv)                                                                               \
-  void gather_gemm_scatter_avx2_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,                  \
-                                            const int32_t* out_rows, int64_t m, const float* wp, int c_in,         \
-                                            int c_out, float* y, int64_t ldy) {                                    \
-    gather_gemm_scatter<Avx2, mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);                   \
-  }                                                                                                                \
-  int64_t gather_at_b_scratch_avx2_##mr##x##nv(int ca, int cb) { return atb_scratch<Avx2, mr, nv>(ca, cb); }     \
-  void gather_at_b_avx2_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,   \
-                                    const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,       \
-                                    float* scratch) {                                                              \
-    gather_at_b<Avx2, mr, nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                       \
-  }
-LATTICE_TILE_ENTRIES(6, 2)
-#undef LATTICE_TILE_ENTRIES
+LATTICE_TILE_ENTRIES(avx2, Avx2, 6, 2)
 
 }  // namespace lattice::gemm

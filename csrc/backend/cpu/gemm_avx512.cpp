@@ -34,22 +34,8 @@ struct Avx512 {
 
 namespace lattice::gemm {
 
-// The entry points of one register-tile shape (declared in gemm_x86.cpp).
-#define LATTICE_TILE_ENTRIES(mr, nv)                                                                               \
-  void gather_gemm_scatter_avx512_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,                  \
-                                            const int32_t* out_rows, int64_t m, const float* wp, int c_in,         \
-                                            int c_out, float* y, int64_t ldy) {                                    \
-    gather_gemm_scatter<Avx512, mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);                   \
-  }                                                                                                                \
-  int64_t gather_at_b_scratch_avx512_##mr##x##nv(int ca, int cb) { return atb_scratch<Avx512, mr, nv>(ca, cb); }     \
-  void gather_at_b_avx512_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,   \
-                                    const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,       \
-                                    float* scratch) {                                                              \
-    gather_at_b<Avx512, mr, nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                       \
-  }
-LATTICE_TILE_ENTRIES(12, 2)
-LATTICE_TILE_ENTRIES(8, 3)
-LATTICE_TILE_ENTRIES(6, 4)
-#undef LATTICE_TILE_ENTRIES
+LATTICE_TILE_ENTRIES(avx512, Avx512, 12, 2)
+LATTICE_TILE_ENTRIES(avx512, Avx512, 8, 3)
+LATTICE_TILE_ENTRIES(avx512, Avx512, 6, 4)
 
 }  // namespace lattice::gemm

@@ -199,3 +199,19 @@ void gather_at_b(const float* a, int64_t lda, const int32_t* ra, const float* b,
 }
 
 }  // namespace
+
+// The exported entry points of one register-tile shape of an ISA's kernel (V its vector
+// type): written once here, expanded inside namespace lattice::gemm by each ISA's file
+// (gemm_avx512.cpp, gemm_avx2.cpp) and declared by gemm_x86.cpp.
+#define LATTICE_TILE_ENTRIES(isa, V, mr, nv)                                                                      \
+  void gather_gemm_scatter_##isa##_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,               \
+                                               const int32_t* out_rows, int64_t m, const float* wp, int c_in,    \
+                                               int c_out, float* y, int64_t ldy) {                                \
+    gather_gemm_scatter<V, mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);                       \
+  }                                                                                                               \
+  int64_t gather_at_b_scratch_##isa##_##mr##x##nv(int ca, int cb) { return atb_scratch<V, mr, nv>(ca, cb); }      \
+  void gather_at_b_##isa##_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b,            \
+                                       int64_t ldb, const int32_t* rb, int64_t m, int ca, int cb, float* g,      \
+                                       bool accumulate, float* scratch) {                                         \
+    gather_at_b<V, mr, nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                           \
+  }
