@@ -416,6 +416,39 @@ def test_conv_row_order_sorts_by_offset_mask_and_leaves_results_bit_equal(k, dty
     np.testing.assert_array_equal(np.array(first.astype(mx.float32)), np.array(ys[0].astype(mx.float32)))
 
 
+@needs_cuda
+@pytest.mark.parametrize(
+    "dtype, c_in",
+    [(mx.float32, 4), (mx.float32, 8), (mx.float32, 16), (mx.float16, 8), (mx.bfloat16, 16)],
+)
+@pytest.mark.parametrize("k", [3, 5])
+def test_tensor_core_conv_packs_narrow_inputs_offsets_into_one_step(k, c_in, dtype, monkeypatch):
+    """C_in a divisor of 32 below it: the tensor-core kernel puts 32 / C_in offsets side by
+    side in one 32-wide step (fixed groups; a k=5 stem's 4 channels: 8 offsets a step, the
+    last group of 125 offsets short). Against the CPU route, and the same bits in any row
+    order (the groups do not depend on which rows share a tile)."""
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    assert cuda_conv.uses_tensor_cores(dtype, c_in)
+    c = _coords(41, n=1200, span=8)
+    x_gpu, x_cpu = _pair(c, c=c_in, dtype=dtype)
+    w = mx.array(np.random.default_rng(42).normal(size=(32, k, k, k, c_in)).astype(np.float32) * 0.2)
+    got = subm_conv3d(x_gpu, w.astype(dtype), kernel_size=k, device="gpu").feats
+    ref = subm_conv3d(x_cpu, w.astype(dtype), kernel_size=k, device="cpu").feats
+    a, b = np.array(got.astype(mx.float32)), np.array(ref.astype(mx.float32))
+    tol = TOL[dtype]
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, np.abs(b).max()))
+    rel = x_gpu.coord_manager.relation("submanifold", x_gpu.coord_key, KernelSpec(k), device="gpu")
+    nmap = rel.neighbor_map
+    wm = w.astype(dtype).reshape(32, k**3, c_in).transpose(1, 2, 0)
+    orders = [cuda_relations.row_order(nmap)]
+    orders.append(mx.array(np.random.default_rng(43).permutation(int(nmap.shape[0])).astype(np.int32)))
+    orders.append(mx.arange(int(nmap.shape[0]), dtype=mx.int32))
+    ys = [np.array(cuda_conv._conv_kernel(x_gpu.feats, wm, nmap, o).astype(mx.float32)) for o in orders]
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0])
+    np.testing.assert_array_equal(ys[0], a)
+
+
 class _Relation:
     """The part of KernelRelation that _tile_order uses: values kept by name."""
 
