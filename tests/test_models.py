@@ -10,7 +10,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_map
 
 import lattice
 from lattice import ops
@@ -151,6 +151,51 @@ def test_minkunet_trains():
     for _ in range(5):
         last = _train_a_step(model, x)
     assert last < first
+
+
+def test_minkunet_starting_its_stages_early_changes_no_bit(monkeypatch):
+    """On the GPU a MinkUNet queues each stage (``blocks.started``: ``mx.async_eval``) while
+    Python builds the next; here the CPU is made to take that path. The forward gives the
+    same bits, and under ``value_and_grad`` (where MLX refuses ``async_eval``) the loss and
+    gradients are those of the plain path."""
+    from lattice.models import blocks
+
+    mx.random.seed(3)
+    x = scene(2000)
+    model = minkunet(14, 2, 3, width=4)
+    _train_a_step(model, x)
+    y = mx.array(np.arange(x.active_count) % 3)
+
+    def loss(m):
+        return nn.losses.cross_entropy(m(x).feats, y, reduction="mean")
+
+    start = tree_map(lambda a: a, model.parameters())  # training mode moves the running statistics
+
+    def run():
+        model.update(start)
+        model.eval()
+        out = model(x).feats
+        model.train()
+        value, grads = nn.value_and_grad(model, loss)(model)
+        mx.eval(out, value, grads)
+        return [np.array(out), np.array(value)] + [np.array(g) for _, g in tree_flatten(grads)]
+
+    queued, async_eval = [], mx.async_eval
+
+    def counted(*arrays):  # the calls MLX took (it raises inside value_and_grad)
+        async_eval(*arrays)
+        queued.append(len(arrays))
+
+    monkeypatch.setattr(mx, "async_eval", counted)
+    monkeypatch.setattr(blocks, "requested_device", lambda device: "cpu")
+    plain = run()
+    assert queued == []
+    monkeypatch.setattr(blocks, "requested_device", lambda device: "gpu")
+    early = run()
+    assert len(queued) == 1 + 4 + 4  # the stem, each encoder level, each decoder level (eval only)
+    assert len(plain) == len(early)
+    for a, b in zip(plain, early, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_up_block_generative_equals_transposed_onto_the_skip():

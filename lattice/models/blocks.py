@@ -24,12 +24,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import mlx.core as mx
 import mlx.nn as nn
 
 from lattice.core.tensor import SparseTensor
 from lattice.nn.conv import Conv3d, GenerativeConvTranspose3d, SubmConv3d
 from lattice.nn.feature import BatchNorm, ReLU
 from lattice.ops import cat, sparse_add
+from lattice.routing.device import requested_device
 
 
 def positive_int(value, name: str, op: str) -> int:
@@ -180,6 +182,22 @@ class StemNet(nn.Module):
             raise TypeError(f"[{name}] config must be a {want}, got {type(config).__name__}")
         self.config = config
         self.stem = ConvBNReLU(config.in_channels, config.stem_channels, kernel_size=config.stem_kernel)
+
+
+def started(x: SparseTensor) -> SparseTensor:
+    """``x``, its features queued for evaluation at once (``mx.async_eval``) where MLX's
+    default device is the GPU: the GPU computes this stage while Python builds the next
+    one's graph, instead of everything waiting for the graph to be whole. A network calls
+    it between stages. Inside a transformation (``mx.grad``, ``mx.compile``, ``mx.vmap``)
+    MLX refuses ``async_eval``; the stage then evaluates with the rest, as without it. Not
+    on the CPU, where the stage's kernels and Python compete for the same cores (a 2,000-
+    voxel MinkUNet14 forward measured 41.8 ms without it, 43.2 with)."""
+    if requested_device(None) == "gpu":
+        try:
+            mx.async_eval(x.feats)
+        except ValueError:  # inside a graph transformation
+            pass
+    return x
 
 
 def run_blocks(x: SparseTensor, blocks) -> SparseTensor:

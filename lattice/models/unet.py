@@ -28,6 +28,7 @@ from lattice.models.blocks import (
     UpBlock,
     preset_fields,
     run_blocks,
+    started,
     strided_levels,
 )
 from lattice.nn.feature import Linear
@@ -92,13 +93,13 @@ class MinkUNet(StemNet):
         self.head = Linear(width, c.num_classes)
 
     def __call__(self, x: SparseTensor) -> SparseTensor:
-        y = self.stem(x)
+        y = started(self.stem(x))
         skips = [y]
         for down, blocks in zip(self.down, self.encoder, strict=True):
-            y = run_blocks(down(y), blocks)
+            y = started(run_blocks(down(y), blocks))
             skips.append(y)
         for i, up in enumerate(self.decoder):
-            y = up(y, skips[-2 - i])
+            y = started(up(y, skips[-2 - i]))
         return self.head(y)
 
 
