@@ -83,9 +83,11 @@ class UNet(nn.Module):
         dec=(256, 128, 96, 96),
         blocks=1,
         algo=spconv.ConvAlgo.Native,
+        stem_algo=None,
     ):
         super().__init__()
-        self.stem, self.stem_norm = subm(c_in, stem, 5, "stem", algo), nn.BatchNorm1d(stem)
+        self.stem = subm(c_in, stem, 5, "stem", algo if stem_algo is None else stem_algo)
+        self.stem_norm = nn.BatchNorm1d(stem)
         self.down, self.down_norm, self.enc = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
         width, skips = stem, [stem]
         for i, c in enumerate(enc):
@@ -144,6 +146,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--preset", type=int, default=14, choices=(14, 18))
     ap.add_argument("--classes", type=int, default=19, help="output classes of the head")
     ap.add_argument("--train", action="store_true", help="time loss + backward in train mode")
+    ap.add_argument(
+        "--stem-algo",
+        default=None,
+        choices=[a.name for a in spconv.ConvAlgo],
+        help="the k=5 stem's algorithm (default: --algo's)",
+    )
     args = ap.parse_args()
     check_input_args(ap, args)
     if args.train and args.device == "cpu":
@@ -166,7 +174,9 @@ def main() -> None:
     torch.manual_seed(0)
     feats = torch.randn(n, 4).to(device)
     idx = idx.to(device)
-    model = UNet(classes=args.classes, blocks={14: 1, 18: 2}[args.preset], algo=algo).to(device)
+    stem_algo = None if args.stem_algo is None else spconv.ConvAlgo[args.stem_algo]
+    blocks = {14: 1, 18: 2}[args.preset]
+    model = UNet(classes=args.classes, blocks=blocks, algo=algo, stem_algo=stem_algo).to(device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
     def tensor():
@@ -199,6 +209,7 @@ def main() -> None:
         classes=args.classes,
         preset=args.preset,
         algo=algo.name,
+        stem_algo=(stem_algo or algo).name,
         tf32=args.tf32,
         warmup=args.warmup,
         torch=torch.__version__,
