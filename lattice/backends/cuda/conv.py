@@ -56,8 +56,10 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array) -> m
     Features whose rows are whole 16-byte chunks (C_in % 8 == 0 for 16-bit, % 4 for
     float32 while TF32 is allowed) take the tensor-core kernel (W cast to the feature
     dtype, read as (C_out, K, C_in); float32 multiplies in TF32, as MLX's own float32
-    matmul does on CUDA by default) when there are at most 1024 kernel offsets;
-    everything else the float32-FMA kernel."""
+    matmul does on CUDA by default) when there are at most 1024 kernel offsets — where
+    C_in divides 32 and is below it (a k=5 stem's 4 channels) it puts 32 / C_in offsets
+    side by side in each 32-wide step (``kernels/conv.inc``); everything else the
+    float32-FMA kernel."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_in, c_out = int(w.shape[1]), int(w.shape[2])
     if n_out == 0 or int(x.shape[0]) == 0 or c_in == 0 or c_out == 0:
