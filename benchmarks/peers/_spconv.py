@@ -39,35 +39,12 @@ def add_input_args(ap: argparse.ArgumentParser, device: str) -> None:
 
 
 def check_input_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """One COORDS (kept in ``args.coords``), and a CUDA device where ``--device cuda`` (then
-    ``runtime_headers``)."""
+    """One COORDS (kept in ``args.coords``), and a CUDA device where ``--device cuda``."""
     if (args.coords is None) == (args.coords_path is None):
         ap.error("give the coordinates once: COORDS or --coords PATH")
     args.coords = args.coords or args.coords_path
-    if args.device == "cuda":
-        if not torch.cuda.is_available():
-            ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device")
-        runtime_headers()
-
-
-def runtime_headers() -> None:
-    """spconv compiles the kernels its wheel does not ship (the 4-channel k=5 stem's) with
-    NVRTC, giving it the CUDA include folder beside ``nvcc`` (cumm's
-    ``_get_cuda_include_lib``). CUDA 13 keeps libcu++ (``<cuda/std/cassert>``, which cumm's
-    runtime headers include) in that folder's ``cccl/``, so on a CUDA 13 machine every such
-    compile failed ("cannot open source file"): the ``cccl/`` folder is added to the list,
-    and as CUDA 13's libcu++ refuses C++14 (spconv's NVRTC default), spconv's compiles get
-    ``-std=c++17``."""
-    import functools
-
-    from cumm import common
-    from spconv import algo
-
-    includes, lib = common._get_cuda_include_lib()
-    extra = [p / "cccl" for p in includes if (p / "cccl").is_dir() and p / "cccl" not in includes]
-    if extra:
-        common._CACHED_CUDA_INCLUDE_LIB = ([*includes, *extra], lib)
-        algo.CummNVRTCModule = functools.partial(algo.CummNVRTCModule, std="c++17")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device")
 
 
 def algorithm(args: argparse.Namespace) -> spconv.ConvAlgo:

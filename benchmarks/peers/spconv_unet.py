@@ -86,7 +86,7 @@ class UNet(nn.Module):
         stem_algo=None,
     ):
         super().__init__()
-        self.stem = subm(c_in, stem, 5, "stem", algo if stem_algo is None else stem_algo)
+        self.stem = subm(c_in, stem, 5, "stem", stem_algo or algo)
         self.stem_norm = nn.BatchNorm1d(stem)
         self.down, self.down_norm, self.enc = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
         width, skips = stem, [stem]
@@ -174,7 +174,7 @@ def main() -> None:
     torch.manual_seed(0)
     feats = torch.randn(n, 4).to(device)
     idx = idx.to(device)
-    stem_algo = None if args.stem_algo is None else spconv.ConvAlgo[args.stem_algo]
+    stem_algo = spconv.ConvAlgo[args.stem_algo] if args.stem_algo else algo
     blocks = {14: 1, 18: 2}[args.preset]
     model = UNet(classes=args.classes, blocks=blocks, algo=algo, stem_algo=stem_algo).to(device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
@@ -209,7 +209,7 @@ def main() -> None:
         classes=args.classes,
         preset=args.preset,
         algo=algo.name,
-        stem_algo=(stem_algo or algo).name,
+        stem_algo=stem_algo.name,
         tf32=args.tf32,
         warmup=args.warmup,
         torch=torch.__version__,
