@@ -2,7 +2,8 @@
 with spconv's same U-Net side by side (issue 20).
 
     python benchmarks/bench_network.py [--preset 14] [--tiles 1] [--repeats 5] [--rounds 3]
-        [--peer-python /path/to/peer-venv/bin/python] [--profile] [--json out.json]
+        [--peer-python /path/to/peer-venv/bin/python] [--cpu-gemm avx512,avx512_bf16] [--profile]
+        [--json out.json]
 
 Input by public shape: the SemanticKITTI scan ``seq00_000000.bin`` voxelized at 0.05 m
 (94,444 voxels, first point's features per voxel), or ``--tiles T`` copies of it side by
@@ -21,6 +22,8 @@ the same voxels in that interpreter, alternating with lattice round by round; th
 backward, Adam update ``mx.compile``d over the model and optimizer state as MLX's docs write
 a training loop; a new tensor every step, so relations are built inside it), timed from the
 call to the evaluated parameters and optimizer state.
+``--cpu-gemm K1,K2``: the lattice rows once per CPU GEMM kernel (``LATTICE_CPU_GEMM``: e.g.
+``avx512,avx512_bf16``), the kernels alternating within each round.
 ``--profile``: the time of each top-level module of one fresh forward, evaluated one after the
 other (stem, down/encoder per level, decoder per level, head), its share of their sum, and its
 convolutions' GFLOP, GB moved (every edge reading its input row and adding into its output
@@ -45,6 +48,7 @@ from _common import report
 import lattice
 from lattice import ops
 from lattice.models import minkunet
+from lattice.routing.device import capability
 
 SCAN = Path(__file__).resolve().parents[2] / "shared" / "data" / "semantickitti" / "seq00_000000.bin"
 PEER = Path(__file__).resolve().parent / "peers" / "spconv_unet.py"
@@ -184,9 +188,11 @@ def main() -> None:
     ap.add_argument("--peer-python", default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch threads of the peer")
     ap.add_argument("--train", action="store_true", help="also time a training step")
+    ap.add_argument("--cpu-gemm", default=None, help="comma-separated LATTICE_CPU_GEMM kernels to alternate")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    kernels = args.cpu_gemm.split(",") if args.cpu_gemm else [None]
     coords, feats = voxels(args.tiles)
     mx.random.seed(0)
     model = minkunet(args.preset, 4, 19, width=32)
@@ -194,30 +200,33 @@ def main() -> None:
     mx.eval(model.parameters())
     threads = int(os.environ.get("LATTICE_NUM_THREADS", "0")) or os.cpu_count()
     peer_threads = args.threads or threads
-    results: dict[str, list[float]] = {
-        "lattice fresh": [],
-        "lattice cached": [],
-        "lattice train step": [],
-        "spconv fresh": [],
-    }
+    tag = {k: f" [{k}]" if k else "" for k in kernels}
+    results: dict[str, list[float]] = {}
+    for row in ("fresh", "cached", "train step"):
+        for k in kernels:
+            results[f"lattice {row}{tag[k]}"] = []
+    results["spconv fresh"] = []
     with tempfile.TemporaryDirectory() as tmp:
         coords_file = str(Path(tmp) / "coords.npy")
         np.save(coords_file, coords)
         for r in range(args.rounds):
             order = ("lattice", "peer") if r % 2 == 0 else ("peer", "lattice")
             for who in order:
-                if who == "lattice":
-                    results["lattice fresh"].append(
+                for k in kernels if who == "lattice" else ():
+                    if k:
+                        os.environ["LATTICE_CPU_GEMM"] = k
+                        capability.cache_clear()
+                    results[f"lattice fresh{tag[k]}"].append(
                         statistics.median(lattice_times(model, coords, feats, args.repeats, True))
                     )
-                    results["lattice cached"].append(
+                    results[f"lattice cached{tag[k]}"].append(
                         statistics.median(lattice_times(model, coords, feats, args.repeats, False))
                     )
                     if args.train:
-                        results["lattice train step"].append(
+                        results[f"lattice train step{tag[k]}"].append(
                             statistics.median(train_times(coords, feats, args.repeats, preset=args.preset))
                         )
-                elif args.peer_python:
+                if who == "peer" and args.peer_python:
                     results["spconv fresh"].append(
                         statistics.median(
                             peer_times(args.peer_python, coords_file, args.repeats, peer_threads, args.preset)

@@ -88,7 +88,9 @@ lattice::gemm::Kernel gemm_kernel(const std::string& name) {
   if (name == "blas") return lattice::gemm::Kernel::blas;
   if (name == "avx2") return lattice::gemm::Kernel::avx2;
   if (name == "avx512") return lattice::gemm::Kernel::avx512;
-  throw std::invalid_argument("[sparse_conv] kernel must be 'blas', 'avx2' or 'avx512', got '" + name + "'");
+  if (name == "avx512_bf16") return lattice::gemm::Kernel::avx512_bf16;
+  throw std::invalid_argument("[sparse_conv] kernel must be 'blas', 'avx2', 'avx512' or 'avx512_bf16', got '" + name +
+                              "'");
 }
 
 nb::tuple relation_tuple(lattice::RelationArrays r) {
@@ -383,7 +385,7 @@ NB_MODULE(_ext, m) {
         "identity_k"_a = -1, "distinct"_a = false, "kernel"_a = "blas", "stream"_a = nb::none(),
         "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset: gather -> BLAS GEMM -> scatter-add (kernel "
         "'blas'), or lattice's register-tiled kernel that reads the gathered rows and adds into the scattered "
-        "ones directly ('avx2', 'avx512': see conv_kernels()). Row indices, offsets and counts are checked "
+        "ones directly ('avx2', 'avx512'; 'avx512_bf16' rounds the operands to bfloat16: see conv_kernels()). Row indices, offsets and counts are checked "
         "(ValueError). `distinct`: the caller vouches that within each kernel offset no two edges share an "
         "input row or an output row (lattice's relations do); without it the kernel checks that itself and "
         "scatters serially where it does not hold.");
@@ -403,7 +405,8 @@ NB_MODULE(_ext, m) {
           for (const auto& k : lattice::gemm::available()) names.push_back(k.name);
           return names;
         },
-        "lattice's GEMM kernels this CPU runs, best first (empty: the convolutions take the BLAS).");
+        "lattice's GEMM kernels this CPU runs, the float32 ones best first, then 'avx512_bf16' where it runs "
+        "(products of bfloat16-rounded operands; empty: the convolutions take the BLAS).");
   m.def("blas_gemm", &lattice::blas_gemm, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false,
         "stream"_a = nb::none(), "op(A) @ op(B) through the linked BLAS, differentiable.");
   m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,

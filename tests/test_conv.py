@@ -500,6 +500,44 @@ def test_pointwise_is_a_matmul_keeping_coordinates(op_name, dtype):
     assert_close(y.feats, f @ w[0].astype(np.float64) + b, dtype)
 
 
+def test_pointwise_on_the_rounding_kernel_is_the_sum_of_rounded_products(monkeypatch):
+    """``LATTICE_CPU_GEMM=avx512_bf16``: the 1x1x1 convolution takes ``cpu.pointwise_tiled``
+    (lattice's kernel, every row its own edge), forward and both gradients of
+    bfloat16-rounded operands, against a float64 oracle of the rounded values."""
+    from lattice import _ext
+    from lattice.routing.device import capability
+
+    if "avx512_bf16" not in _ext.conv_kernels():
+        pytest.skip("this CPU has no AVX-512 BF16")
+    monkeypatch.setenv("LATTICE_CPU_GEMM", "avx512_bf16")
+    capability.cache_clear()
+    try:
+        coords = make_cloud("random_sparse")
+        x, f = make_input(coords, 33)
+        w, _ = make_weight(1, 33, 16)
+        route = lattice.explain(ops.subm_conv3d, x, as_layout(w, 1, "dense"), kernel_size=1)
+        assert route.name == "cpu.pointwise_tiled" and route.facts["cpu_gemm"] == "avx512_bf16"
+        y = ops.subm_conv3d(x, as_layout(w, 1, "dense"), kernel_size=1)
+        dy = np.random.default_rng(2).normal(size=(len(f), 16)).astype(np.float32)
+
+        def loss(feats, weight):
+            return (ops.subm_conv3d(x.replace(feats=feats), weight, kernel_size=1).feats * mx.array(dy)).sum()
+
+        gf, gw = mx.grad(loss, argnums=(0, 1))(x.feats, as_layout(w, 1, "dense"))
+    finally:
+        capability.cache_clear()
+
+    def bf16(a):
+        bits = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+        return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).astype(float)
+
+    assert y.coord_key == x.coord_key
+    np.testing.assert_allclose(np.asarray(y.feats), bf16(f) @ bf16(w[0]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(gf)[: len(f)], bf16(dy) @ bf16(w[0]).T, rtol=1e-5, atol=1e-5)
+    gw = np.asarray(gw).reshape(16, 33).T  # the dense layer weight (C_out, 1, 1, 1, C_in)
+    np.testing.assert_allclose(gw, bf16(f).T @ bf16(dy), rtol=1e-5, atol=1e-4)
+
+
 def _expected_route(
     op: str, kind: str, x: SparseTensor, y: SparseTensor, c_in, c_out, size, stride, edges, normalized=False
 ):

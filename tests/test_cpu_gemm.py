@@ -23,6 +23,8 @@ from lattice import _ext
 
 KERNELS = [k for k in ("avx2", "avx512") if k in _ext.conv_kernels()]
 pytestmark = pytest.mark.skipif(not KERNELS, reason="this CPU runs none of lattice's GEMM kernels")
+BF16 = "avx512_bf16"
+needs_bf16 = pytest.mark.skipif(BF16 not in _ext.conv_kernels(), reason="this CPU has no AVX-512 BF16")
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +206,9 @@ def test_weight_gradient_of_many_edges_sums_its_parts_in_order(kernel):
 def test_kernel_names_are_checked():
     x, w = mx.ones((3, 2)), mx.ones((1, 2, 2))
     rows = mx.array([0, 1], dtype=mx.int32)
-    with pytest.raises(ValueError, match="kernel must be 'blas', 'avx2' or 'avx512', got 'sse'"):
+    with pytest.raises(
+        ValueError, match="kernel must be 'blas', 'avx2', 'avx512' or 'avx512_bf16', got 'sse'"
+    ):
         _ext.sparse_conv(x, w, rows, rows, [0, 2], 3, kernel="sse")
     with pytest.raises(ValueError, match="kernel must be"):
         _ext.sparse_conv_weight_grad(x, x, rows, rows, [0, 2], kernel="avx1024")
@@ -231,7 +235,7 @@ _THREADS = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", [*KERNELS, pytest.param(BF16, marks=needs_bf16)])
 def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
     out = {}
     for threads in ("1", "2"):
@@ -241,3 +245,96 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
         out[threads] = np.load(path)
     for key in ("y", "g"):
         np.testing.assert_array_equal(out["1"][key], out["2"][key], err_msg=key)
+
+
+# ---- avx512_bf16: products of bfloat16-rounded operands, float32 sums ---------------------
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (nearest, ties to even; finite inputs), as float64:
+    written from the format's definition, not from the kernel."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+@needs_bf16
+@pytest.mark.parametrize("c_in,c_out", SHAPES)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_bf16_conv_is_the_sum_of_rounded_products(c_in, c_out, transpose):
+    """Against a float64 oracle of the rounded operands (the float32 sums' error only), and
+    visibly apart from the exact products (it does round), within bfloat16's 2^-8."""
+    rng = np.random.default_rng(c_in * 17 + c_out)
+    n_in, n_out = 700, 650
+    ir, orr, bounds = _relation(rng, n_in, n_out, [0, 37, 1, 600, 13, 0, 250])
+    x = rng.normal(size=(n_in, c_in)).astype(np.float32)
+    w = rng.normal(size=(len(bounds) - 1, *((c_out, c_in) if transpose else (c_in, c_out)))).astype(
+        np.float32
+    )
+    args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n_out, transpose, -1, True)
+    got = np.asarray(_ext.sparse_conv(*args, kernel=BF16))
+    rounded = _oracle_conv(_bf16(x), _bf16(w), ir, orr, bounds, n_out, transpose)
+    exact = _oracle_conv(x, w, ir, orr, bounds, n_out, transpose)
+    scale = np.abs(exact).max() + 1
+    np.testing.assert_allclose(got, rounded, rtol=1e-5, atol=1e-6 * scale)
+    assert 1e-5 * scale < np.abs(got - exact).max() < 2e-2 * scale
+
+
+@needs_bf16
+@pytest.mark.parametrize("ca,cb", SHAPES)
+def test_bf16_weight_gradient_is_the_sum_of_rounded_products(ca, cb):
+    """Pairs of edges: offsets of 0, 1 and odd edge counts (the last edge pairs with zeros)."""
+    rng = np.random.default_rng(ca * 5 + cb)
+    ra, rb, bounds = _relation(rng, 500, 480, [0, 301, 1, 129, 0, 400])
+    a = rng.normal(size=(500, ca)).astype(np.float32)
+    b = rng.normal(size=(480, cb)).astype(np.float32)
+    got = np.asarray(
+        _ext.sparse_conv_weight_grad(mx.array(a), mx.array(b), mx.array(ra), mx.array(rb), bounds, True, BF16)
+    )
+    parts = [slice(bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
+    rounded = np.stack([_bf16(a[ra[s]]).T @ _bf16(b[rb[s]]) for s in parts])
+    exact = np.stack([a[ra[s]].astype(np.float64).T @ b[rb[s]].astype(np.float64) for s in parts])
+    scale = np.abs(exact).max() + 1
+    np.testing.assert_allclose(got, rounded, rtol=1e-5, atol=1e-6 * scale)
+    assert 1e-5 * scale < np.abs(got - exact).max() < 2e-2 * scale
+
+
+@needs_bf16
+def test_bf16_rounds_to_nearest_ties_to_even_and_keeps_specials():
+    """One input channel, weight 1: the output is the input as bfloat16 rounded it. 1 + 2^-8
+    is half way between 1 and 1 + 2^-7 (goes to 1, the even one), 1 + 3 * 2^-8 between
+    1 + 2^-7 and 1 + 2^-6 (goes up); a hair past a tie goes up; inf and NaN stay."""
+    vals = np.array(
+        [1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -(1 + 2**-8), np.inf, -np.inf, np.nan, 0.0]
+    )
+    want = np.array([1.0, 1 + 2**-6, 1 + 2**-7, -1.0, np.inf, -np.inf, np.nan, 0.0])
+    n = len(vals)
+    rows = mx.array(np.arange(n, dtype=np.int32))
+    w = mx.ones((1, 1, 1))
+    for transpose in (False, True):
+        got = _ext.sparse_conv(mx.array(vals[:, None].astype(np.float32)), w, rows, rows, [0, n], n, transpose,
+                               -1, True, kernel=BF16)  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(got)[:, 0], want.astype(np.float32))
+    # and the weight side: W = vals, input 1
+    got = _ext.sparse_conv(mx.ones((1, 1)), mx.array(vals.astype(np.float32))[:, None, None],
+                           mx.zeros(n, mx.int32), rows, list(range(n + 1)), n, kernel=BF16)  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(got)[:, 0], want.astype(np.float32))
+
+
+@needs_bf16
+def test_bf16_rounds_the_submanifold_centre_too():
+    """With a centre offset (identity_k) the float32 route takes it as one BLAS GEMM; the
+    rounding kernel takes it as one more offset, so the whole sum is of rounded products."""
+    rng = np.random.default_rng(8)
+    n = 400
+    ir, orr, bounds = _relation(rng, n, n, [120, 0, 90])
+    ident = np.arange(n, dtype=np.int32)
+    ir, orr, bounds = np.concatenate([ir, ident]), np.concatenate([orr, ident]), [*bounds, bounds[-1] + n]
+    x = rng.normal(size=(n, 40)).astype(np.float32)
+    w = rng.normal(size=(len(bounds) - 1, 40, 24)).astype(np.float32)
+    args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n, False)
+    centre = np.asarray(_ext.sparse_conv(*args, len(bounds) - 2, True, kernel=BF16))
+    plain = np.asarray(_ext.sparse_conv(*args, -1, True, kernel=BF16))
+    np.testing.assert_array_equal(centre, plain)
+    rounded = _oracle_conv(_bf16(x), _bf16(w), ir, orr, bounds, n, False)
+    np.testing.assert_allclose(centre, rounded, rtol=1e-5, atol=1e-4)

@@ -65,6 +65,32 @@ def test_cpu_relation_conv_takes_lattices_gemm_kernel_where_the_cpu_runs_one():
     assert route_conv(packed, BLAS_CPU).name == "cpu.dequant_gather_gemm_scatter"
 
 
+def test_rounding_cpu_kernel_is_named_in_the_route_and_never_chosen_by_auto(monkeypatch):
+    """``LATTICE_CPU_GEMM=avx512_bf16`` takes the same route with a fact saying the products
+    round; ``auto`` takes a float32 kernel even where the CPU runs the rounding one."""
+    from lattice import _ext
+    from lattice.routing.device import ROUNDING_KERNELS, cpu_gemm_kernel
+
+    bf16 = Capability(
+        (Tier.CPU,), ("cpu",), cpu_gemm="avx512_bf16", cpu_gemm_reason="LATTICE_CPU_GEMM=avx512_bf16"
+    )
+    route = route_conv(_req(), bf16)
+    assert route.name == "cpu.tiled_gemm" and route.facts["cpu_gemm"] == "avx512_bf16"
+    assert (
+        route.facts["products"] == ROUNDING_KERNELS["avx512_bf16"] and "rounded to bfloat16" in route.reason
+    )
+    assert "products" not in route_conv(_req(), AVX2_CPU).facts
+    pointwise = _req(kernel_volume=1, identity_relation=True)
+    assert route_conv(pointwise, bf16).name == "cpu.pointwise_tiled"
+    assert route_conv(pointwise, AVX2_CPU).name == "cpu.pointwise_gemm"
+    monkeypatch.delenv("LATTICE_CPU_GEMM", raising=False)
+    assert cpu_gemm_kernel()[0] not in ROUNDING_KERNELS
+    if "avx512_bf16" in _ext.conv_kernels():
+        monkeypatch.setenv("LATTICE_CPU_GEMM", "avx512_bf16")
+        kernel, why = cpu_gemm_kernel()
+        assert kernel == "avx512_bf16" and "rounded to bfloat16" in why
+
+
 def test_pointwise_route_only_on_identity_relations():
     assert route_conv(_req(kernel_volume=1, identity_relation=True)).name == "cpu.pointwise_gemm"
     assert (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lattice.errors import DTypeError
-from lattice.routing.device import NO_GPU, Capability, capability, gpu_kernels
+from lattice.routing.device import NO_GPU, ROUNDING_KERNELS, Capability, capability, gpu_kernels
 from lattice.routing.registry import RouteTable
 from lattice.routing.types import Backend, Route, RouteBuilder, Tier, edge_facts, facts_of
 
@@ -24,6 +24,12 @@ TILED_GEMM = CONV.route(
     "tiled_gemm",
     "per offset: lattice's register-tiled GEMM kernel reading the gathered rows, adding into the "
     "scattered ones",
+)
+POINTWISE_TILED = CONV.route(
+    CPU,
+    "pointwise_tiled",
+    "1x1x1 on the input support, where the CPU GEMM rounds (LATTICE_CPU_GEMM=avx512_bf16): lattice's "
+    "kernel over all rows as one offset",
 )
 DEQUANT_POINTWISE_GEMM = CONV.route(
     CPU, "dequant_pointwise_gemm", "packed weight dequantized, then pointwise_gemm"
@@ -99,6 +105,18 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
     if packed:
         return _route_packed(rb, req, cap)
     if req.identity_relation and req.kernel_volume == 1:
+        if cap.cpu_gemm in ROUNDING_KERNELS:
+            rb.facts["cpu_gemm"] = cap.cpu_gemm
+            rb.facts["products"] = ROUNDING_KERNELS[cap.cpu_gemm]
+            rb.reject(
+                POINTWISE_GEMM, f"the CPU GEMM rounds every product to bfloat16 ({cap.cpu_gemm_reason})"
+            )
+            return rb.take(
+                POINTWISE_TILED,
+                f"1x1x1 kernel on the input support: lattice's {cap.cpu_gemm} kernel over all rows as one "
+                "offset (row i to row i), products of operands rounded to bfloat16, coordinates kept",
+            )
+        rb.reject(POINTWISE_TILED, "the CPU GEMM does not round (LATTICE_CPU_GEMM names no rounding kernel)")
         return rb.take(
             POINTWISE_GEMM, "1x1x1 kernel on the input support: one BLAS GEMM over all rows, coordinates kept"
         )
@@ -111,13 +129,20 @@ def _take_gather_route(rb: RouteBuilder, cap: Capability, tiled, blas, how: str)
     capability names one (cap.cpu_gemm), else gather -> BLAS -> scatter."""
     if cap.cpu_gemm != "blas":
         rb.facts["cpu_gemm"] = cap.cpu_gemm
+        rounds = cap.cpu_gemm in ROUNDING_KERNELS
+        if rounds:
+            rb.facts["products"] = ROUNDING_KERNELS[cap.cpu_gemm]
         rb.reject(blas, f"lattice's {cap.cpu_gemm} kernel runs here ({cap.cpu_gemm_reason})")
         return rb.take(
             tiled,
             f"{how}per kernel offset: W[k] packed once, then lattice's {cap.cpu_gemm} register-tiled GEMM "
             "kernel reads the gathered input rows straight into its FMAs and adds the products into the "
-            "scattered output rows from registers (tiles over all cores); the submanifold centre offset is "
-            "one BLAS GEMM that initialises the output",
+            "scattered output rows from registers (tiles over all cores); "
+            + (
+                f"every product, the submanifold centre's too, of operands rounded to bfloat16 ({cap.cpu_gemm_reason})"
+                if rounds
+                else "the submanifold centre offset is one BLAS GEMM that initialises the output"
+            ),
         )
     rb.reject(tiled, cap.cpu_gemm_reason or "lattice's GEMM kernels do not run here")
     return rb.take(

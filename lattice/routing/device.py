@@ -93,22 +93,33 @@ def capability() -> Capability:
     return Capability(tuple(tiers), ("cpu",), name, settings.metal_kernels(), gemm, why)
 
 
+# lattice's CPU GEMM kernels that round float32 operands, with what they do: taken only where
+# LATTICE_CPU_GEMM names them.
+ROUNDING_KERNELS = {
+    "avx512_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32"
+}
+
+
 def cpu_gemm_kernel() -> tuple[str, str]:
     """The GEMM kernel of the CPU convolutions and why: ``LATTICE_CPU_GEMM`` where it names
-    one (a kernel this CPU cannot run is a ``ValueError``), else the best of lattice's kernels
-    this CPU runs (``lattice._ext.conv_kernels()``), else the BLAS."""
+    one (a kernel this CPU cannot run is a ``ValueError``), else the best of lattice's float32
+    kernels this CPU runs (``lattice._ext.conv_kernels()``; ``avx512_bf16`` rounds the
+    operands to bfloat16 and is taken only when named), else the BLAS."""
     from lattice import _ext
 
-    runs = list(_ext.conv_kernels())
+    available = list(_ext.conv_kernels())
+    runs = [k for k in available if k not in ROUNDING_KERNELS]
     choice = settings.cpu_gemm()
     if choice == "blas":
         return "blas", f"{settings.CPU_GEMM}=blas"
     if choice != "auto":
-        if choice not in runs:
+        if choice not in available:
             raise ValueError(
                 f"[routing] {settings.CPU_GEMM}={choice}: this CPU runs lattice's kernels "
-                f"{runs or 'none'} (or blas)"
+                f"{available or 'none'} (or blas)"
             )
+        if choice in ROUNDING_KERNELS:
+            return choice, f"{settings.CPU_GEMM}={choice}: {ROUNDING_KERNELS[choice]}"
         return choice, f"{settings.CPU_GEMM}={choice}"
     if runs:
         return runs[0], f"the CPU runs lattice's {'/'.join(runs)} kernels; {runs[0]} is the widest"

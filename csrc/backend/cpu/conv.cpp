@@ -91,26 +91,36 @@ inline int64_t kernel_chunk(const gemm::TileKernel& t, int c_in, int c_out) {
 // The offsets but `skip` through lattice's kernel, in the register tile of its shape for
 // c_out: each offset's W packed once (all offsets packed in parallel first), then its edges
 // in chunks over the cores (in order, on one thread, where `distinct` does not hold).
-void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, const WeightView& W, int64_t s_row,
+void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_in, const WeightView& W, int64_t s_row,
                          int64_t s_col, const int32_t* IR, const int32_t* OR, const std::vector<int64_t>& bounds,
                          int skip, int c_in, int c_out, float* Y, bool distinct) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const gemm::TileKernel& t = ki.for_columns(c_out);
-  const int64_t psz = gemm::packed_size(c_in, c_out, t.panel);
+  const int64_t psz = ki.packed_size(t, c_in, c_out);
   // Every float of it is written by pack(): not zeroed first (10 MB per call on a wide layer).
   std::unique_ptr<float[]> packed(new float[static_cast<size_t>(K) * psz]);
   const auto pack = [&](int64_t k, int64_t, int64_t) {
     if (k != skip && bounds[k + 1] > bounds[k])
-      gemm::pack(W.p + k * W.sk, s_row, s_col, c_in, c_out, t.panel, packed.get() + k * psz);
+      ki.pack(t, W.p + k * W.sk, s_row, s_col, c_in, c_out, packed.get() + k * psz);
   };
   maybe_parallel_chunks(K * psz >= (1 << 16), K, K, pack);
+  // A rounding kernel reads X rounded once (half the bytes of each gathered row).
+  std::unique_ptr<float[]> rounded;
+  int64_t ldx = c_in;
+  if (ki.bf16) {
+    ldx = (c_in + 1) / 2;
+    rounded.reset(new float[static_cast<size_t>(n_in) * ldx]);
+    parallel_for(n_in, [&](int64_t b, int64_t e) { ki.round_rows(X + b * c_in, c_in, e - b, c_in, rounded.get() + b * ldx); },
+                 std::max<int64_t>(1, (int64_t{1} << 15) / std::max(1, c_in)));
+    X = rounded.get();
+  }
   const int64_t chunk = kernel_chunk(t, c_in, c_out);
   for (int k = 0; k < K; ++k) {
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
     if (k == skip || n == 0) continue;
     const float* wp = packed.get() + k * psz;
     maybe_parallel_chunks(distinct, n, (n + chunk - 1) / chunk, [&](int64_t, int64_t b, int64_t e) {
-      t.gather_gemm_scatter(X, c_in, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out);
+      t.gather_gemm_scatter(X, ldx, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out);
     });
   }
 }
@@ -148,8 +158,11 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   const bool blas_trans = s_col != 1;
   const int blas_ld = static_cast<int>(std::max<int64_t>(1, blas_trans ? s_col : s_row));
 
+  // The identity offset's float32 BLAS GEMM is skipped where the kernel rounds: every product
+  // of the call is then of bfloat16 operands, the centre's too.
+  const bool rounds = kernel != gemm::Kernel::blas && gemm::info(kernel).bf16;
   bool initialised = false;
-  if (identity_k >= 0 && bounds[identity_k + 1] - bounds[identity_k] == n_out && x.shape(0) == n_out &&
+  if (identity_k >= 0 && !rounds && bounds[identity_k + 1] - bounds[identity_k] == n_out && x.shape(0) == n_out &&
       (facts.distinct || identity_edges(IR, OR, bounds, identity_k, n_out))) {
     // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).
     if (n_out > 0 && c_out > 0) {
@@ -163,7 +176,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
     parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
   }
   if (c_in > 0 && c_out > 0 && kernel != gemm::Kernel::blas) {
-    conv_offsets_kernel(gemm::info(kernel), X, W, s_row, s_col, IR, OR, bounds, initialised ? identity_k : -1, c_in,
+    conv_offsets_kernel(gemm::info(kernel), X, x.shape(0), W, s_row, s_col, IR, OR, bounds, initialised ? identity_k : -1, c_in,
                         c_out, Y, distinct);
   } else if (c_in > 0 && c_out > 0) {
     const int64_t T = tile_rows(c_in, c_out);

@@ -9,7 +9,9 @@
 // other platforms have none (gemm_portable.cpp) and the routes take the BLAS. A kernel comes
 // in register-tile shapes (TileKernel), one picked per product by its output width
 // (KernelInfo::for_columns): AVX-512F 12 rows x 32 columns, 8 x 48 and 6 x 64 of
-// accumulators (24 of the 32 zmm registers each), AVX2 + FMA 6 x 16.
+// accumulators (24 of the 32 zmm registers each), AVX2 + FMA 6 x 16. One kernel rounds:
+// avx512_bf16 (gemm_avx512bf16.cpp) multiplies bfloat16-rounded operands into float32 sums,
+// twice the multiply-adds per instruction; it runs only where LATTICE_CPU_GEMM names it.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +22,14 @@ namespace lattice::gemm {
 
 // What runs a convolution's products: the linked BLAS (gather -> sgemm -> scatter-add) or
 // one of lattice's kernels. The values travel through the Python bindings.
-enum class Kernel : int { blas = 0, avx2 = 1, avx512 = 2 };
+enum class Kernel : int { blas = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3 };
+
+// The kernel's name ("blas", "avx2", "avx512", "avx512_bf16").
+const char* name(Kernel k);
 
 // Y[out_rows[e]] += X[in_rows[e]] @ W for e in [0, m): X rows of length c_in (stride ldx), Y
-// rows of c_out (stride ldy), W packed by pack() for this kernel. Rows of out_rows must be
+// rows of c_out (stride ldy), W packed by KernelInfo::pack for this kernel; where the kernel
+// rounds (KernelInfo::bf16), X is the rows as KernelInfo::round_rows wrote them (ldx words). Rows of out_rows must be
 // distinct within one call (one kernel offset), or the call must run alone.
 using GatherGemmScatter = void (*)(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
                                    int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy);
@@ -49,6 +55,13 @@ struct KernelInfo {
   Kernel kernel;
   const char* name;
   std::vector<TileKernel> tiles;  // narrowest first
+  // Products of bfloat16-rounded operands (W packed as pairs of rows of bfloat16, round to
+  // nearest even); false: float32 FMAs.
+  bool bf16 = false;
+  // Where bf16: rounds n rows of c floats (row stride ld) into out, (c + 1) / 2 four-byte
+  // words a row, word j holding elements 2j (low half) and 2j + 1 (zero past c): the forward's
+  // X as gather_gemm_scatter reads it.
+  void (*round_rows)(const float* x, int64_t ld, int64_t n, int c, float* out) = nullptr;
 
   // The tile for a product of `columns` output columns: the one that pads the fewest
   // columns (panels * panel - columns), the widest of those. A broadcast operand feeds
@@ -56,6 +69,19 @@ struct KernelInfo {
   // 8 x 48 and 6 x 64 at 111-116; so 64 and 128 channels take 6 x 64, 96 takes 8 x 48,
   // 32 keeps 12 x 32 (a wider tile would multiply zeros).
   const TileKernel& for_columns(int columns) const;
+
+  // Floats of W (c_in x c_out) packed for tile t (4-byte words where bf16: a pair of rows per
+  // word row).
+  int64_t packed_size(const TileKernel& t, int c_in, int c_out) const {
+    const int rows = bf16 ? (c_in + 1) / 2 : c_in;
+    return static_cast<int64_t>((c_out + t.panel - 1) / t.panel) * t.panel * rows;
+  }
+
+  // Packs W (c_in x c_out, element (i, j) at w + i * s_row + j * s_col) for tile t into
+  // panels: panel p holds columns [p * panel, p * panel + panel), zeros past c_out, as c_in
+  // rows of `panel` floats, or (bf16) as (c_in + 1) / 2 rows of `panel` words, word j of row
+  // i holding W(2i, j) in its low half and W(2i + 1, j) (zero past c_in) in its high half.
+  void pack(const TileKernel& t, const float* w, int64_t s_row, int64_t s_col, int c_in, int c_out, float* out) const;
 };
 
 // The kernels this machine runs, best first (empty where only the BLAS does).
@@ -67,14 +93,7 @@ const KernelInfo& info(Kernel k);
 // The name of the best kernel here ("avx512", "avx2"), or "blas".
 std::string best_name();
 
-// Floats of W (c_in x c_out) packed for a kernel of `panel` columns.
-inline int64_t packed_size(int c_in, int c_out, int panel) {
-  return static_cast<int64_t>((c_out + panel - 1) / panel) * panel * c_in;
-}
-
-// Packs W (c_in x c_out, element (i, j) at w + i * s_row + j * s_col) into panels: panel p
-// holds columns [p * panel, p * panel + panel) as c_in rows of `panel` floats, zeros past
-// c_out.
-void pack(const float* w, int64_t s_row, int64_t s_col, int c_in, int c_out, int panel, float* out);
+// x rounded to bfloat16 as VCVTNE2PS2BF16 rounds it: to nearest, ties to even, NaN kept quiet.
+uint16_t to_bf16(float x);
 
 }  // namespace lattice::gemm

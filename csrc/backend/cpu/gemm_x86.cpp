@@ -1,5 +1,5 @@
 // The kernels of gemm.h on x86-64: AVX-512F where the CPU has it and the OS saves the zmm
-// state, AVX2 + FMA where it has those (GCC's __builtin_cpu_supports checks both the CPUID
+// state, AVX2 + FMA where it has those, the bfloat16-product kernel where it has AVX-512 BF16 (GCC's __builtin_cpu_supports checks both the CPUID
 // bits and XGETBV's OS-enabled state).
 #include <cstdint>
 #include <vector>
@@ -21,7 +21,11 @@ LATTICE_TILE_DECLS(avx512, 12, 2)
 LATTICE_TILE_DECLS(avx512, 8, 3)
 LATTICE_TILE_DECLS(avx512, 6, 4)
 LATTICE_TILE_DECLS(avx2, 6, 2)
+LATTICE_TILE_DECLS(avx512_bf16, 12, 2)
+LATTICE_TILE_DECLS(avx512_bf16, 8, 3)
+LATTICE_TILE_DECLS(avx512_bf16, 6, 4)
 #undef LATTICE_TILE_DECLS
+void round_rows_avx512_bf16(const float* x, int64_t ld, int64_t n, int c, float* out);
 
 #define LATTICE_TILE(isa, mr, nv, width)                                                                     \
   TileKernel {                                                                                               \
@@ -38,6 +42,15 @@ const std::vector<KernelInfo>& available() {
                    {LATTICE_TILE(avx512, 12, 2, 16), LATTICE_TILE(avx512, 8, 3, 16), LATTICE_TILE(avx512, 6, 4, 16)}});
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       k.push_back({Kernel::avx2, "avx2", {LATTICE_TILE(avx2, 6, 2, 8)}});
+    // Last: it rounds, so it is never the best float32 kernel, only the one asked for.
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512bf16"))
+      k.push_back({Kernel::avx512_bf16,
+                   "avx512_bf16",
+                   {LATTICE_TILE(avx512_bf16, 12, 2, 16), LATTICE_TILE(avx512_bf16, 8, 3, 16),
+                    LATTICE_TILE(avx512_bf16, 6, 4, 16)},
+                   true,
+                   round_rows_avx512_bf16});
     return k;
   }();
   return kernels;

@@ -58,6 +58,27 @@ def pointwise_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx
     return _ext.blas_gemm(feats, weight[0], False, False, stream=mx.cpu)
 
 
+@implements(routes.POINTWISE_TILED)
+def pointwise_tiled(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
+    """1x1x1 convolution on the same support through the capability's (rounding) GEMM kernel:
+    one offset whose edges are row i to row i."""
+    n = feats.shape[0]
+    rows = mx.arange(n, dtype=mx.int32)
+    return _ext.sparse_conv(
+        feats,
+        weight,
+        rows,
+        rows,
+        [0, n],
+        n,
+        False,
+        -1,
+        distinct=True,
+        kernel=capability().cpu_gemm,
+        stream=mx.cpu,
+    )
+
+
 implements(routes.DEQUANT_GATHER_GEMM_SCATTER)(dequantized(gather_gemm_scatter))
 implements(routes.DEQUANT_TILED_GEMM)(dequantized(tiled_gemm))
 implements(routes.DEQUANT_POINTWISE_GEMM)(dequantized(pointwise_gemm))

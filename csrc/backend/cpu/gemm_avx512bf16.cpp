@@ -1,0 +1,253 @@
+// The bfloat16-product kernel for AVX-512 BF16 (compiled with -mavx512f -mavx512bw
+// -mavx512bf16; called only where gemm_x86.cpp found the CPU and the OS support it, and only
+// where LATTICE_CPU_GEMM asks for it: it rounds). Operands stay float32 in memory; each
+// product's inputs are rounded to bfloat16 (round to nearest even, as VCVTNE2PS2BF16 does)
+// and VDPBF16PS multiplies pairs of them into float32 sums: two multiply-adds per lane per
+// instruction where an FMA does one, the same register tiles as gemm_avx512.cpp (12 x 2,
+// 8 x 3 and 6 x 4 registers of 16 float32 accumulators). Pairs run along the reduction: the
+// forward's input channels (W packed by KernelInfo::pack as pairs of rows, the input rounded
+// once per call by round_rows, KernelInfo::round_rows), the weight gradient's edges (both
+// gathered operands packed a step of edges at a time as pairs of edges).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backend/cpu/gemm_tile.h"
+
+namespace {
+
+constexpr int W = 16;  // float32 lanes (and bfloat16 pairs) per register
+
+inline __attribute__((always_inline)) __mmask16 first(int n) {
+  return n >= W ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// n floats of src (zeros past n; n <= 32) rounded to bfloat16 in order: word j holds
+// elements 2j (low half) and 2j + 1.
+inline __attribute__((always_inline)) __m512i round_32(const float* src, int n) {
+  const __m512 lo = _mm512_maskz_loadu_ps(first(n), src);
+  const __m512 hi = _mm512_maskz_loadu_ps(first(n - W), src + W);
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// n floats of r0 and of r1 (zeros past n; n <= 16; r1 null: zeros) rounded to bfloat16 and
+// interleaved: word j holds r0[j] (low half) and r1[j].
+inline __attribute__((always_inline)) __m512i round_pair(const float* r0, const float* r1, int n) {
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23,
+                                              7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512 a = _mm512_maskz_loadu_ps(first(n), r0);
+  const __m512 b = r1 ? _mm512_maskz_loadu_ps(first(n), r1) : _mm512_setzero_ps();
+  return _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+}
+
+inline __attribute__((always_inline)) __m512 dot(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+}
+
+// acc[r][v] added into (accumulate) or stored to out(r) + v * W, the first `cols` columns,
+// rows below `rows`; unrolled as the products are, so that acc stays in registers.
+template <int MR, int NV, class Out>
+inline __attribute__((always_inline)) void put(__m512 (&acc)[MR][NV], int rows, int cols, bool accumulate, Out out) {
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r >= rows) break;
+    float* o = out(r);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int n = cols - v * W;
+      if (n <= 0) continue;
+      const __mmask16 k = first(n);
+      const __m512 s = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(k, o + v * W), acc[r][v]) : acc[r][v];
+      _mm512_mask_storeu_ps(o + v * W, k, s);
+    }
+  }
+}
+
+// n rows of c floats (row stride ld) rounded to bfloat16 into `out`, (c + 1) / 2 words a row
+// (word j: elements 2j and 2j + 1, zero past c): the forward's operand, rounded once per call
+// where each row is gathered by several edges, and half the bytes to gather.
+void round_rows_bf16(const float* x, int64_t ld, int64_t n, int c, float* outf) {
+  auto* out = reinterpret_cast<uint32_t*>(outf);
+  const int kp = (c + 1) / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* src = x + i * ld;
+    uint32_t* dst = out + i * kp;
+    for (int j = 0; j < c; j += 2 * W) {
+      const __m512i v = round_32(src + j, c - j);
+      const int words = (c - j + 1) / 2;
+      if (words >= W) _mm512_storeu_si512(dst + j / 2, v);
+      else _mm512_mask_storeu_epi32(dst + j / 2, first(words), v);
+    }
+  }
+}
+
+// Y[out_rows[e]] += X[in_rows[e]] @ W over [0, m), MR rows at a time, every panel of W (kp
+// pairs of rows of NR columns, KernelInfo::pack) per row tile. X is the rows as
+// round_rows_bf16 wrote them (ldx words a row): a pair of input channels per word, broadcast
+// straight from the gathered row.
+template <int MR, int NV>
+void gather_gemm_scatter_bf16(const float* xf, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows, int64_t m,
+                              const float* wpf, int c_in, int c_out, float* y, int64_t ldy) {
+  constexpr int NR = NV * W;
+  constexpr int kLineWords = 16;
+  const auto* x = reinterpret_cast<const uint32_t*>(xf);
+  const auto* wp = reinterpret_cast<const uint32_t*>(wpf);
+  const int kp = (c_in + 1) / 2;
+  const int panels = (c_out + NR - 1) / NR;
+  const uint32_t* a[MR];
+  float* yr[MR];
+  for (int64_t e0 = 0; e0 < m; e0 += MR) {
+    const int rows = m - e0 < MR ? static_cast<int>(m - e0) : MR;
+    for (int r = 0; r < MR; ++r) {  // rows past `rows` repeat the first (computed, never stored)
+      const int64_t e = e0 + (r < rows ? r : 0);
+      a[r] = x + static_cast<int64_t>(in_rows[e]) * ldx;
+      yr[r] = y + static_cast<int64_t>(out_rows[e]) * ldy;
+    }
+    for (int r = 0; r < MR && e0 + kAheadTiles * MR + r < m; ++r) {
+      const uint32_t* xn = x + static_cast<int64_t>(in_rows[e0 + kAheadTiles * MR + r]) * ldx;
+      const float* yn = y + static_cast<int64_t>(out_rows[e0 + kAheadTiles * MR + r]) * ldy;
+      for (int j = 0; j < kp; j += kLineWords) __builtin_prefetch(xn + j, 0, 1);
+      for (int j = 0; j < c_out; j += kLineFloats) __builtin_prefetch(yn + j, 1, 1);
+    }
+    for (int p = 0; p < panels; ++p) {
+      const uint32_t* wpp = wp + static_cast<int64_t>(p) * kp * NR;
+      __m512 acc[MR][NV];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+      for (int k = 0; k < kp; ++k) {
+        __m512i b[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_si512(wpp + static_cast<int64_t>(k) * NR + v * W);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          const __m512i s = _mm512_set1_epi32(static_cast<int>(a[r][k]));
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[r][v] = dot(acc[r][v], s, b[v]);
+        }
+      }
+      const int col = p * NR, cols = c_out - col < NR ? c_out - col : NR;
+      put<MR, NV>(acc, rows, cols, true, [&](int r) { return yr[r] + col; });
+    }
+  }
+}
+
+// Words of gather_at_b_bf16's packing buffer: per strip of A, kAtbEdges / 2 pairs of edges
+// of MR words and one register of slack; per panel of B, kAtbEdges / 2 pairs of NR words.
+template <int MR, int NV>
+inline int64_t atb_scratch_bf16(int ca, int cb) {
+  constexpr int NR = NV * W, P = kAtbEdges / 2;
+  return static_cast<int64_t>((ca + MR - 1) / MR) * (static_cast<int64_t>(P) * MR + W) +
+         static_cast<int64_t>(P) * ((cb + NR - 1) / NR) * NR;
+}
+
+// G (ca x cb, row stride cb) = (accumulate ? G : 0) + sum over e in [0, m) of
+// A[ra[e]]^T B[rb[e]], the products of bfloat16-rounded operands: per step of kAtbEdges
+// edges, the gathered rows of each pair of edges rounded and interleaved into `scratch`
+// (A's as strips of MR columns, B's as panels of NR; an odd last edge pairs with zeros), then
+// each MR x NR tile over the step's pairs.
+template <int MR, int NV>
+void gather_at_b_bf16(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb, const int32_t* rb,
+                      int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch) {
+  static_assert(MR <= W, "a strip's pair of edges is written as one register");
+  constexpr int NR = NV * W, P = kAtbEdges / 2;
+  constexpr int64_t SS = static_cast<int64_t>(P) * MR + W;  // words per strip, slack included
+  const int strips = (ca + MR - 1) / MR, panels = (cb + NR - 1) / NR;
+  auto* ap = reinterpret_cast<uint32_t*>(scratch);  // strips x (P x MR + W)
+  uint32_t* bp = ap + strips * SS;                  // panels x P x NR
+  const auto rows_of = [&](int64_t e, const float*& an, const float*& bn) {
+    an = a + static_cast<int64_t>(ra[e]) * lda;
+    bn = b + static_cast<int64_t>(rb[e]) * ldb;
+  };
+  for (int64_t e0 = 0; e0 < m; e0 += kAtbEdges) {
+    const int ne = m - e0 < kAtbEdges ? static_cast<int>(m - e0) : kAtbEdges;
+    const int pairs = (ne + 1) / 2;
+    for (int q = 0; q < pairs; ++q) {
+      for (int h = 0; h < 2; ++h) {
+        const int64_t e = e0 + 2 * q + h;
+        const float *an, *bn;
+        if (e + kAtbAhead < m) {  // a few edges on, into L1
+          rows_of(e + kAtbAhead, an, bn);
+          for (int j = 0; j < ca; j += kLineFloats) __builtin_prefetch(an + j);
+          for (int j = 0; j < cb; j += kLineFloats) __builtin_prefetch(bn + j);
+        }
+        if (e + kAtbEdges < m) {  // and the next step's, into L2
+          rows_of(e + kAtbEdges, an, bn);
+          for (int j = 0; j < ca; j += kLineFloats) __builtin_prefetch(an + j, 0, 1);
+          for (int j = 0; j < cb; j += kLineFloats) __builtin_prefetch(bn + j, 0, 1);
+        }
+      }
+      const int64_t e = e0 + 2 * q;
+      const bool two = 2 * q + 1 < ne;
+      const float* a0 = a + static_cast<int64_t>(ra[e]) * lda;
+      const float* a1 = two ? a + static_cast<int64_t>(ra[e + 1]) * lda : nullptr;
+      const float* b0 = b + static_cast<int64_t>(rb[e]) * ldb;
+      const float* b1 = two ? b + static_cast<int64_t>(rb[e + 1]) * ldb : nullptr;
+      for (int s = 0; s < strips; ++s) {  // words past MR land in the next pair's strip (or the slack)
+        const int n = ca - s * MR < MR ? ca - s * MR : MR;
+        _mm512_storeu_si512(ap + s * SS + static_cast<int64_t>(q) * MR,
+                            round_pair(a0 + s * MR, a1 ? a1 + s * MR : nullptr, n));
+      }
+      for (int p = 0; p < panels; ++p)
+        for (int v = 0; v < NR; v += W) {
+          const int c = p * NR + v;
+          _mm512_storeu_si512(bp + (static_cast<int64_t>(p) * P + q) * NR + v,
+                              round_pair(b0 + c, b1 ? b1 + c : nullptr, cb - c));
+        }
+    }
+    const bool add = accumulate || e0 > 0;
+    for (int s = 0; s < strips; ++s) {
+      const uint32_t* as = ap + s * SS;
+      const int rows = ca - s * MR < MR ? ca - s * MR : MR;
+      for (int p = 0; p < panels; ++p) {
+        const uint32_t* bs = bp + static_cast<int64_t>(p) * P * NR;
+        __m512 acc[MR][NV];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+        for (int q = 0; q < pairs; ++q) {
+          __m512i bv[NV];
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(bs + q * NR + v * W);
+          const uint32_t* aq = as + q * MR;
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) {
+            const __m512i sv = _mm512_set1_epi32(static_cast<int>(aq[r]));
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) acc[r][v] = dot(acc[r][v], sv, bv[v]);
+          }
+        }
+        const int cols = cb - p * NR < NR ? cb - p * NR : NR;
+        put<MR, NV>(acc, rows, cols, add, [&](int r) { return g + static_cast<int64_t>(s * MR + r) * cb + p * NR; });
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace lattice::gemm {
+
+#define LATTICE_BF16_ENTRIES(mr, nv)                                                                               \
+  void gather_gemm_scatter_avx512_bf16_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,            \
+                                                   const int32_t* out_rows, int64_t m, const float* wp, int c_in, \
+                                                   int c_out, float* y, int64_t ldy) {                             \
+    gather_gemm_scatter_bf16<mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);                      \
+  }                                                                                                                \
+  int64_t gather_at_b_scratch_avx512_bf16_##mr##x##nv(int ca, int cb) { return atb_scratch_bf16<mr, nv>(ca, cb); } \
+  void gather_at_b_avx512_bf16_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b,         \
+                                           int64_t ldb, const int32_t* rb, int64_t m, int ca, int cb, float* g,   \
+                                           bool accumulate, float* scratch) {                                      \
+    gather_at_b_bf16<mr, nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                          \
+  }
+LATTICE_BF16_ENTRIES(12, 2)
+LATTICE_BF16_ENTRIES(8, 3)
+LATTICE_BF16_ENTRIES(6, 4)
+#undef LATTICE_BF16_ENTRIES
+
+void round_rows_avx512_bf16(const float* x, int64_t ld, int64_t n, int c, float* out) { round_rows_bf16(x, ld, n, c, out); }
+
+}  // namespace lattice::gemm
