@@ -527,10 +527,7 @@ def test_pointwise_on_the_rounding_kernel_is_the_sum_of_rounded_products(monkeyp
     finally:
         capability.cache_clear()
 
-    def bf16(a):
-        bits = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
-        return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).astype(float)
-
+    bf16 = rconv.round_bf16
     assert y.coord_key == x.coord_key
     np.testing.assert_allclose(np.asarray(y.feats), bf16(f) @ bf16(w[0]), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(gf)[: len(f)], bf16(dy) @ bf16(w[0]).T, rtol=1e-5, atol=1e-5)

@@ -18,6 +18,7 @@ import textwrap
 import mlx.core as mx
 import numpy as np
 import pytest
+from reference.conv import round_bf16
 
 from lattice import _ext
 
@@ -250,14 +251,6 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
 # ---- avx512_bf16: products of bfloat16-rounded operands, float32 sums ---------------------
 
 
-def _bf16(a: np.ndarray) -> np.ndarray:
-    """float32 values rounded to bfloat16 (nearest, ties to even; finite inputs), as float64:
-    written from the format's definition, not from the kernel."""
-    bits = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
 @needs_bf16
 @pytest.mark.parametrize("c_in,c_out", SHAPES)
 @pytest.mark.parametrize("transpose", [False, True])
@@ -273,7 +266,7 @@ def test_bf16_conv_is_the_sum_of_rounded_products(c_in, c_out, transpose):
     )
     args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n_out, transpose, -1, True)
     got = np.asarray(_ext.sparse_conv(*args, kernel=BF16))
-    rounded = _oracle_conv(_bf16(x), _bf16(w), ir, orr, bounds, n_out, transpose)
+    rounded = _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n_out, transpose)
     exact = _oracle_conv(x, w, ir, orr, bounds, n_out, transpose)
     scale = np.abs(exact).max() + 1
     np.testing.assert_allclose(got, rounded, rtol=1e-5, atol=1e-6 * scale)
@@ -292,7 +285,7 @@ def test_bf16_weight_gradient_is_the_sum_of_rounded_products(ca, cb):
         _ext.sparse_conv_weight_grad(mx.array(a), mx.array(b), mx.array(ra), mx.array(rb), bounds, True, BF16)
     )
     parts = [slice(bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
-    rounded = np.stack([_bf16(a[ra[s]]).T @ _bf16(b[rb[s]]) for s in parts])
+    rounded = np.stack([round_bf16(a[ra[s]]).T @ round_bf16(b[rb[s]]) for s in parts])
     exact = np.stack([a[ra[s]].astype(np.float64).T @ b[rb[s]].astype(np.float64) for s in parts])
     scale = np.abs(exact).max() + 1
     np.testing.assert_allclose(got, rounded, rtol=1e-5, atol=1e-6 * scale)
@@ -336,5 +329,5 @@ def test_bf16_rounds_the_submanifold_centre_too():
     centre = np.asarray(_ext.sparse_conv(*args, len(bounds) - 2, True, kernel=BF16))
     plain = np.asarray(_ext.sparse_conv(*args, -1, True, kernel=BF16))
     np.testing.assert_array_equal(centre, plain)
-    rounded = _oracle_conv(_bf16(x), _bf16(w), ir, orr, bounds, n, False)
+    rounded = _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n, False)
     np.testing.assert_allclose(centre, rounded, rtol=1e-5, atol=1e-4)

@@ -39,6 +39,15 @@ import numpy as np
 Triple = tuple[int, int, int]
 
 
+def round_bf16(a) -> np.ndarray:
+    """float32 values rounded to bfloat16 (nearest, ties to even; finite values), in float64:
+    the operands of ``LATTICE_CPU_GEMM=avx512_bf16``'s products, from the format's definition
+    (the top 16 bits of the float32, rounded on the 17th)."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
 def triple(v) -> Triple:
     """An int or three ints as a tuple of three ints."""
     if np.ndim(v) == 0:
