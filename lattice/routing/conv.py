@@ -109,7 +109,7 @@ def route_conv(req: ConvRequest, cap: Capability | None = None) -> Route:
             rb.facts["cpu_gemm"] = cap.cpu_gemm
             rb.facts["products"] = ROUNDING_KERNELS[cap.cpu_gemm]
             rb.reject(
-                POINTWISE_GEMM, f"the CPU GEMM rounds every product to bfloat16 ({cap.cpu_gemm_reason})"
+                POINTWISE_GEMM, f"the CPU convolutions' products round to bfloat16 ({cap.cpu_gemm_reason})"
             )
             return rb.take(
                 POINTWISE_TILED,
@@ -133,16 +133,20 @@ def _take_gather_route(rb: RouteBuilder, cap: Capability, tiled, blas, how: str)
         if rounds:
             rb.facts["products"] = ROUNDING_KERNELS[cap.cpu_gemm]
         rb.reject(blas, f"lattice's {cap.cpu_gemm} kernel runs here ({cap.cpu_gemm_reason})")
+        if rounds:
+            return rb.take(
+                tiled,
+                f"{how}per kernel offset: W[k] packed once as bfloat16 and the input rounded once, then "
+                f"lattice's {cap.cpu_gemm} register-tiled kernel multiplies the gathered rows' pairs of channels "
+                "into float32 sums (VDPBF16PS) and adds them into the scattered output rows from registers "
+                f"(tiles over all cores); every product rounds, the submanifold centre's too ({cap.cpu_gemm_reason})",
+            )
         return rb.take(
             tiled,
             f"{how}per kernel offset: W[k] packed once, then lattice's {cap.cpu_gemm} register-tiled GEMM "
             "kernel reads the gathered input rows straight into its FMAs and adds the products into the "
-            "scattered output rows from registers (tiles over all cores); "
-            + (
-                f"every product, the submanifold centre's too, of operands rounded to bfloat16 ({cap.cpu_gemm_reason})"
-                if rounds
-                else "the submanifold centre offset is one BLAS GEMM that initialises the output"
-            ),
+            "scattered output rows from registers (tiles over all cores); the submanifold centre offset is "
+            "one BLAS GEMM that initialises the output",
         )
     rb.reject(tiled, cap.cpu_gemm_reason or "lattice's GEMM kernels do not run here")
     return rb.take(

@@ -118,8 +118,6 @@ def cpu_gemm_kernel() -> tuple[str, str]:
                 f"[routing] {settings.CPU_GEMM}={choice}: this CPU runs lattice's kernels "
                 f"{available or 'none'} (or blas)"
             )
-        if choice in ROUNDING_KERNELS:
-            return choice, f"{settings.CPU_GEMM}={choice}: {ROUNDING_KERNELS[choice]}"
         return choice, f"{settings.CPU_GEMM}={choice}"
     if runs:
         return runs[0], f"the CPU runs lattice's {'/'.join(runs)} kernels; {runs[0]} is the widest"
