@@ -524,6 +524,16 @@ def test_pointwise_on_the_rounding_kernel_is_the_sum_of_rounded_products(monkeyp
             return (ops.subm_conv3d(x.replace(feats=feats), weight, kernel_size=1).feats * mx.array(dy)).sum()
 
         gf, gw = mx.grad(loss, argnums=(0, 1))(x.feats, as_layout(w, 1, "dense"))
+        empty, _ = make_input(np.zeros((0, 4), np.int32), 33)
+        assert (
+            lattice.explain(ops.subm_conv3d, empty, as_layout(w, 1, "dense"), kernel_size=1).name
+            == route.name
+        )
+        y0 = ops.subm_conv3d(empty, as_layout(w, 1, "dense"), kernel_size=1)
+        g0 = mx.grad(lambda wt: ops.subm_conv3d(empty, wt, kernel_size=1).feats.sum())(
+            as_layout(w, 1, "dense")
+        )
+        assert y0.feats.shape == (0, 16) and not np.asarray(g0).any()
     finally:
         capability.cache_clear()
 

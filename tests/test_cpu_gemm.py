@@ -317,17 +317,39 @@ def test_bf16_rounds_to_nearest_ties_to_even_and_keeps_specials():
 @needs_bf16
 def test_bf16_rounds_the_submanifold_centre_too():
     """With a centre offset (identity_k) the float32 route takes it as one BLAS GEMM; the
-    rounding kernel takes it as one more offset, so the whole sum is of rounded products."""
+    rounding kernel runs it first, storing its rounded products into the output (nothing
+    zeroed first), then adds the other offsets': the whole sum is of rounded products, the
+    same as without the centre named up to the order of the float32 additions. The centre
+    offset here is first, last and in the middle; a centre that is not the identity (a
+    row missing) takes the zeroed-output path."""
     rng = np.random.default_rng(8)
     n = 400
-    ir, orr, bounds = _relation(rng, n, n, [120, 0, 90])
+    ir, orr, bounds = _relation(rng, n, n, [120, 0, 90, 55])
     ident = np.arange(n, dtype=np.int32)
-    ir, orr, bounds = np.concatenate([ir, ident]), np.concatenate([orr, ident]), [*bounds, bounds[-1] + n]
     x = rng.normal(size=(n, 40)).astype(np.float32)
+    for at in (0, 2, 4):
+        cut = bounds[at]
+        ir2 = np.concatenate([ir[:cut], ident, ir[cut:]])
+        or2 = np.concatenate([orr[:cut], ident, orr[cut:]])
+        b2 = [*bounds[: at + 1], *(b + n for b in bounds[at:])]
+        w = rng.normal(size=(len(b2) - 1, 40, 24)).astype(np.float32)
+        args = (mx.array(x), mx.array(w), mx.array(ir2), mx.array(or2), b2, n, False)
+        centre = np.asarray(_ext.sparse_conv(*args, at, True, kernel=BF16))
+        plain = np.asarray(_ext.sparse_conv(*args, -1, True, kernel=BF16))
+        rounded = _oracle_conv(round_bf16(x), round_bf16(w), ir2, or2, b2, n, False)
+        exact_centre = rounded + _oracle_conv(
+            x, w[at : at + 1] - round_bf16(w[at : at + 1]), ident, ident, [0, n], n, False
+        )
+        exact_centre += _oracle_conv(
+            x - round_bf16(x), round_bf16(w[at : at + 1]), ident, ident, [0, n], n, False
+        )
+        np.testing.assert_allclose(centre, rounded, rtol=1e-5, atol=1e-4, err_msg=f"centre at {at}")
+        np.testing.assert_allclose(plain, rounded, rtol=1e-5, atol=1e-4, err_msg=f"centre at {at}")
+        assert np.abs(centre - rounded).max() * 10 < np.abs(exact_centre - rounded).max()
+    # offset 1 of this relation has no edges: not the identity, so the output is zeroed and added into
     w = rng.normal(size=(len(bounds) - 1, 40, 24)).astype(np.float32)
     args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n, False)
-    centre = np.asarray(_ext.sparse_conv(*args, len(bounds) - 2, True, kernel=BF16))
-    plain = np.asarray(_ext.sparse_conv(*args, -1, True, kernel=BF16))
-    np.testing.assert_array_equal(centre, plain)
-    rounded = _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n, False)
-    np.testing.assert_allclose(centre, rounded, rtol=1e-5, atol=1e-4)
+    got = np.asarray(_ext.sparse_conv(*args, 1, True, kernel=BF16))
+    np.testing.assert_allclose(
+        got, _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n, False), rtol=1e-5, atol=1e-4
+    )

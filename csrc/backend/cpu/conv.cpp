@@ -90,10 +90,12 @@ inline int64_t kernel_chunk(const gemm::TileKernel& t, int c_in, int c_out) {
 
 // The offsets but `skip` through lattice's kernel, in the register tile of its shape for
 // c_out: each offset's W packed once (all offsets packed in parallel first), then its edges
-// in chunks over the cores (in order, on one thread, where `distinct` does not hold).
+// in chunks over the cores (in order, on one thread, where `distinct` does not hold). Offset
+// `first` (-1: none), whose edges write every row of Y once, runs before the others and
+// stores its products: Y need not be zeroed; the others add theirs.
 void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_in, const WeightView& W, int64_t s_row,
                          int64_t s_col, const int32_t* IR, const int32_t* OR, const std::vector<int64_t>& bounds,
-                         int skip, int c_in, int c_out, float* Y, bool distinct) {
+                         int skip, int first, int c_in, int c_out, float* Y, bool distinct) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const gemm::TileKernel& t = ki.for_columns(c_out);
   const int64_t psz = ki.packed_size(t, c_in, c_out);
@@ -115,14 +117,16 @@ void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_i
     X = rounded.get();
   }
   const int64_t chunk = kernel_chunk(t, c_in, c_out);
-  for (int k = 0; k < K; ++k) {
+  const auto run = [&](int k, bool accumulate) {
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
-    if (k == skip || n == 0) continue;
     const float* wp = packed.get() + k * psz;
-    maybe_parallel_chunks(distinct, n, (n + chunk - 1) / chunk, [&](int64_t, int64_t b, int64_t e) {
-      t.gather_gemm_scatter(X, ldx, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out);
+    maybe_parallel_chunks(distinct || !accumulate, n, (n + chunk - 1) / chunk, [&](int64_t, int64_t b, int64_t e) {
+      t.gather_gemm_scatter(X, ldx, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out, accumulate);
     });
-  }
+  };
+  if (first >= 0) run(first, false);
+  for (int k = 0; k < K; ++k)
+    if (k != skip && k != first && bounds[k + 1] > bounds[k]) run(k, true);
 }
 
 void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
@@ -158,12 +162,16 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   const bool blas_trans = s_col != 1;
   const int blas_ld = static_cast<int>(std::max<int64_t>(1, blas_trans ? s_col : s_row));
 
-  // The identity offset's float32 BLAS GEMM is skipped where the kernel rounds: every product
-  // of the call is then of bfloat16 operands, the centre's too.
+  // Whether offset identity_k is the identity (edges (r, r) for every row): it then writes
+  // every output row once, as one GEMM that initialises Y — a float32 BLAS GEMM, or where the
+  // kernel rounds, the kernel's first offset storing its products (so that every product of
+  // the call is of bfloat16 operands, the centre's too).
   const bool rounds = kernel != gemm::Kernel::blas && gemm::info(kernel).bf16;
-  bool initialised = false;
-  if (identity_k >= 0 && !rounds && bounds[identity_k + 1] - bounds[identity_k] == n_out && x.shape(0) == n_out &&
-      (facts.distinct || identity_edges(IR, OR, bounds, identity_k, n_out))) {
+  const bool covers = identity_k >= 0 && bounds[identity_k + 1] - bounds[identity_k] == n_out &&
+                      x.shape(0) == n_out && (facts.distinct || identity_edges(IR, OR, bounds, identity_k, n_out));
+  const int first = covers && rounds && c_in > 0 && c_out > 0 ? identity_k : -1;
+  bool initialised = first >= 0;
+  if (covers && !rounds) {
     // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).
     if (n_out > 0 && c_out > 0) {
       if (c_in == 0) std::memset(Y, 0, sizeof(float) * n_out * c_out);
@@ -176,8 +184,8 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
     parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
   }
   if (c_in > 0 && c_out > 0 && kernel != gemm::Kernel::blas) {
-    conv_offsets_kernel(gemm::info(kernel), X, x.shape(0), W, s_row, s_col, IR, OR, bounds, initialised ? identity_k : -1, c_in,
-                        c_out, Y, distinct);
+    conv_offsets_kernel(gemm::info(kernel), X, x.shape(0), W, s_row, s_col, IR, OR, bounds,
+                        initialised && first < 0 ? identity_k : -1, first, c_in, c_out, Y, distinct);
   } else if (c_in > 0 && c_out > 0) {
     const int64_t T = tile_rows(c_in, c_out);
     for (int k = 0; k < K; ++k) {

@@ -81,13 +81,13 @@ void round_rows_bf16(const float* x, int64_t ld, int64_t n, int c, float* outf) 
   }
 }
 
-// Y[out_rows[e]] += X[in_rows[e]] @ W over [0, m), MR rows at a time, every panel of W (kp
+// Y[out_rows[e]] += X[in_rows[e]] @ W over [0, m) (= where !accumulate), MR rows at a time, every panel of W (kp
 // pairs of rows of NR columns, KernelInfo::pack) per row tile. X is the rows as
 // round_rows_bf16 wrote them (ldx words a row): a pair of input channels per word, broadcast
 // straight from the gathered row.
 template <int MR, int NV>
 void gather_gemm_scatter_bf16(const float* xf, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows, int64_t m,
-                              const float* wpf, int c_in, int c_out, float* y, int64_t ldy) {
+                              const float* wpf, int c_in, int c_out, float* y, int64_t ldy, bool accumulate) {
   constexpr int NR = NV * W;
   constexpr int kLineWords = 16;
   const auto* x = reinterpret_cast<const uint32_t*>(xf);
@@ -129,7 +129,7 @@ void gather_gemm_scatter_bf16(const float* xf, int64_t ldx, const int32_t* in_ro
         }
       }
       const int col = p * NR, cols = c_out - col < NR ? c_out - col : NR;
-      put<MR, NV>(acc, rows, cols, true, [&](int r) { return yr[r] + col; });
+      put<MR, NV>(acc, rows, cols, accumulate, [&](int r) { return yr[r] + col; });
     }
   }
 }
@@ -234,8 +234,8 @@ namespace lattice::gemm {
 #define LATTICE_BF16_ENTRIES(mr, nv)                                                                               \
   void gather_gemm_scatter_avx512_bf16_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,            \
                                                    const int32_t* out_rows, int64_t m, const float* wp, int c_in, \
-                                                   int c_out, float* y, int64_t ldy) {                             \
-    gather_gemm_scatter_bf16<mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);                      \
+                                                   int c_out, float* y, int64_t ldy, bool accumulate) {            \
+    gather_gemm_scatter_bf16<mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy, accumulate);          \
   }                                                                                                                \
   int64_t gather_at_b_scratch_avx512_bf16_##mr##x##nv(int ca, int cb) { return atb_scratch_bf16<mr, nv>(ca, cb); } \
   void gather_at_b_avx512_bf16_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b,         \

@@ -26,7 +26,7 @@ constexpr int kAheadTiles = 2;
 // packed panel of NV registers' width, added into y[r] + col for the first `cols` columns.
 template <class V, int MR, int NV>
 inline __attribute__((always_inline)) void tile(const float* const* a, float* const* y, int rows, const float* wp,
-                                                int c_in, int64_t col, int cols) {
+                                                int c_in, int64_t col, int cols, bool accumulate) {
   constexpr int NR = NV * V::W;
   typename V::reg acc[MR][NV];
 #pragma GCC unroll 16
@@ -52,18 +52,19 @@ inline __attribute__((always_inline)) void tile(const float* const* a, float* co
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const int n = cols - v * V::W;
-      if (n >= V::W) V::add_to(y[r] + col + v * V::W, acc[r][v]);
-      else if (n > 0) V::add_to_n(y[r] + col + v * V::W, acc[r][v], n);
+      float* out = y[r] + col + v * V::W;
+      if (n >= V::W) accumulate ? V::add_to(out, acc[r][v]) : V::store(out, acc[r][v]);
+      else if (n > 0) accumulate ? V::add_to_n(out, acc[r][v], n) : V::store_n(out, acc[r][v], n);
     }
   }
 }
 
-// Y[out_rows[e]] += X[in_rows[e]] @ W over [0, m), MR rows at a time, every panel of W per
-// row tile (the tile's rows stay in L1 across the panels); the rows kAheadTiles tiles on
-// are prefetched.
+// Y[out_rows[e]] += X[in_rows[e]] @ W over [0, m) (= where !accumulate), MR rows at a time,
+// every panel of W per row tile (the tile's rows stay in L1 across the panels); the rows
+// kAheadTiles tiles on are prefetched.
 template <class V, int MR, int NV>
 void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows, int64_t m,
-                         const float* wp, int c_in, int c_out, float* y, int64_t ldy) {
+                         const float* wp, int c_in, int c_out, float* y, int64_t ldy, bool accumulate) {
   constexpr int NR = NV * V::W;
   const int panels = (c_out + NR - 1) / NR;
   const float* a[MR];
@@ -84,7 +85,7 @@ void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, co
     for (int p = 0; p < panels; ++p) {
       const int cols = c_out - p * NR < NR ? c_out - p * NR : NR;
       tile<V, MR, NV>(a, yr, rows, wp + static_cast<int64_t>(p) * c_in * NR, c_in, static_cast<int64_t>(p) * NR,
-                      cols);
+                      cols, accumulate);
     }
   }
 }
@@ -206,8 +207,8 @@ void gather_at_b(const float* a, int64_t lda, const int32_t* ra, const float* b,
 #define LATTICE_TILE_ENTRIES(isa, V, mr, nv)                                                                      \
   void gather_gemm_scatter_##isa##_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,               \
                                                const int32_t* out_rows, int64_t m, const float* wp, int c_in,    \
-                                               int c_out, float* y, int64_t ldy) {                                \
-    gather_gemm_scatter<V, mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy);                       \
+                                               int c_out, float* y, int64_t ldy, bool accumulate) {               \
+    gather_gemm_scatter<V, mr, nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy, accumulate);           \
   }                                                                                                               \
   int64_t gather_at_b_scratch_##isa##_##mr##x##nv(int ca, int cb) { return atb_scratch<V, mr, nv>(ca, cb); }      \
   void gather_at_b_##isa##_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b,            \

@@ -12,7 +12,7 @@ namespace lattice::gemm {
 #define LATTICE_TILE_DECLS(isa, mr, nv)                                                                            \
   void gather_gemm_scatter_##isa##_##mr##x##nv(const float* x, int64_t ldx, const int32_t* in_rows,                \
                                                const int32_t* out_rows, int64_t m, const float* wp, int c_in,     \
-                                               int c_out, float* y, int64_t ldy);                                 \
+                                               int c_out, float* y, int64_t ldy, bool accumulate);                \
   int64_t gather_at_b_scratch_##isa##_##mr##x##nv(int ca, int cb);                                               \
   void gather_at_b_##isa##_##mr##x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb, \
                                        const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,   \

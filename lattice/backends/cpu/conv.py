@@ -8,6 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from lattice import _ext
+from lattice.core.buffers import arange
 from lattice.core.quantized import dequantized
 from lattice.core.relation import KernelRelation
 from lattice.routing import conv as routes
@@ -61,9 +62,10 @@ def pointwise_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx
 @implements(routes.POINTWISE_TILED)
 def pointwise_tiled(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
     """1x1x1 convolution on the same support through the capability's (rounding) GEMM kernel:
-    one offset whose edges are row i to row i."""
+    one offset whose edges are row i to row i (the identity: its products are stored into the
+    output, which is not zeroed first)."""
     n = feats.shape[0]
-    rows = mx.arange(n, dtype=mx.int32)
+    rows = arange(n)
     return _ext.sparse_conv(
         feats,
         weight,
@@ -72,7 +74,7 @@ def pointwise_tiled(feats: mx.array, weight: mx.array, rel: KernelRelation) -> m
         [0, n],
         n,
         False,
-        -1,
+        0,
         distinct=True,
         kernel=capability().cpu_gemm,
         stream=mx.cpu,
