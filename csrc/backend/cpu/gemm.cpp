@@ -51,20 +51,30 @@ uint16_t to_bf16(float x) {
 void KernelInfo::pack(const TileKernel& t, const float* w, int64_t s_row, int64_t s_col, int c_in, int c_out,
                       float* out) const {
   const int panel = t.panel, panels = (c_out + panel - 1) / panel;
-  const auto at = [&](int i, int j) { return w[static_cast<int64_t>(i) * s_row + static_cast<int64_t>(j) * s_col]; };
   if (bf16) {
+    // Rows (input channels) of W are contiguous in a layer's weight as MLX stores it
+    // (s_row == 1): the loops then read along them, column by column, and write the packed
+    // panel (a few tens of KB, in cache) with a stride; otherwise row by row. (The float32
+    // packing below measured no faster in that order: 2.2-2.4 ms either way for 27 x 256 x 256.)
+    const bool by_column = s_row == 1 && s_col != 1;
     const int rows = (c_in + 1) / 2;
     auto* dst = reinterpret_cast<uint32_t*>(out);
-    for (int p = 0; p < panels; ++p)
-      for (int i = 0; i < rows; ++i) {
-        uint32_t* row = dst + (static_cast<int64_t>(p) * rows + i) * panel;
-        for (int c = 0; c < panel; ++c) {
-          const int j = p * panel + c;
-          const uint32_t lo = j < c_out ? to_bf16(at(2 * i, j)) : 0u;
-          const uint32_t hi = j < c_out && 2 * i + 1 < c_in ? to_bf16(at(2 * i + 1, j)) : 0u;
-          row[c] = lo | (hi << 16);
-        }
+    const auto word = [&](int i, int j) -> uint32_t {  // W(2i, j), W(2i + 1, j): zero past c_in / c_out
+      if (j >= c_out) return 0u;
+      const float* src = w + static_cast<int64_t>(j) * s_col + static_cast<int64_t>(2 * i) * s_row;
+      const uint32_t lo = to_bf16(src[0]);
+      return 2 * i + 1 < c_in ? lo | (static_cast<uint32_t>(to_bf16(src[s_row])) << 16) : lo;
+    };
+    for (int p = 0; p < panels; ++p) {
+      uint32_t* pp = dst + static_cast<int64_t>(p) * rows * panel;
+      if (by_column) {
+        for (int c = 0; c < panel; ++c)
+          for (int i = 0; i < rows; ++i) pp[static_cast<int64_t>(i) * panel + c] = word(i, p * panel + c);
+      } else {
+        for (int i = 0; i < rows; ++i)
+          for (int c = 0; c < panel; ++c) pp[static_cast<int64_t>(i) * panel + c] = word(i, p * panel + c);
       }
+    }
     return;
   }
   for (int p = 0; p < panels; ++p) {
