@@ -658,3 +658,32 @@ def test_explain_names_the_restricted_route_and_why_not():
     ops.submanifold_kernel_relation(x, kernel_size=5)
     route = lattice.explain(ops.submanifold_kernel_relation, x, kernel_size=3)
     assert route.name == "cpu.restricted" and "at this kernel's offsets" in route.reason
+
+
+@pytest.mark.parametrize("rows", ["as made", "sorted", "reversed"])
+@pytest.mark.parametrize("size,dilation", [(3, 1), (5, 1), (3, 2), ((3, 5, 3), (1, 2, 1)), ((3, 3, 1), 1)])
+def test_submanifold_edges_come_in_the_walk_order(cloud, rows, size, dilation):
+    """The order the convolutions' sums follow (their weight gradient adds edge by edge): per
+    offset before the centre, edges by output row; the centre every (r, r) in row order; the
+    mirror of offset k its edges reversed, in the same order. Kernels of 27 offsets or more
+    merge sorted rows, smaller ones probe the table: both give this order, whatever order
+    the rows arrive in (sorted rows skip the sort)."""
+    c = {"as made": cloud, "sorted": np.unique(cloud, axis=0), "reversed": np.unique(cloud, axis=0)[::-1]}[
+        rows
+    ]
+    c = np.ascontiguousarray(c)
+    x = SparseTensor(c, np.zeros((len(c), 1), np.float32))
+    rel = ops.submanifold_kernel_relation(x, kernel_size=size, dilation=dilation)
+    rr.assert_relation_matches(rel, rr.submanifold(c, size, dilation), len(c), same_out_order=True)
+    ins, outs = np.asarray(rel.grouped_edges.in_rows), np.asarray(rel.grouped_edges.out_rows)
+    b = list(rel.edge_offsets_host)
+    K = len(b) - 1
+    centre = K // 2
+    np.testing.assert_array_equal(ins[b[centre] : b[centre + 1]], np.arange(len(c)))
+    np.testing.assert_array_equal(outs[b[centre] : b[centre + 1]], np.arange(len(c)))
+    for k in range(centre):
+        o = outs[b[k] : b[k + 1]]
+        assert (np.diff(o) > 0).all(), k
+        m = slice(b[K - 1 - k], b[K - k])
+        np.testing.assert_array_equal(ins[m], o)
+        np.testing.assert_array_equal(outs[m], ins[b[k] : b[k + 1]])

@@ -35,7 +35,9 @@ RELATIONS = RouteTable(
     "neighbour map (N_out, K) | None): one of the two forms (both for the identity)",
 )
 HASH_RELATION_SYMMETRIC = RELATIONS.route(
-    Backend.CPU, "hash_relation_symmetric", "submanifold: half the offsets probed, mirror edges"
+    Backend.CPU,
+    "hash_relation_symmetric",
+    "submanifold: half the offsets, mirror edges; 27+ offsets by merging the sorted rows, fewer by hash probes",
 )
 HASH_RELATION_INPUT_DRIVEN = RELATIONS.route(
     Backend.CPU, "hash_relation_input_driven", "forward / target: only offsets the stride divides probed"
@@ -100,8 +102,9 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
     if req.kind == "submanifold":
         return rb.take(
             HASH_RELATION_SYMMETRIC,
-            "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror "
-            "(kernels of 27+ offsets: only points the set's 8^3 occupancy bricks hold)",
+            "half the offsets, each edge found gives its mirror; kernels of 27+ offsets: the rows sorted by "
+            "(batch, x, y, z) once and merged with each shifted (x, y) column, no probes; smaller ones probe "
+            "the packed-key hash table",
         )
     if req.kind == "forward" and req.exclusive:
         return rb.take(

@@ -1,13 +1,16 @@
 // CPU relation builders. Each builder walks source rows in fixed chunks, probes
 // the hash table of the partner set, and bins edges by kernel offset; chunk
-// order fixes the edge order, so results do not depend on the thread count.
+// order fixes the edge order, so results do not depend on the thread count. Submanifold
+// kernels of 27 offsets or more merge the sorted rows instead (submanifold_by_merge), into
+// the same arrays.
 #include "backend/cpu/relations.h"
 
 #include "backend/cpu/coords.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <numeric>
-#include <optional>
 
 namespace lattice {
 
@@ -126,47 +129,145 @@ constexpr int32_t kMaxHalfOffsets = 128;
 
 namespace {
 
-// The occupancy of a set's points in bricks of 8^3 lattice points: one bit per point, 64 bytes
-// (one cache line) per brick, one byte per (x, y) column. The bricks are the set's downsample
-// by 8 (`downsample`: its table finds a brick, its inverse gives each row's brick). The
-// submanifold builder reads a row's window from the few bricks around it before it probes the
-// set's table: on a scan most offsets meet no point (KITTI at 0.05 m: 6.5 edges per row of a
-// 5^3 kernel's 125), and most (x, y) columns of a window are empty.
-class Bricks {
- public:
-  static constexpr int kShift = 3;
-  static constexpr int64_t kBytes = 64;  // 8^3 bits: byte (x & 7) * 8 + (y & 7), bit z & 7
 
-  explicit Bricks(const CoordTable& t) : cells_(downsample(t, {1 << kShift, 1 << kShift, 1 << kShift})) {
-    bytes_.assign(static_cast<size_t>(cells_.table->n) * kBytes, 0);
-    const int32_t* c = t.data();
-    const int32_t* brick = cells_.inverse.data();
-    for (int64_t i = 0; i < t.n; ++i) {
-      const int32_t* r = c + 4 * i;
-      bytes_[brick[i] * kBytes + column(r[1], r[2])] |= static_cast<uint8_t>(1u << (r[3] & 7));
+}  // namespace
+
+namespace {
+
+// The submanifold relation by merging sorted rows (kernels of kMergeMinVolume offsets or more):
+// the rows sorted by (batch, x, y, z) once (LSD radix sort of the packed keys, which order
+// lexicographically), then for each (dx, dy) of the first half of the kernel one sweep of the
+// sorted rows with a second cursor on the shifted column, which only moves forward; no hash
+// probe. The half's edges are then put in the order the probing builder emits them — per
+// offset, by output row — by two stable counting sorts, the centre is every (r, r), and each
+// mirrored offset is its half twin swapped: the same arrays as the probing builder, bit for
+// bit. On the KITTI scan at 0.05 m, one thread: a 5^3 map 55-75 -> 24-26 ms, 3^3 at 68,642
+// rows 32-38 -> 7-9 ms (the probing builder read the set's occupancy in 8^3 bricks first,
+// then probed the occupied points; both are in docs/performance.md).
+RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax, const Int3& size, const char* op) {
+  const int64_t n = in.n;
+  const int32_t K = size[0] * size[1] * size[2], center = K / 2;
+  const int32_t* c = in.data();
+  // 1. The rows in key order.
+  std::vector<uint64_t> key(n), key2(n);
+  std::vector<int32_t> row(n), row2(n);
+  uint64_t top = 0;
+  bool sorted = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t* r = c + 4 * i;
+    in.packer.pack(r[0], r[1], r[2], r[3], key[i]);  // a stored row is inside its own box
+    row[i] = static_cast<int32_t>(i);
+    top |= key[i];
+    sorted = sorted && (i == 0 || key[i - 1] < key[i]);
+  }
+  if (!sorted) {
+    constexpr int kBits = 11;
+    std::vector<int64_t> count((1 << kBits) + 1);
+    for (int shift = 0; shift < 64 && (top >> shift) != 0; shift += kBits) {
+      std::fill(count.begin(), count.end(), 0);
+      for (int64_t i = 0; i < n; ++i) ++count[((key[i] >> shift) & ((1u << kBits) - 1)) + 1];
+      for (int d = 0; d < (1 << kBits); ++d) count[d + 1] += count[d];
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t at = count[(key[i] >> shift) & ((1u << kBits) - 1)]++;
+        key2[at] = key[i];
+        row2[at] = row[i];
+      }
+      key.swap(key2);
+      row.swap(row2);
     }
   }
-
-  // The 64 occupancy bytes of brick (b, bx, by, bz) (brick coordinates: lattice coordinates
-  // >> kShift), or nullptr where no point of the set lies in it.
-  inline const uint8_t* find(int64_t b, int64_t bx, int64_t by, int64_t bz) const {
-    const int32_t i = cells_.table->find(b, bx, by, bz);
-    return i < 0 ? nullptr : bytes_.data() + i * kBytes;
+  std::vector<std::array<int32_t, 4>> sc(n);  // the coordinates in key order
+  for (int64_t p = 0; p < n; ++p) std::memcpy(sc[p].data(), c + 4 * static_cast<int64_t>(row[p]), 16);
+  std::vector<uint64_t>().swap(key2);
+  std::vector<int32_t>().swap(row2);
+  // 2. Per (dx, dy) of the half kernel, one sweep: edges (k, in, out) in sweep order.
+  const int32_t sz = size[2], cz = sz / 2;
+  const int64_t zlo = ax.off[2][0], zhi = ax.off[2][sz - 1], dz = sz > 1 ? ax.off[2][1] - ax.off[2][0] : 1;
+  std::vector<std::pair<int32_t, int32_t>> columns;  // (i, j) with k0 = (i * Sy + j) * Sz < center + 1
+  for (int32_t i = 0; i < size[0]; ++i)
+    for (int32_t j = 0; j < size[1]; ++j)
+      if ((i * size[1] + j) * sz <= center) columns.push_back({i, j});
+  const int64_t nc = static_cast<int64_t>(columns.size());
+  struct Found { std::vector<int32_t> k, in, out; };
+  std::vector<Found> found(nc);
+  parallel_chunks(nc, nc, [&](int64_t ci, int64_t, int64_t) {
+    const int32_t i = columns[ci].first, j = columns[ci].second;
+    const int32_t k0 = (i * size[1] + j) * sz;
+    const int32_t lmax = k0 + sz - 1 < center ? sz : center - k0;  // the centre column: dz < 0 only
+    const int64_t ox = ax.off[0][i], oy = ax.off[1][j];
+    Found& f = found[ci];
+    int64_t q = 0;
+    const auto before = [&](const std::array<int32_t, 4>& a, int64_t b, int64_t x, int64_t y, int64_t z) {
+      if (a[0] != b) return a[0] < b;
+      if (a[1] != x) return a[1] < x;
+      if (a[2] != y) return a[2] < y;
+      return a[3] < z;
+    };
+    for (int64_t p = 0; p < n; ++p) {
+      const auto& o = sc[p];
+      const int64_t b = o[0], x = o[1] + ox, y = o[2] + oy, z0 = o[3] + zlo;
+      while (q < n && before(sc[q], b, x, y, z0)) ++q;
+      for (int64_t r = q; r < n; ++r) {
+        const auto& m = sc[r];
+        if (m[0] != b || m[1] != x || m[2] != y || m[3] > o[3] + zhi) break;
+        const int64_t d = m[3] - z0;
+        if (d % dz != 0) continue;
+        const int32_t l = static_cast<int32_t>(d / dz);
+        if (l >= lmax) break;
+        f.k.push_back(k0 + l);
+        f.in.push_back(row[r]);
+        f.out.push_back(row[p]);
+      }
+    }
+  });
+  // 3. The half's edges by offset, each offset's by output row (two stable counting sorts).
+  int64_t half = 0;
+  for (const Found& f : found) half += static_cast<int64_t>(f.k.size());
+  std::vector<int64_t> by_out(n + 1, 0);
+  for (const Found& f : found)
+    for (int32_t o : f.out) ++by_out[o + 1];
+  for (int64_t o = 0; o < n; ++o) by_out[o + 1] += by_out[o];
+  std::vector<int32_t> tk(half), ti(half), to(half);
+  for (const Found& f : found)
+    for (size_t e = 0; e < f.k.size(); ++e) {
+      const int64_t at = by_out[f.out[e]]++;
+      tk[at] = f.k[e];
+      ti[at] = f.in[e];
+      to[at] = f.out[e];
+    }
+  std::vector<Found>().swap(found);
+  std::vector<int64_t> counts(K, 0);
+  for (int32_t k : tk) ++counts[k];
+  counts[center] = n;
+  for (int32_t k = 0; k < center; ++k) counts[K - 1 - k] = counts[k];
+  std::vector<int64_t> base(K + 1, 0);
+  for (int32_t k = 0; k < K; ++k) base[k + 1] = base[k] + counts[k];
+  const int64_t E = base[K];
+  checked_rows(E, op);
+  OutArray<int32_t> in_rows({static_cast<int>(E)}, mx::int32);
+  OutArray<int32_t> out_rows({static_cast<int>(E)}, mx::int32);
+  int32_t* ir = in_rows.data();
+  int32_t* orow = out_rows.data();
+  std::vector<int64_t> cur(base.begin(), base.end() - 1);
+  for (int64_t e = 0; e < half; ++e) {
+    const int64_t a = cur[tk[e]]++, b = cur[K - 1 - tk[e]]++;
+    ir[a] = ti[e];
+    orow[a] = to[e];
+    ir[b] = to[e];  // the mirrored offset: the same edge reversed
+    orow[b] = ti[e];
   }
+  for (int64_t r = 0; r < n; ++r) ir[base[center] + r] = orow[base[center] + r] = static_cast<int32_t>(r);
+  OutArray<int32_t> cnt({K}, mx::int32);
+  for (int32_t k = 0; k < K; ++k) cnt.data()[k] = static_cast<int32_t>(counts[k]);
+  RelationArrays out;
+  out.in_rows = std::move(in_rows).finish();
+  out.out_rows = std::move(out_rows).finish();
+  out.counts = std::move(cnt).finish();
+  return out;
+}
 
-  // The byte of the (x, y) column inside its brick; bit z & 7 of it is point (x, y, z).
-  static inline int column(int64_t x, int64_t y) { return static_cast<int>(((x & 7) << 3) | (y & 7)); }
-
- private:
-  UniqueResult cells_;
-  std::vector<uint8_t> bytes_;
-};
-
-// Kernels of at least this volume read the bricks first (KITTI at 0.05 m, docs/performance.md:
-// k = 5 2.2x faster, k = 3 about the same); a window wider than kBrickMaxWindow points on an
-// axis (more than 3 bricks) is probed directly.
-constexpr int32_t kBrickMinVolume = 27;
-constexpr int64_t kBrickMaxWindow = 17;
+// Kernels of at least this volume take submanifold_by_merge.
+constexpr int32_t kMergeMinVolume = 27;
 
 }  // namespace
 
@@ -178,6 +279,7 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
   AxisOffsets ax = make_axis_offsets(size, dilation, op);
   const int32_t K = size[0] * size[1] * size[2];
   const int32_t center = K / 2;  // offsets are symmetric: offset K-1-k is -offset k
+  if (K >= kMergeMinVolume && in.n > 0) return submanifold_by_merge(in, ax, size, op);
   in.hashed();
   std::vector<std::array<int32_t, 3>> offs(K);
   int k = 0;
@@ -186,15 +288,6 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
       for (int32_t z = 0; z < size[2]; ++z, ++k) offs[k] = {ax.off[0][x], ax.off[1][y], ax.off[2][z]};
   const int32_t* c = in.data();
   const HashTable& table = in.table;
-  // The window's extent per axis (offsets are symmetric: -lo .. lo).
-  int64_t reach[3];
-  bool narrow = true;
-  for (int a = 0; a < 3; ++a) {
-    reach[a] = ax.off[a][size[a] - 1];
-    narrow = narrow && 2 * reach[a] + 1 <= kBrickMaxWindow;
-  }
-  std::optional<Bricks> bricks;
-  if (K >= kBrickMinVolume && narrow && in.n > 0) bricks.emplace(in);
   return bin_edges(
       in.n, K, K,
       [&](int64_t o, Emitter& emit) {
@@ -228,46 +321,7 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
           probed[np++] = kk;
           if (np == kMaxHalfOffsets) flush();
         };
-        if (!bricks) {
-          for (int32_t kk = 0; kk < center; ++kk) probe(kk);
-          flush();
-          return;
-        }
-        // The bricks of the row's window (at most 3 per axis), looked up once. Per (x, y)
-        // column of the window, the occupancy bytes of its z bricks: an empty column costs no
-        // more, and only the occupied points of the others are probed.
-        constexpr int S = Bricks::kShift;
-        int64_t first[3], span[3];
-        for (int a = 0; a < 3; ++a) {
-          first[a] = (r[a + 1] - reach[a]) >> S;
-          span[a] = ((r[a + 1] + reach[a]) >> S) - first[a] + 1;
-        }
-        const uint8_t* around[27];
-        for (int64_t i = 0; i < span[0]; ++i)
-          for (int64_t j = 0; j < span[1]; ++j)
-            for (int64_t l = 0; l < span[2]; ++l)
-              around[(i * span[1] + j) * span[2] + l] = bricks->find(r[0], first[0] + i, first[1] + j, first[2] + l);
-        for (int32_t i = 0; i < size[0]; ++i) {
-          const int64_t x = r[1] + ax.off[0][i];
-          for (int32_t j = 0; j < size[1]; ++j) {
-            const int32_t k0 = (i * size[1] + j) * size[2];
-            if (k0 >= center) break;
-            const int64_t y = r[2] + ax.off[1][j];
-            const uint8_t* const* zs = around + (((x >> S) - first[0]) * span[1] + ((y >> S) - first[1])) * span[2];
-            const int cell = Bricks::column(x, y);
-            uint8_t column[3] = {0, 0, 0};
-            uint8_t any = 0;
-            for (int64_t l = 0; l < span[2]; ++l) {
-              column[l] = zs[l] == nullptr ? 0 : zs[l][cell];
-              any |= column[l];
-            }
-            if (any == 0) continue;
-            for (int32_t l = 0; l < size[2] && k0 + l < center; ++l) {
-              const int64_t z = r[3] + ax.off[2][l];
-              if ((column[(z >> S) - first[2]] >> (z & 7)) & 1) probe(k0 + l);
-            }
-          }
-        }
+        for (int32_t kk = 0; kk < center; ++kk) probe(kk);
         flush();
       },
       op);
