@@ -414,3 +414,27 @@ def test_decomposed_coordinates_and_features():
 def test_top_level_exports():
     assert lattice.SparseTensor is SparseTensor
     assert lattice.core.SparseTensor is SparseTensor
+
+
+def test_reversed_numpy_views_are_taken():
+    """MLX refuses NumPy arrays with a negative stride (a reversed view, even a one-row one
+    NumPy calls contiguous): coordinates, features, points, batch indices and voxelize's
+    features given so are copied first and give what their copies give."""
+    from lattice import ops
+
+    rng = np.random.default_rng(0)
+    coords = np.unique(np.c_[rng.integers(0, 2, 40), rng.integers(-5, 5, (40, 3))].astype(np.int32), axis=0)
+    feats = rng.normal(size=(len(coords), 3)).astype(np.float32)
+    for rows in (slice(None, None, -1), slice(0, 1)):  # every row reversed; one row of a reversed view
+        c, f = coords[::-1][rows], feats[::-1][rows]
+        x = SparseTensor(c, f)
+        np.testing.assert_array_equal(np.asarray(x.coords[: x.active_count]), np.ascontiguousarray(c))
+        np.testing.assert_array_equal(np.asarray(x.feats[: x.active_count]), np.ascontiguousarray(f))
+    pts = rng.uniform(-1, 1, (50, 3))
+    batch = np.repeat(np.arange(2), 25)
+    for dtype in (np.float32, np.float64):
+        p = pts.astype(dtype)
+        got = ops.voxelize(p[::-1], p[::-1], 0.25, batch_indices=batch[::-1])
+        want = ops.voxelize(p[::-1].copy(), p[::-1].copy(), 0.25, batch_indices=batch[::-1].copy())
+        np.testing.assert_array_equal(np.asarray(got.coords), np.asarray(want.coords))
+        np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))

@@ -20,6 +20,18 @@ def dtype_name(dtype: mx.Dtype) -> str:
     return str(dtype).removeprefix("mlx.core.")
 
 
+def host_array(value, dtype=None, mx_dtype: mx.Dtype | None = None) -> mx.array:
+    """A NumPy-convertible value (``dtype``: a NumPy dtype to convert to first) as an
+    ``mx.array`` (of ``mx_dtype`` where given: MLX makes float32 of float64 otherwise), through
+    a C-contiguous copy where needed: MLX 0.32.4 refuses any NumPy array with a negative
+    stride — a reversed view such as ``points[::-1]``, even one row of it, which NumPy calls
+    contiguous ("Cannot convert DLPack arrays with negative strides")."""
+    arr = np.ascontiguousarray(value, dtype=dtype)
+    if any(s < 0 for s in arr.strides):
+        arr = arr.copy()
+    return mx.array(arr) if mx_dtype is None else mx.array(arr, dtype=mx_dtype)
+
+
 def int_triple(value: int | Sequence[int], name: str, op: str, *, minimum: int | None = None) -> Triple:
     """Normalises an int or a length-3 sequence of ints to a triple."""
     if type(value) is tuple and len(value) == 3 and type(value[0]) is type(value[1]) is type(value[2]) is int:
@@ -102,7 +114,7 @@ def coords_array(coords, op: str, name: str = "coords") -> mx.array:
             arr = arr.reshape(0, 4) if arr.ndim != 2 else arr
         if arr.size > 0 and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max):
             raise ValueError(f"[{op}] {name} values must fit int32")
-        coords = mx.array(np.ascontiguousarray(arr, dtype=np.int32))
+        coords = host_array(arr, np.int32)
     if coords.ndim != 2 or coords.shape[1] != 4:
         raise ValueError(
             f"[{op}] {name} must have shape (N, 4) as (batch, x, y, z), got {tuple(coords.shape)}"

@@ -8,7 +8,7 @@ import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
-from lattice.core._checks import DTypeError, float_triple
+from lattice.core._checks import DTypeError, float_triple, host_array
 from lattice.core.buffers import CountedRows
 
 
@@ -64,10 +64,8 @@ def _points(points, op: str) -> mx.array:
     if not isinstance(points, mx.array):
         arr = np.asarray(points)
         # float64 input keeps its precision (projected coordinates in metres near 5e5).
-        if arr.dtype == np.float64:
-            points = mx.array(arr, dtype=mx.float64)
-        else:  # mx.array copies once; float32 input needs no astype copy before it
-            points = mx.array(arr.astype(np.float32, copy=False))
+        wide = arr.dtype == np.float64
+        points = host_array(arr, np.float64 if wide else np.float32, mx.float64 if wide else None)
     if points.ndim != 2 or points.shape[1] != 3:
         raise ValueError(f"[{op}] points must have shape (N, 3), got {tuple(points.shape)}")
     if not mx.issubdtype(points.dtype, mx.floating):
@@ -91,7 +89,7 @@ def quantize_inputs(
         points = points[:n]
     batch = None
     if batch_indices is not None:
-        batch = batch_indices if isinstance(batch_indices, mx.array) else mx.array(np.asarray(batch_indices))
+        batch = batch_indices if isinstance(batch_indices, mx.array) else host_array(batch_indices)
         if batch.ndim != 1 or batch.shape[0] < n:
             raise ValueError(
                 f"[{op}] batch_indices must have shape (N,) with N = {n}, got {tuple(batch.shape)}"

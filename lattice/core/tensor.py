@@ -9,14 +9,14 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from lattice.core._checks import DTypeError, Triple, coords_array, int_triple, validate_coords
+from lattice.core._checks import DTypeError, Triple, coords_array, host_array, int_triple, validate_coords
 from lattice.core.buffers import checked_count
 from lattice.core.coordinates import CoordinateManager, CoordinateMapKey
 
 
 def _as_features(feats, op: str) -> mx.array:
     if not isinstance(feats, mx.array):
-        feats = mx.array(np.ascontiguousarray(feats))
+        feats = host_array(feats)
     if feats.ndim != 2:
         raise ValueError(f"[{op}] feats must have shape (N, C), got {tuple(feats.shape)}")
     if feats.dtype == mx.bool_ or mx.issubdtype(feats.dtype, mx.complexfloating):

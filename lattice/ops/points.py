@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from lattice import _ext
-from lattice.core._checks import Triple, dtype_name, int_triple
+from lattice.core._checks import Triple, dtype_name, host_array, int_triple
 from lattice.core.buffers import arange, checked_count
 from lattice.core.coordinates import CoordinateManager
 from lattice.core.points import (
@@ -330,7 +330,7 @@ def voxelize(
     if feats is None and reduction != "count":
         raise ValueError(f"[{op}] feats are required for reduction {reduction!r}")
     if feats is not None and not isinstance(feats, mx.array):
-        feats = mx.array(np.asarray(feats))
+        feats = host_array(feats)
     inputs = quantize_inputs(
         points, voxel_size, batch_indices=batch_indices, origin=origin, active_rows=active_rows
     )
