@@ -385,8 +385,8 @@ NB_MODULE(_ext, m) {
         "identity_k"_a = -1, "distinct"_a = false, "kernel"_a = "blas", "stream"_a = nb::none(),
         "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset: gather -> BLAS GEMM -> scatter-add (kernel "
         "'blas'), or lattice's register-tiled kernel that reads the gathered rows and adds into the scattered "
-        "ones directly ('avx2', 'avx512'; 'avx512_bf16' rounds the operands to bfloat16: see conv_kernels()). Row indices, offsets and counts are checked "
-        "(ValueError). `distinct`: the caller vouches that within each kernel offset no two edges share an "
+        "ones directly ('avx2', 'avx512'; 'avx512_bf16' rounds the operands to bfloat16: see conv_kernels()). "
+        "Row indices, offsets and counts are checked (ValueError). `distinct`: the caller vouches that within each kernel offset no two edges share an "
         "input row or an output row (lattice's relations do); without it the kernel checks that itself and "
         "scatters serially where it does not hold.");
   m.def("sparse_conv_weight_grad",

@@ -112,8 +112,10 @@ void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_i
   if (ki.bf16) {
     ldx = (c_in + 1) / 2;
     rounded.reset(new float[static_cast<size_t>(n_in) * ldx]);
-    parallel_for(n_in, [&](int64_t b, int64_t e) { ki.round_rows(X + b * c_in, c_in, e - b, c_in, rounded.get() + b * ldx); },
-                 std::max<int64_t>(1, (int64_t{1} << 15) / std::max(1, c_in)));
+    float* R = rounded.get();
+    parallel_for(
+        n_in, [&](int64_t b, int64_t e) { ki.round_rows(X + b * c_in, c_in, e - b, c_in, R + b * ldx); },
+        std::max<int64_t>(1, (int64_t{1} << 15) / std::max(1, c_in)));
     X = rounded.get();
   }
   const int64_t chunk = kernel_chunk(t, c_in, c_out);

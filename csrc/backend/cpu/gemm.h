@@ -28,10 +28,11 @@ enum class Kernel : int { blas = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3 };
 const char* name(Kernel k);
 
 // Y[out_rows[e]] (+)= X[in_rows[e]] @ W for e in [0, m) (added where accumulate, else stored:
-// the first offset that writes every output row needs no zeroed Y): X rows of length c_in (stride ldx), Y
-// rows of c_out (stride ldy), W packed by KernelInfo::pack for this kernel; where the kernel
-// rounds (KernelInfo::bf16), X is the rows as KernelInfo::round_rows wrote them (ldx words). Rows of out_rows must be
-// distinct within one call (one kernel offset), or the call must run alone.
+// the first offset that writes every output row needs no zeroed Y): X rows of length c_in
+// (stride ldx), Y rows of c_out (stride ldy), W packed by KernelInfo::pack for this kernel;
+// where the kernel rounds (KernelInfo::bf16), X is the rows as KernelInfo::round_rows wrote
+// them (ldx words). Rows of out_rows must be distinct within one call (one kernel offset),
+// or the call must run alone.
 using GatherGemmScatter = void (*)(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
                                    int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy,
                                    bool accumulate);

@@ -248,6 +248,8 @@ LATTICE_BF16_ENTRIES(8, 3)
 LATTICE_BF16_ENTRIES(6, 4)
 #undef LATTICE_BF16_ENTRIES
 
-void round_rows_avx512_bf16(const float* x, int64_t ld, int64_t n, int c, float* out) { round_rows_bf16(x, ld, n, c, out); }
+void round_rows_avx512_bf16(const float* x, int64_t ld, int64_t n, int c, float* out) {
+  round_rows_bf16(x, ld, n, c, out);
+}
 
 }  // namespace lattice::gemm

@@ -1,6 +1,7 @@
 // The kernels of gemm.h on x86-64: AVX-512F where the CPU has it and the OS saves the zmm
-// state, AVX2 + FMA where it has those, the bfloat16-product kernel where it has AVX-512 BF16 (GCC's __builtin_cpu_supports checks both the CPUID
-// bits and XGETBV's OS-enabled state).
+// state, AVX2 + FMA where it has those, the bfloat16-product kernel where it has AVX-512 BF16
+// and BW (GCC's __builtin_cpu_supports checks both the CPUID bits and XGETBV's OS-enabled
+// state).
 #include <cstdint>
 #include <vector>
 
