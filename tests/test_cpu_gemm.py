@@ -61,11 +61,10 @@ def _oracle_conv(x, w, ir, orr, bounds, n_out, transpose):
     return y
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("c_in,c_out", SHAPES)
-@pytest.mark.parametrize("transpose", [False, True])
-def test_conv_matches_the_oracle_and_the_blas(kernel, c_in, c_out, transpose):
-    rng = np.random.default_rng(c_in * 131 + c_out)
+def _conv_case(seed: int, c_in: int, c_out: int, transpose: bool):
+    """A relation of 700 -> 650 rows over offsets of 0, 37, 1, 600, 13, 0 and 250 edges, random
+    X and W, and sparse_conv's positional arguments for them."""
+    rng = np.random.default_rng(seed)
     n_in, n_out = 700, 650
     ir, orr, bounds = _relation(rng, n_in, n_out, [0, 37, 1, 600, 13, 0, 250])
     x = rng.normal(size=(n_in, c_in)).astype(np.float32)
@@ -73,6 +72,14 @@ def test_conv_matches_the_oracle_and_the_blas(kernel, c_in, c_out, transpose):
         np.float32
     )
     args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n_out, transpose, -1, True)
+    return x, w, ir, orr, bounds, n_out, args
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("c_in,c_out", SHAPES)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_conv_matches_the_oracle_and_the_blas(kernel, c_in, c_out, transpose):
+    x, w, ir, orr, bounds, n_out, args = _conv_case(c_in * 131 + c_out, c_in, c_out, transpose)
     got = np.asarray(_ext.sparse_conv(*args, kernel=kernel))
     want = _oracle_conv(x, w, ir, orr, bounds, n_out, transpose)
     scale = np.abs(want).max() + 1
@@ -257,14 +264,7 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
 def test_bf16_conv_is_the_sum_of_rounded_products(c_in, c_out, transpose):
     """Against a float64 oracle of the rounded operands (the float32 sums' error only), and
     visibly apart from the exact products (it does round), within bfloat16's 2^-8."""
-    rng = np.random.default_rng(c_in * 17 + c_out)
-    n_in, n_out = 700, 650
-    ir, orr, bounds = _relation(rng, n_in, n_out, [0, 37, 1, 600, 13, 0, 250])
-    x = rng.normal(size=(n_in, c_in)).astype(np.float32)
-    w = rng.normal(size=(len(bounds) - 1, *((c_out, c_in) if transpose else (c_in, c_out)))).astype(
-        np.float32
-    )
-    args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n_out, transpose, -1, True)
+    x, w, ir, orr, bounds, n_out, args = _conv_case(c_in * 17 + c_out, c_in, c_out, transpose)
     got = np.asarray(_ext.sparse_conv(*args, kernel=BF16))
     rounded = _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n_out, transpose)
     exact = _oracle_conv(x, w, ir, orr, bounds, n_out, transpose)
