@@ -266,8 +266,12 @@ RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax,
   return out;
 }
 
-// Kernels of at least this volume take submanifold_by_merge.
+// Kernels of at least this volume take submanifold_by_merge, where the z dilation is at most
+// kMergeMaxZDilation: the sweep reads every row of a shifted column inside the z window
+// (size[2] - 1) * dilation + 1 points tall, of which only every dilation-th can be an edge,
+// so a large z dilation on long columns (a dense volume) would read many rows per edge.
 constexpr int32_t kMergeMinVolume = 27;
+constexpr int32_t kMergeMaxZDilation = 4;
 
 }  // namespace
 
@@ -279,7 +283,8 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
   AxisOffsets ax = make_axis_offsets(size, dilation, op);
   const int32_t K = size[0] * size[1] * size[2];
   const int32_t center = K / 2;  // offsets are symmetric: offset K-1-k is -offset k
-  if (K >= kMergeMinVolume && in.n > 0) return submanifold_by_merge(in, ax, size, op);
+  if (K >= kMergeMinVolume && in.n > 0 && dilation[2] <= kMergeMaxZDilation)
+    return submanifold_by_merge(in, ax, size, op);
   in.hashed();
   std::vector<std::array<int32_t, 3>> offs(K);
   int k = 0;
