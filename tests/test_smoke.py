@@ -65,3 +65,5 @@ def test_backend_info():
     # lattice's GPU kernels are routed under CUDA, or Metal when opted in; never without a GPU
     assert info.gpu_kernels == lattice.routing.capability().kernel_backend
     assert info.gpu_kernels in (("cuda", "metal") if info.gpu else (None,))
+    cap = lattice.routing.capability()
+    assert info.cpu_gemm.split(" ")[0] == cap.cpu_gemm and set(info.cpu_kernels) >= {cap.cpu_gemm} - {"blas"}

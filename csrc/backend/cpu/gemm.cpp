@@ -22,7 +22,7 @@ const KernelInfo& info(Kernel k) {
   for (const auto& i : available())
     if (i.kernel == k) return i;
   throw std::invalid_argument("[sparse_conv] this CPU has no " + std::string(name(k)) +
-                              " kernel (lattice.backends.info() lists what it has)");
+                              " kernel (`lattice backend` lists the ones it has: cpu_kernels)");
 }
 
 const TileKernel& KernelInfo::for_columns(int columns) const {
