@@ -305,14 +305,16 @@ NB_MODULE(_ext, m) {
 
   m.def("kernel_offsets", &lattice::kernel_offsets, "size"_a, "dilation"_a);
   m.def("relation_submanifold",
-        [](const CoordTable& in, const Int3& size, const Int3& dilation) {
+        [](const CoordTable& in, const Int3& size, const Int3& dilation, bool merge) {
           lattice::check_axes(dilation, INT32_MAX, "submanifold_kernel_relation", "dilation");
           nb::gil_scoped_release g;
-          auto r = lattice::relation_submanifold(in, size, dilation);
+          auto r = lattice::relation_submanifold(in, size, dilation, merge);
           nb::gil_scoped_acquire a;
           return relation_tuple(std::move(r));
         },
-        "table"_a, "size"_a, "dilation"_a);
+        "table"_a, "size"_a, "dilation"_a, "merge"_a = false,
+        "The submanifold relation: half the offsets probed in the table (merge=False), or the rows "
+        "sorted once and each shifted column merged (merge=True; the route decides): the same arrays.");
   m.def("relation_forward",
         [](const CoordTable& in, const CoordTable& out, const Int3& size, const Int3& stride,
            const Int3& padding, const Int3& dilation) {

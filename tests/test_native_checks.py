@@ -381,6 +381,11 @@ EDGE_CALLS = {
     "empty table": "E.relation_submanifold(E.build_table(mx.zeros((0, 4), dtype=mx.int32)), [3, 3, 3], [1, 1, 1])",
     "submanifold huge dilation": "E.relation_submanifold(T, [3, 3, 3], [2**31 - 1, 2**31 - 1, 2**31 - 1])",
     "submanifold 63^3": "E.relation_submanifold(T, [63, 63, 63], [1, 1, 1])",
+    "empty table, merged": "E.relation_submanifold(E.build_table(mx.zeros((0, 4), dtype=mx.int32)), [3, 3, 3], "
+    "[1, 1, 1], merge=True)",
+    "submanifold huge dilation, merged": "E.relation_submanifold(T, [3, 3, 3], [2**31 - 1, 2**31 - 1, 2**31 - 1], "
+    "merge=True)",
+    "submanifold 63^3, merged": "E.relation_submanifold(T, [63, 63, 63], [1, 1, 1], merge=True)",
     "forward huge padding": "E.relation_forward(T, T, [2, 2, 2], [1, 1, 1], [2**31 - 1, 0, 0], [1, 1, 1])",
     "forward 64^3": "E.relation_forward(T, T, [64, 64, 64], [1, 1, 1], [0, 0, 0], [1, 1, 1])",
     "transposed 64^3": "E.relation_transposed(T, None, [64, 64, 64], [1, 1, 1], [0, 0, 0], [1, 1, 1])",

@@ -172,7 +172,36 @@ def test_explain_transposed_reports_generated_support():
 def test_relations_carry_their_route():
     x = _tensor()
     rel = lattice.ops.submanifold_kernel_relation(x)
+    assert rel.route.name == "cpu.merge_relation_submanifold"
+    rel = lattice.ops.submanifold_kernel_relation(_tensor(), kernel_size=(3, 3, 1))  # nothing cached
     assert rel.route.name == "cpu.hash_relation_symmetric"
+
+
+def test_submanifold_merge_route_by_volume_and_z_dilation():
+    """The merge builder from 27 offsets with a z dilation up to 4; the probes otherwise, the
+    merge rejected with the predicate it failed."""
+    from lattice.routing.relations import (
+        MERGE_MAX_Z_DILATION,
+        MERGE_MIN_VOLUME,
+        RelationRequest,
+        route_relation,
+    )
+
+    def route(volume, z_dilation=1):
+        req = RelationRequest(
+            "submanifold_kernel_relation", "submanifold", 100, volume, z_dilation=z_dilation
+        )
+        return route_relation(req, Capability((Tier.CPU,), ("cpu",)))
+
+    assert (
+        route(MERGE_MIN_VOLUME).name
+        == route(125, MERGE_MAX_Z_DILATION).name
+        == "cpu.merge_relation_submanifold"
+    )
+    for probed in (route(MERGE_MIN_VOLUME - 1), route(27, MERGE_MAX_Z_DILATION + 1)):
+        assert probed.name == "cpu.hash_relation_symmetric"
+        assert [r.algorithm for r in probed.rejected][-1] == "merge_relation_submanifold"
+    assert route(27, 5).facts["z_dilation"] == 5
 
 
 runner = CliRunner()

@@ -27,6 +27,8 @@ class RelationRequest:
     # a submanifold relation whose offsets are among those of a larger cached submanifold
     # relation of the same set and dilation (the k=3 maps of a U-Net's input after its k=5 stem)
     covered: bool = False
+    # the kernel's dilation along z (the merge builder reads every row of a column's z window)
+    z_dilation: int = 1
 
 
 RELATIONS = RouteTable(
@@ -35,9 +37,12 @@ RELATIONS = RouteTable(
     "neighbour map (N_out, K) | None): one of the two forms (both for the identity)",
 )
 HASH_RELATION_SYMMETRIC = RELATIONS.route(
+    Backend.CPU, "hash_relation_symmetric", "submanifold: half the offsets probed, mirror edges"
+)
+MERGE_RELATION_SUBMANIFOLD = RELATIONS.route(
     Backend.CPU,
-    "hash_relation_symmetric",
-    "submanifold: half the offsets, mirror edges; 27+ offsets by merging the sorted rows, fewer by hash probes",
+    "merge_relation_submanifold",
+    "submanifold: rows sorted once, each shifted (x, y) column merged along z; no probes",
 )
 HASH_RELATION_INPUT_DRIVEN = RELATIONS.route(
     Backend.CPU, "hash_relation_input_driven", "forward / target: only offsets the stride divides probed"
@@ -67,9 +72,20 @@ HASH_MAP_PROBE = RELATIONS.kernels(
 )
 
 
+# The merge builder takes submanifold kernels of at least MERGE_MIN_VOLUME offsets (on a scan
+# most of a big kernel's probes miss: KITTI at 0.05 m, 6.5 neighbours of a 5^3 kernel's 124)
+# with a z dilation of at most MERGE_MAX_Z_DILATION (its sweep reads every row of a column's z
+# window, of which every dilation-th can be an edge). docs/performance.md has both builders
+# side by side.
+MERGE_MIN_VOLUME = 27
+MERGE_MAX_Z_DILATION = 4
+
+
 def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route:
     cap = cap or capability()
     rb = RouteBuilder(req.op, facts_of(req, "kind", "n_in", "kernel_volume", "device"))
+    if req.kind == "submanifold" and req.z_dilation != 1:
+        rb.facts["z_dilation"] = req.z_dilation
     if req.identity:
         return rb.take(
             IDENTITY_RELATION,
@@ -100,11 +116,20 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
             "footprint); one thread per (output row, offset) probes the input's GPU hash table",
         )
     if req.kind == "submanifold":
+        if req.kernel_volume >= MERGE_MIN_VOLUME and req.z_dilation <= MERGE_MAX_Z_DILATION:
+            return rb.take(
+                MERGE_RELATION_SUBMANIFOLD,
+                "rows sorted by (batch, x, y, z) once; per (dx, dy) of the half kernel one sweep with a "
+                "forward-only cursor on the shifted column, the z window giving the edges and their mirrors; "
+                "no hash probes; the edges in the probing walk's order",
+            )
+        rb.reject(
+            MERGE_RELATION_SUBMANIFOLD,
+            f"kernel_volume >= {MERGE_MIN_VOLUME} and z dilation <= {MERGE_MAX_Z_DILATION}",
+        )
         return rb.take(
             HASH_RELATION_SYMMETRIC,
-            "half the offsets, each edge found gives its mirror; kernels of 27+ offsets: the rows sorted by "
-            "(batch, x, y, z) once and merged with each shifted (x, y) column, no probes; smaller ones probe "
-            "the packed-key hash table",
+            "packed-key hash table; half the offsets probed, each hit gives an edge and its mirror",
         )
     if req.kind == "forward" and req.exclusive:
         return rb.take(
@@ -144,6 +169,7 @@ def build_relation(manager, kind, in_key, spec, target_key, op: str, device=None
         exclusive=manager.exclusive(kind, in_key, spec, target_key),
         identity=kind.value == "submanifold" and spec.volume == 1 and manager.row_count(in_key) is None,
         covered=kind.value == "submanifold" and manager.covering_relation(in_key, spec) is not None,
+        z_dilation=spec.dilation[2],
     )
     route, built = dispatch_or_cpu(
         route_relation(req),

@@ -1,8 +1,8 @@
 // CPU relation builders. Each builder walks source rows in fixed chunks, probes
 // the hash table of the partner set, and bins edges by kernel offset; chunk
-// order fixes the edge order, so results do not depend on the thread count. Submanifold
-// kernels of 27 offsets or more merge the sorted rows instead (submanifold_by_merge), into
-// the same arrays.
+// order fixes the edge order, so results do not depend on the thread count. The submanifold
+// relation can also merge the sorted rows instead (submanifold_by_merge, where its route asks),
+// into the same arrays.
 #include "backend/cpu/relations.h"
 
 #include "backend/cpu/coords.h"
@@ -134,8 +134,8 @@ namespace {
 
 namespace {
 
-// The submanifold relation by merging sorted rows (kernels of kMergeMinVolume offsets or more):
-// the rows sorted by (batch, x, y, z) once (LSD radix sort of the packed keys, which order
+// The submanifold relation by merging sorted rows (route cpu.merge_relation_submanifold: kernels
+// of 27 offsets or more, z dilation up to 4): the rows sorted by (batch, x, y, z) once (LSD radix sort of the packed keys, which order
 // lexicographically), then for each (dx, dy) of the first half of the kernel one sweep of the
 // sorted rows with a second cursor on the shifted column, which only moves forward; no hash
 // probe. The half's edges are then put in the order the probing builder emits them — per
@@ -266,16 +266,10 @@ RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax,
   return out;
 }
 
-// Kernels of at least this volume take submanifold_by_merge, where the z dilation is at most
-// kMergeMaxZDilation: the sweep reads every row of a shifted column inside the z window
-// (size[2] - 1) * dilation + 1 points tall, of which only every dilation-th can be an edge,
-// so a large z dilation on long columns (a dense volume) would read many rows per edge.
-constexpr int32_t kMergeMinVolume = 27;
-constexpr int32_t kMergeMaxZDilation = 4;
 
 }  // namespace
 
-RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, const Int3& dilation) {
+RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, const Int3& dilation, bool merge) {
   const char* op = "submanifold_kernel_relation";
   for (int a = 0; a < 3; ++a) {
     if (size[a] % 2 == 0) throw std::invalid_argument("[submanifold_kernel_relation] kernel size must be odd");
@@ -283,8 +277,7 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
   AxisOffsets ax = make_axis_offsets(size, dilation, op);
   const int32_t K = size[0] * size[1] * size[2];
   const int32_t center = K / 2;  // offsets are symmetric: offset K-1-k is -offset k
-  if (K >= kMergeMinVolume && in.n > 0 && dilation[2] <= kMergeMaxZDilation)
-    return submanifold_by_merge(in, ax, size, op);
+  if (merge) return submanifold_by_merge(in, ax, size, op);
   in.hashed();
   std::vector<std::array<int32_t, 3>> offs(K);
   int k = 0;

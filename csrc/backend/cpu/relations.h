@@ -21,7 +21,10 @@ struct RelationArrays {
 
 mx::array kernel_offsets(const Int3& size, const Int3& dilation);
 
-RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, const Int3& dilation);
+// The submanifold relation (odd sizes), by probing the set's table for half the offsets, or
+// (merge) by sorting the rows once and merging each shifted column: the same arrays either way;
+// the route (lattice/routing/relations.py) chooses.
+RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, const Int3& dilation, bool merge);
 
 // Forward rule i = o * stride + k * dilation - padding onto an existing output set.
 RelationArrays relation_forward(const CoordTable& in, const CoordTable& out, const Int3& size,
