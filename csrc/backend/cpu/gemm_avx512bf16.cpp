@@ -44,6 +44,31 @@ inline __attribute__((always_inline)) __m512 dot(__m512 acc, __m512i a, __m512i 
   return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
 }
 
+// acc[r][v] = sum over q in [0, pairs) of the pair a_word(r, q) dotted lane by lane with the
+// pairs of register v of b + q * NR (NR = NV * W words a step): the register tile of the
+// forward (pairs of input channels) and of the weight gradient (pairs of edges).
+template <int MR, int NV, class AWord>
+inline __attribute__((always_inline)) void pair_products(__m512 (&acc)[MR][NV], int pairs, AWord a_word,
+                                                         const uint32_t* b) {
+  constexpr int NR = NV * W;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int q = 0; q < pairs; ++q) {
+    __m512i bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + static_cast<int64_t>(q) * NR + v * W);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512i s = _mm512_set1_epi32(static_cast<int>(a_word(r, q)));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = dot(acc[r][v], s, bv[v]);
+    }
+  }
+}
+
 // acc[r][v] added into (accumulate) or stored to out(r) + v * W, the first `cols` columns,
 // rows below `rows`; unrolled as the products are, so that acc stays in registers.
 template <int MR, int NV, class Out>
@@ -110,24 +135,8 @@ void gather_gemm_scatter_bf16(const float* xf, int64_t ldx, const int32_t* in_ro
       for (int j = 0; j < c_out; j += kLineFloats) __builtin_prefetch(yn + j, 1, 1);
     }
     for (int p = 0; p < panels; ++p) {
-      const uint32_t* wpp = wp + static_cast<int64_t>(p) * kp * NR;
       __m512 acc[MR][NV];
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-      for (int k = 0; k < kp; ++k) {
-        __m512i b[NV];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_si512(wpp + static_cast<int64_t>(k) * NR + v * W);
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r) {
-          const __m512i s = _mm512_set1_epi32(static_cast<int>(a[r][k]));
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) acc[r][v] = dot(acc[r][v], s, b[v]);
-        }
-      }
+      pair_products<MR, NV>(acc, kp, [&](int r, int k) { return a[r][k]; }, wp + static_cast<int64_t>(p) * kp * NR);
       const int col = p * NR, cols = c_out - col < NR ? c_out - col : NR;
       put<MR, NV>(acc, rows, cols, accumulate, [&](int r) { return yr[r] + col; });
     }
@@ -202,24 +211,9 @@ void gather_at_b_bf16(const float* a, int64_t lda, const int32_t* ra, const floa
       const uint32_t* as = ap + s * SS;
       const int rows = ca - s * MR < MR ? ca - s * MR : MR;
       for (int p = 0; p < panels; ++p) {
-        const uint32_t* bs = bp + static_cast<int64_t>(p) * P * NR;
         __m512 acc[MR][NV];
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-        for (int q = 0; q < pairs; ++q) {
-          __m512i bv[NV];
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(bs + q * NR + v * W);
-          const uint32_t* aq = as + q * MR;
-#pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) {
-            const __m512i sv = _mm512_set1_epi32(static_cast<int>(aq[r]));
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; ++v) acc[r][v] = dot(acc[r][v], sv, bv[v]);
-          }
-        }
+        pair_products<MR, NV>(acc, pairs, [&](int r, int q) { return as[q * MR + r]; },
+                              bp + static_cast<int64_t>(p) * P * NR);
         const int cols = cb - p * NR < NR ? cb - p * NR : NR;
         put<MR, NV>(acc, rows, cols, add, [&](int r) { return g + static_cast<int64_t>(s * MR + r) * cb + p * NR; });
       }
