@@ -161,6 +161,34 @@ def test_blas_gemm_reads_transposed_views(dtype):
             )
 
 
+@pytest.mark.parametrize("kernel", [*KERNELS, pytest.param(BF16, marks=needs_bf16)])
+@pytest.mark.parametrize("distinct", [True, False])
+def test_conv_in_output_row_blocks(kernel, distinct):
+    """Y above 2 MiB whose offsets' edges come in ascending output row (as a coordinate
+    manager's relations do) runs in blocks of output rows, all offsets per block: 9,000 x 70
+    floats (blocks of 936 rows), an identity offset first (it stores), empty offsets, an
+    offset of one edge, and (``distinct=False``) offsets that repeat output rows."""
+    rng = np.random.default_rng(41)
+    n, c_in, c_out = 9000, 33, 70
+    ir, orr, bounds = _relation(rng, n, n, [0, 3000, 1, n, 2500, 0, 7000], distinct=distinct)
+    ident = 3
+    ir[bounds[ident] : bounds[ident + 1]] = np.arange(n)
+    orr[bounds[ident] : bounds[ident + 1]] = np.arange(n)
+    for k in range(len(bounds) - 1):
+        s = slice(bounds[k], bounds[k + 1])
+        o = np.argsort(orr[s], kind="stable")
+        ir[s], orr[s] = ir[s][o], orr[s][o]
+    x = rng.normal(size=(n, c_in)).astype(np.float32)
+    w = rng.normal(size=(len(bounds) - 1, c_in, c_out)).astype(np.float32)
+    args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n, False, ident, distinct)
+    got = np.asarray(_ext.sparse_conv(*args, kernel=kernel))
+    if kernel == BF16:
+        x, w = round_bf16(x), round_bf16(w)
+    want = _oracle_conv(x, w, ir, orr, bounds, n, False)
+    scale = np.abs(want).max() + 1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_conv_with_repeated_output_rows_scatters_serially(kernel):
     """A relation nobody vouched for (``distinct=False``) whose offsets repeat output rows."""

@@ -6,6 +6,7 @@
 // Every row index is range-checked first; a relation nobody vouched for (EdgeFacts in
 // primitives.h) is also checked for that property, and scattered serially, in edge
 // order, where it does not hold.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +89,32 @@ inline int64_t kernel_chunk(const gemm::TileKernel& t, int c_in, int c_out) {
   return tiles * t.rows;
 }
 
+// Rows of Y per output-row block: about 256 KiB of them (L2 is 1 MiB a core on the machines
+// measured), at least 256.
+inline int64_t block_rows(int c_out) { return std::max<int64_t>(256, (int64_t{1} << 16) / std::max(1, c_out)); }
+
+// Whether the offsets' edges run through Y in output-row blocks, and over how many rows:
+// where Y is larger than about 2 MiB and every offset's edges (but `skip`'s) come in
+// ascending output row (then a block's edges of an offset are one run, found by binary
+// search); 0 otherwise. Results are the same bits either way: each row still sums its
+// offsets in order, one edge per offset.
+int64_t out_block_rows(const int32_t* OR, const std::vector<int64_t>& bounds, int skip, int c_out) {
+  const int K = static_cast<int>(bounds.size()) - 1;
+  int32_t top = -1;
+  for (int k = 0; k < K; ++k)
+    if (k != skip && bounds[k + 1] > bounds[k]) top = std::max(top, OR[bounds[k + 1] - 1]);
+  const int64_t n = static_cast<int64_t>(top) + 1;
+  if (n * c_out * 4 <= (int64_t{2} << 20)) return 0;
+  std::atomic<bool> sorted{true};
+  parallel_chunks(K, K, [&](int64_t k, int64_t, int64_t) {
+    if (k == skip) return;
+    bool ok = true;
+    for (int64_t e = bounds[k] + 1; e < bounds[k + 1]; ++e) ok &= OR[e - 1] <= OR[e];
+    if (!ok) sorted.store(false, std::memory_order_relaxed);
+  });
+  return sorted.load() ? n : 0;
+}
+
 // The offsets but `skip` through lattice's kernel, in the register tile of its shape for
 // c_out: each offset's W packed once (all offsets packed in parallel first), then its edges
 // in chunks over the cores (in order, on one thread, where `distinct` does not hold). Offset
@@ -119,6 +146,26 @@ void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_i
     X = rounded.get();
   }
   const int64_t chunk = kernel_chunk(t, c_in, c_out);
+  const int64_t n_out_rows = out_block_rows(OR, bounds, skip, c_out);
+  if (n_out_rows > 0) {
+    // Output-row blocks: every offset's edges into one block of Y's rows before the next
+    // block, so the block's rows stay in L2 across the offsets' read-modify-writes.
+    const int64_t n_out = n_out_rows, rows = block_rows(c_out), blocks = (n_out + rows - 1) / rows;
+    parallel_chunks(blocks, blocks, [&](int64_t blk, int64_t, int64_t) {
+      const int32_t r0 = static_cast<int32_t>(blk * rows), r1 = static_cast<int32_t>(std::min(n_out, (blk + 1) * rows));
+      const auto part = [&](int k, bool accumulate) {
+        const int32_t* lo = std::lower_bound(OR + bounds[k], OR + bounds[k + 1], r0);
+        const int32_t* hi = std::lower_bound(lo, OR + bounds[k + 1], r1);
+        if (hi > lo)
+          t.gather_gemm_scatter(X, ldx, IR + (lo - OR), lo, hi - lo, packed.get() + k * psz, c_in, c_out, Y, c_out,
+                                accumulate);
+      };
+      if (first >= 0) part(first, false);
+      for (int k = 0; k < K; ++k)
+        if (k != skip && k != first && bounds[k + 1] > bounds[k]) part(k, true);
+    });
+    return;
+  }
   const auto run = [&](int k, bool accumulate) {
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
     const float* wp = packed.get() + k * psz;
