@@ -6,14 +6,23 @@ kernel with its rows unsorted, and the tensor-core kernel at each pipeline depth
 Medians, ms.
 
     python benchmarks/profile_cuda.py
+    python benchmarks/profile_cuda.py --layers [--repeats 30]
+
+``--layers``: only the forward kernel (rows sorted) at the channel counts of MinkUNet14
+w32's convolutions, on the spconv shape's 3^3 map (and its 5^3 map for the 4-channel stem),
+with a digest of each output's bytes: run in two trees (``PYTHONPATH=build/base``) it is a
+kernel-level before / after, and equal digests say the two kernels give the same bits.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import statistics
 import time
 
 import mlx.core as mx
+import numpy as np
 from _common import median_ms
 from bench_conv_gpu import shells
 
@@ -29,7 +38,62 @@ def med(fn, repeats: int = 20) -> float:
     return round(median_ms(fn, repeats, warmup=2), 3)
 
 
+# (C_in, C_out, kernel size, dtype) of MinkUNet14 w32's convolutions (the stem, the encoder's
+# and decoder's widths, a decoder block's first convolution after the concatenation)
+LAYERS = [
+    (4, 32, 5, mx.float32),
+    (32, 32, 3, mx.float32),
+    (64, 64, 3, mx.float32),
+    (128, 128, 3, mx.float32),
+    (128, 96, 3, mx.float32),
+    (96, 96, 3, mx.float32),
+    (32, 32, 3, mx.float16),
+    (96, 96, 3, mx.float16),
+]
+
+
+def layers(repeats: int) -> None:
+    coords = mx.array(shells())
+    maps = {}
+    for k in (3, 5):
+        spec = KernelSpec(k, op="profile")
+        offsets = spec.offsets()
+        mx.eval(coords, offsets)
+        nmap = cuda_relations.submanifold_map(cuda_coords.build_table(coords), offsets)
+        order = cuda_relations.row_order(nmap)
+        mx.eval(nmap, order)
+        maps[k] = (nmap, order)
+    n = coords.shape[0]
+    for c_in, c_out, k, dtype in LAYERS:
+        nmap, order = maps[k]
+        rng = mx.random.key(c_in * 1000 + c_out)
+        kx, kw = mx.random.split(rng)
+        x = mx.random.normal((n, c_in), key=kx).astype(dtype)
+        w = (mx.random.normal((k**3, c_in, c_out), key=kw) * 0.05).astype(dtype)
+        mx.eval(x, w)
+        y = cuda_conv._conv_kernel(x, w, nmap, order)
+        mx.eval(y)
+        digest = hashlib.sha256(np.array(y.astype(mx.float32)).tobytes()).hexdigest()[:16]
+        ms = med(
+            lambda x=x, w=w, nmap=nmap, order=order: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order)),
+            repeats,
+        )
+        pairs = int((nmap >= 0).sum())
+        tflops = 2 * pairs * c_in * c_out / ms / 1e9
+        tag = f"{c_in}->{c_out} k{k} {str(dtype).split('.')[-1]}"
+        print(f"layer {tag:<22} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s (useful)  digest {digest}", flush=True)
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--layers", action="store_true", help="only the forward kernel at MinkUNet14's layer shapes"
+    )
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    if args.layers:
+        layers(args.repeats)
+        return
     coords = mx.array(shells())
     spec = KernelSpec(3, op="profile")
     offsets = spec.offsets()
@@ -118,7 +182,7 @@ def stages_sweep(tag, x, w, nmap, order) -> None:
     """The tensor-core kernel at each pipeline depth from 2 to its default
     (cuda_conv._mma_stages: the most that fit static shared memory, at most 4)."""
     default = cuda_conv._mma_stages
-    deepest = default(x.dtype.size, 32 if w.shape[2] <= 32 else 64)
+    deepest = default(x.dtype.size, cuda_conv.tile_n(int(w.shape[2]), True))
     try:
         for p in range(2, deepest + 1):
             cuda_conv._mma_stages = lambda *_, p=p: p

@@ -506,6 +506,31 @@ def test_weight_gradient_kernel_choice_follows_the_forward_tf32_rule(monkeypatch
     assert cuda_conv._weight_grad_kernel(mx.float32, 32, 32) == fma
 
 
+def test_forward_tile_width_avoids_padded_columns():
+    """32 output channels a tile up to 32, else 64 — and 96 on the tensor-core kernel
+    where one 96-wide tile pads fewer columns than 64-wide ones (65-96 channels); its two
+    stages of (64 + 96) x 36 floats and the offset list fit 48 KiB of static shared
+    memory."""
+    assert [cuda_conv.tile_n(c, True) for c in (1, 32, 33, 64, 65, 70, 96, 97, 128, 160, 192, 256)] == [
+        32,
+        32,
+        64,
+        64,
+        96,
+        96,
+        96,
+        64,
+        64,
+        64,
+        64,
+        64,
+    ]
+    assert {cuda_conv.tile_n(c, False) for c in (33, 70, 96, 192)} == {64}
+    stages = cuda_conv._mma_stages(4, 96)
+    assert stages == 2
+    assert stages * (cuda_conv._TM + 96) * (32 + 4) * 4 + 4 * 64 + 2 * 1024 + 4 * 33 <= 48 * 1024
+
+
 def test_tensor_core_weight_gradient_sizes_match_the_kernel_source():
     """The run length and chunk the launch assumes are the kernel's, and its stages fit
     the 48 KiB of static shared memory (a TT + 8 float row pad, the row list of (o, i)

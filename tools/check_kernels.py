@@ -132,7 +132,8 @@ def _variants() -> dict[str, list[Variant]]:
         "invert_map": [Variant()],
         "row_masks": [Variant({"masks": "uint32"})],
         # conv.cu (_conv_kernel, _weight_grad): T = x.dtype, TW = w.dtype (any float dtype),
-        # TN = 32 or 64 by C_out, TT = 32 or 64 by min(C_in, C_out)
+        # TN = 32 or 64 by C_out (96 too on the tensor-core kernel: cuda.conv.tile_n),
+        # TT = 32 or 64 by min(C_in, C_out)
         "conv_implicit_gemm": [
             Variant({"x": t, "w": tw, "y": t}, (("T", t), ("TW", tw), ("TN", tn)))
             for t in FLOATS
@@ -142,7 +143,7 @@ def _variants() -> dict[str, list[Variant]]:
         "conv_implicit_gemm_mma": [
             Variant({"x": t, "wt": t, "y": t}, (("T", t), ("TN", tn), ("P", _mma_stages(size[t], tn))))
             for t in FLOATS
-            for tn in (32, 64)
+            for tn in (32, 64, 96)
         ],
         "conv_weight_grad": [
             Variant({"x": t, "dy": t, "dw": "float32"}, (("T", t), ("TT", tt)))

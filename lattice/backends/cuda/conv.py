@@ -71,10 +71,11 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array) -> m
         neighbor_map=n_out * kv,
         weight=kv * c_in * c_out,
     )
-    tn = 32 if c_out <= 32 else 64
     params = int_params(n_out, kv, c_in, c_out)
+    mma = kv <= _MMA_MAX_OFFSETS and uses_tensor_cores(x.dtype, c_in)
+    tn = tile_n(c_out, mma)
     threads, tiles_n = -(-n_out // _TM) * THREADS, -(-c_out // tn)
-    if kv <= _MMA_MAX_OFFSETS and uses_tensor_cores(x.dtype, c_in):
+    if mma:
         # (C_out, K, C_in): a view of MLX's dense conv weight (no copy for those)
         wt = w.astype(x.dtype).transpose(2, 0, 1)
         name, inputs = "conv_implicit_gemm_mma", [x, wt, nmap, order, params]
@@ -88,9 +89,22 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array) -> m
     return y
 
 
+def tile_n(c_out: int, mma: bool) -> int:
+    """Output channels per tile: 32 up to 32 channels, else 64 — and on the tensor-core
+    kernel 96 where that computes fewer padded columns than tiles of 64 (65 to 96 channels:
+    one tile instead of two, the second half empty; the rows are gathered once, not twice),
+    with 2 pipeline stages (46 KiB of static shared memory)."""
+    if c_out <= 32:
+        return 32
+    if mma and -(-c_out // 96) * 96 < -(-c_out // 64) * 64:
+        return 96
+    return 64
+
+
 def _mma_stages(itemsize: int, tn: int) -> int:
     """Pipeline stages of the tensor-core kernel: as many (64 + TN) x (32 + one 16-byte
-    pad) tiles as fit 44 KiB of static shared memory, at most 4 (kernels/conv.inc)."""
+    pad) tiles as fit 44 KiB of static shared memory, at least 2 (TN = 96: 46 KiB), at
+    most 4 (kernels/conv.inc)."""
     stage = (_TM + tn) * (32 + 16 // itemsize) * itemsize
     return max(2, min(4, _STATIC_SMEM // stage))
 
