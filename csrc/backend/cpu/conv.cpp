@@ -1,8 +1,9 @@
 // CPU sparse convolution, per kernel offset, in tiles spread over both cores: gather ->
 // GEMM (linked BLAS) -> scatter-add, or lattice's register-tiled kernel (gemm.h), which
 // reads the gathered rows and adds into the scattered ones directly, W packed once per
-// call. Edges of one offset never share an output row in a kernel relation, so tiles of
-// one offset scatter without atomics.
+// call (over a large output whose edges come in output-row order: all offsets per block
+// of output rows, blocks over the cores). Edges of one offset never share an output row
+// in a kernel relation, so tiles of one offset scatter without atomics.
 // Every row index is range-checked first; a relation nobody vouched for (EdgeFacts in
 // primitives.h) is also checked for that property, and scattered serially, in edge
 // order, where it does not hold.
