@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <iterator>
 #include <string>
 
 #if defined(__GLIBC__)
@@ -85,12 +86,14 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_
 
 // A GEMM kernel by name ("blas", or one of lattice's: "avx2", "avx512").
 lattice::gemm::Kernel gemm_kernel(const std::string& name) {
-  if (name == "blas") return lattice::gemm::Kernel::blas;
-  if (name == "avx2") return lattice::gemm::Kernel::avx2;
-  if (name == "avx512") return lattice::gemm::Kernel::avx512;
-  if (name == "avx512_bf16") return lattice::gemm::Kernel::avx512_bf16;
-  throw std::invalid_argument("[sparse_conv] kernel must be 'blas', 'avx2', 'avx512' or 'avx512_bf16', got '" + name +
-                              "'");
+  using lattice::gemm::Kernel;
+  constexpr Kernel all[] = {Kernel::blas, Kernel::avx2, Kernel::avx512, Kernel::avx512_bf16};
+  std::string names;
+  for (size_t i = 0; i < std::size(all); ++i) {
+    if (name == lattice::gemm::name(all[i])) return all[i];
+    names += std::string(i == 0 ? "" : i + 1 < std::size(all) ? ", " : " or ") + "'" + lattice::gemm::name(all[i]) + "'";
+  }
+  throw std::invalid_argument("[sparse_conv] kernel must be " + names + ", got '" + name + "'");
 }
 
 nb::tuple relation_tuple(lattice::RelationArrays r) {

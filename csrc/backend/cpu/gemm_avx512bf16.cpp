@@ -114,7 +114,6 @@ template <int MR, int NV>
 void gather_gemm_scatter_bf16(const float* xf, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows, int64_t m,
                               const float* wpf, int c_in, int c_out, float* y, int64_t ldy, bool accumulate) {
   constexpr int NR = NV * W;
-  constexpr int kLineWords = 16;
   const auto* x = reinterpret_cast<const uint32_t*>(xf);
   const auto* wp = reinterpret_cast<const uint32_t*>(wpf);
   const int kp = (c_in + 1) / 2;
@@ -122,18 +121,7 @@ void gather_gemm_scatter_bf16(const float* xf, int64_t ldx, const int32_t* in_ro
   const uint32_t* a[MR];
   float* yr[MR];
   for (int64_t e0 = 0; e0 < m; e0 += MR) {
-    const int rows = m - e0 < MR ? static_cast<int>(m - e0) : MR;
-    for (int r = 0; r < MR; ++r) {  // rows past `rows` repeat the first (computed, never stored)
-      const int64_t e = e0 + (r < rows ? r : 0);
-      a[r] = x + static_cast<int64_t>(in_rows[e]) * ldx;
-      yr[r] = y + static_cast<int64_t>(out_rows[e]) * ldy;
-    }
-    for (int r = 0; r < MR && e0 + kAheadTiles * MR + r < m; ++r) {
-      const uint32_t* xn = x + static_cast<int64_t>(in_rows[e0 + kAheadTiles * MR + r]) * ldx;
-      const float* yn = y + static_cast<int64_t>(out_rows[e0 + kAheadTiles * MR + r]) * ldy;
-      for (int j = 0; j < kp; j += kLineWords) __builtin_prefetch(xn + j, 0, 1);
-      for (int j = 0; j < c_out; j += kLineFloats) __builtin_prefetch(yn + j, 1, 1);
-    }
+    const int rows = tile_rows<MR>(x, ldx, kp, in_rows, out_rows, e0, m, y, ldy, c_out, a, yr);
     for (int p = 0; p < panels; ++p) {
       __m512 acc[MR][NV];
       pair_products<MR, NV>(acc, kp, [&](int r, int k) { return a[r][k]; }, wp + static_cast<int64_t>(p) * kp * NR);

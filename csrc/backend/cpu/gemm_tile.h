@@ -59,6 +59,31 @@ inline __attribute__((always_inline)) void tile(const float* const* a, float* co
   }
 }
 
+// The register tile of the gather-GEMM-scatter at edge e0 (of m): a[r] the gathered row and
+// yr[r] the output row of edge e0 + r (rows past the last edge repeat the first: computed,
+// never stored); every line of the rows kAheadTiles tiles on is prefetched into L2 (x_len
+// four-byte elements a gathered row: floats, or the bfloat16 kernel's pairs). Returns the
+// tile's real rows. Shared by the float32 kernels here and gemm_avx512bf16.cpp.
+template <int MR, class T>
+inline __attribute__((always_inline)) int tile_rows(const T* x, int64_t ldx, int x_len, const int32_t* in_rows,
+                                                    const int32_t* out_rows, int64_t e0, int64_t m, float* y,
+                                                    int64_t ldy, int c_out, const T* (&a)[MR], float* (&yr)[MR]) {
+  static_assert(sizeof(T) == 4, "kLineFloats elements a cache line");
+  const int rows = m - e0 < MR ? static_cast<int>(m - e0) : MR;
+  for (int r = 0; r < MR; ++r) {
+    const int64_t e = e0 + (r < rows ? r : 0);
+    a[r] = x + static_cast<int64_t>(in_rows[e]) * ldx;
+    yr[r] = y + static_cast<int64_t>(out_rows[e]) * ldy;
+  }
+  for (int r = 0; r < MR && e0 + kAheadTiles * MR + r < m; ++r) {
+    const T* xn = x + static_cast<int64_t>(in_rows[e0 + kAheadTiles * MR + r]) * ldx;
+    const float* yn = y + static_cast<int64_t>(out_rows[e0 + kAheadTiles * MR + r]) * ldy;
+    for (int j = 0; j < x_len; j += kLineFloats) __builtin_prefetch(xn + j, 0, 1);
+    for (int j = 0; j < c_out; j += kLineFloats) __builtin_prefetch(yn + j, 1, 1);
+  }
+  return rows;
+}
+
 // Y[out_rows[e]] += X[in_rows[e]] @ W over [0, m) (= where !accumulate), MR rows at a time,
 // every panel of W per row tile (the tile's rows stay in L1 across the panels); the rows
 // kAheadTiles tiles on are prefetched.
@@ -70,18 +95,7 @@ void gather_gemm_scatter(const float* x, int64_t ldx, const int32_t* in_rows, co
   const float* a[MR];
   float* yr[MR];
   for (int64_t e0 = 0; e0 < m; e0 += MR) {
-    const int rows = m - e0 < MR ? static_cast<int>(m - e0) : MR;
-    for (int r = 0; r < MR; ++r) {
-      const int64_t e = e0 + (r < rows ? r : 0);
-      a[r] = x + static_cast<int64_t>(in_rows[e]) * ldx;
-      yr[r] = y + static_cast<int64_t>(out_rows[e]) * ldy;
-    }
-    for (int r = 0; r < MR && e0 + kAheadTiles * MR + r < m; ++r) {
-      const float* xn = x + static_cast<int64_t>(in_rows[e0 + kAheadTiles * MR + r]) * ldx;
-      const float* yn = y + static_cast<int64_t>(out_rows[e0 + kAheadTiles * MR + r]) * ldy;
-      for (int j = 0; j < c_in; j += kLineFloats) __builtin_prefetch(xn + j, 0, 1);
-      for (int j = 0; j < c_out; j += kLineFloats) __builtin_prefetch(yn + j, 1, 1);
-    }
+    const int rows = tile_rows<MR>(x, ldx, c_in, in_rows, out_rows, e0, m, y, ldy, c_out, a, yr);
     for (int p = 0; p < panels; ++p) {
       const int cols = c_out - p * NR < NR ? c_out - p * NR : NR;
       tile<V, MR, NV>(a, yr, rows, wp + static_cast<int64_t>(p) * c_in * NR, c_in, static_cast<int64_t>(p) * NR,

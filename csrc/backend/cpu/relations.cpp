@@ -35,6 +35,19 @@ class Emitter {
   EdgeChunk& c_;
 };
 
+// A relation's arrays: the edges (grouped by offset) and each offset's edge count.
+RelationArrays edge_arrays(OutArray<int32_t>&& in_rows, OutArray<int32_t>&& out_rows,
+                           const std::vector<int64_t>& counts) {
+  const int32_t K = static_cast<int32_t>(counts.size());
+  OutArray<int32_t> cnt({K}, mx::int32);
+  for (int32_t k = 0; k < K; ++k) cnt.data()[k] = static_cast<int32_t>(counts[k]);
+  RelationArrays r;
+  r.in_rows = std::move(in_rows).finish();
+  r.out_rows = std::move(out_rows).finish();
+  r.counts = std::move(cnt).finish();
+  return r;
+}
+
 // Runs gen(row, emit) over n source rows and gathers the edges grouped by offset.
 template <class Gen>
 RelationArrays bin_edges(int64_t n, int32_t K, int64_t expected_per_row, Gen&& gen, const char* op) {
@@ -80,13 +93,7 @@ RelationArrays bin_edges(int64_t n, int32_t K, int64_t expected_per_row, Gen&& g
     }
     EdgeChunk().kid.swap(c.kid);
   });
-  OutArray<int32_t> counts({K}, mx::int32);
-  for (int32_t k = 0; k < K; ++k) counts.data()[k] = static_cast<int32_t>(totals[k]);
-  RelationArrays r;
-  r.in_rows = std::move(in_rows).finish();
-  r.out_rows = std::move(out_rows).finish();
-  r.counts = std::move(counts).finish();
-  return r;
+  return edge_arrays(std::move(in_rows), std::move(out_rows), totals);
 }
 
 struct AxisOffsets {
@@ -126,11 +133,6 @@ mx::array kernel_offsets(const Int3& size, const Int3& dilation) {
 
 // A row's offsets are probed in batches of at most this many (half of a 5^3 kernel fits).
 constexpr int32_t kMaxHalfOffsets = 128;
-
-namespace {
-
-
-}  // namespace
 
 namespace {
 
@@ -257,13 +259,7 @@ RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax,
     orow[b] = ti[e];
   }
   for (int64_t r = 0; r < n; ++r) ir[base[center] + r] = orow[base[center] + r] = static_cast<int32_t>(r);
-  OutArray<int32_t> cnt({K}, mx::int32);
-  for (int32_t k = 0; k < K; ++k) cnt.data()[k] = static_cast<int32_t>(counts[k]);
-  RelationArrays out;
-  out.in_rows = std::move(in_rows).finish();
-  out.out_rows = std::move(out_rows).finish();
-  out.counts = std::move(cnt).finish();
-  return out;
+  return edge_arrays(std::move(in_rows), std::move(out_rows), counts);
 }
 
 
@@ -415,7 +411,6 @@ RelationArrays relation_transposed(const CoordTable& in, const CoordTable* out, 
         for (int a = 0; a < 3; ++a) o[a + 1] = target(r, kk, a);
       },
       op, false);
-  RelationArrays res;
   OutArray<int32_t> in_rows({static_cast<int>(n * K)}, mx::int32);
   OutArray<int32_t> out_rows({static_cast<int>(n * K)}, mx::int32);
   int32_t* ir = in_rows.data();
@@ -427,11 +422,7 @@ RelationArrays relation_transposed(const CoordTable& in, const CoordTable* out, 
         orow[kk * n + s] = u.inverse[s * K + kk];
       }
   });
-  OutArray<int32_t> counts({K}, mx::int32);
-  std::fill(counts.data(), counts.data() + K, static_cast<int32_t>(n));
-  res.in_rows = std::move(in_rows).finish();
-  res.out_rows = std::move(out_rows).finish();
-  res.counts = std::move(counts).finish();
+  RelationArrays res = edge_arrays(std::move(in_rows), std::move(out_rows), std::vector<int64_t>(K, n));
   res.out_table = std::move(u.table);
   return res;
 }

@@ -21,19 +21,22 @@ def _edges(arrays) -> RelationEdges:
     return RelationEdges(*arrays[:3])
 
 
+def _submanifold(manager, in_key, spec, merge: bool):
+    arrays = _ext.relation_submanifold(manager.table(in_key), spec.size, spec.dilation, merge=merge)
+    return in_key, _edges(arrays), None
+
+
 @implements(routes.HASH_RELATION_SYMMETRIC)
 def submanifold(manager, kind, in_key, spec, target_key, op):
     """Half the offsets probed in the input's table; each hit gives an edge and its mirror."""
-    table = manager.table(in_key)
-    return in_key, _edges(_ext.relation_submanifold(table, spec.size, spec.dilation, merge=False)), None
+    return _submanifold(manager, in_key, spec, merge=False)
 
 
 @implements(routes.MERGE_RELATION_SUBMANIFOLD)
 def submanifold_merged(manager, kind, in_key, spec, target_key, op):
     """The input's rows sorted once and each shifted column merged: the same edges, in the same
     order, as ``submanifold``, without probing a table."""
-    table = manager.table(in_key)
-    return in_key, _edges(_ext.relation_submanifold(table, spec.size, spec.dilation, merge=True)), None
+    return _submanifold(manager, in_key, spec, merge=True)
 
 
 @implements(routes.IDENTITY_RELATION)
