@@ -163,11 +163,13 @@ def test_blas_gemm_reads_transposed_views(dtype):
 
 @pytest.mark.parametrize("kernel", [*KERNELS, pytest.param(BF16, marks=needs_bf16)])
 @pytest.mark.parametrize("distinct", [True, False])
-def test_conv_in_output_row_blocks(kernel, distinct):
+@pytest.mark.parametrize("transpose", [False, True])
+def test_conv_in_output_row_blocks(kernel, distinct, transpose):
     """Y above 2 MiB whose offsets' edges come in ascending output row (as a coordinate
     manager's relations do) runs in blocks of output rows, all offsets per block: 9,000 x 70
     floats (blocks of 936 rows), an identity offset first (it stores), empty offsets, an
-    offset of one edge, and (``distinct=False``) offsets that repeat output rows."""
+    offset of one edge, and (``distinct=False``) offsets that repeat output rows; W as is and
+    transposed (the input gradient)."""
     rng = np.random.default_rng(41)
     n, c_in, c_out = 9000, 33, 70
     ir, orr, bounds = _relation(rng, n, n, [0, 3000, 1, n, 2500, 0, 7000], distinct=distinct)
@@ -179,12 +181,14 @@ def test_conv_in_output_row_blocks(kernel, distinct):
         o = np.argsort(orr[s], kind="stable")
         ir[s], orr[s] = ir[s][o], orr[s][o]
     x = rng.normal(size=(n, c_in)).astype(np.float32)
-    w = rng.normal(size=(len(bounds) - 1, c_in, c_out)).astype(np.float32)
-    args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n, False, ident, distinct)
+    w = rng.normal(size=(len(bounds) - 1, *((c_out, c_in) if transpose else (c_in, c_out)))).astype(
+        np.float32
+    )
+    args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n, transpose, ident, distinct)
     got = np.asarray(_ext.sparse_conv(*args, kernel=kernel))
     if kernel == BF16:
         x, w = round_bf16(x), round_bf16(w)
-    want = _oracle_conv(x, w, ir, orr, bounds, n, False)
+    want = _oracle_conv(x, w, ir, orr, bounds, n, transpose)
     scale = np.abs(want).max() + 1
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
 
@@ -266,7 +270,12 @@ _THREADS = textwrap.dedent(
     w = mx.array(rng.normal(size=(5, 40, 24)).astype(np.float32))
     y = _ext.sparse_conv(x, w, mx.array(ir), mx.array(orr), bounds, n, distinct=True, kernel=k)
     g = _ext.sparse_conv_weight_grad(x, y, mx.array(ir), mx.array(orr), bounds, True, k)
-    np.savez(sys.argv[1], y=np.asarray(y), g=np.asarray(g))
+    # the same edges, each offset's in ascending output row: Y (3.8 MB) in output-row blocks
+    for b, e in zip(bounds[:-1], bounds[1:]):
+        o = np.argsort(orr[b:e])
+        ir[b:e], orr[b:e] = ir[b:e][o], orr[b:e][o]
+    yb = _ext.sparse_conv(x, w, mx.array(ir), mx.array(orr), bounds, n, distinct=True, kernel=k)
+    np.savez(sys.argv[1], y=np.asarray(y), g=np.asarray(g), yb=np.asarray(yb))
     """
 )
 
@@ -279,8 +288,10 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
         env = dict(os.environ, LATTICE_NUM_THREADS=threads)
         subprocess.run([sys.executable, "-P", "-c", _THREADS, str(path), kernel], env=env, check=True)
         out[threads] = np.load(path)
-    for key in ("y", "g"):
+    for key in ("y", "g", "yb"):
         np.testing.assert_array_equal(out["1"][key], out["2"][key], err_msg=key)
+    # output-row blocks give the bits of the offset-by-offset walk (each row sums its offsets in order)
+    np.testing.assert_array_equal(out["1"]["yb"], out["1"]["y"])
 
 
 # ---- avx512_bf16: products of bfloat16-rounded operands, float32 sums ---------------------
