@@ -27,9 +27,18 @@ void check_edges(const mx::array& a, const mx::array& b, const EdgeBounds& bound
 
 }  // namespace
 
-mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
-                      EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts,
-                      gemm::Kernel kernel, mx::StreamOrDevice s) {
+namespace {
+
+// sparse_conv's checks; its graph inputs (x, w, in_rows, out_rows), C_out and the facts.
+struct ConvOperands {
+  std::vector<mx::array> inputs;
+  int c_out;
+  EdgeFacts facts;
+};
+
+ConvOperands conv_operands(const mx::array& x, const mx::array& w, const mx::array& in_rows,
+                           const mx::array& out_rows, const EdgeBounds& bounds, int n_out, bool transpose_w,
+                           int identity_k, EdgeFacts facts, gemm::Kernel kernel, mx::StreamOrDevice s) {
   const char* op = "sparse_conv";
   if (kernel != gemm::Kernel::blas) gemm::info(kernel);  // this CPU runs it, or std::invalid_argument
   check_feats(x, op, "features");
@@ -57,12 +66,55 @@ mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& i
   }
   facts.checked = check_rows_now(in_rows, x.shape(0), op, "in_rows", "the features") &
                   check_rows_now(out_rows, n_out, op, "out_rows", "the output");
-  auto xs = mx::contiguous(x, false, s);
-  auto ws = mx::astype(w, mx::float32, s);  // a view is read in place (conv.cpp's weight_view)
-  auto stream = mx::to_stream(s);
-  return mx::array({n_out, c_out}, x.dtype(),
-                   std::make_shared<SparseConv>(stream, std::move(bounds), n_out, transpose_w, identity_k, facts, kernel),
-                   {xs, ws, rows_i32(in_rows, op, "in_rows", s), rows_i32(out_rows, op, "out_rows", s)});
+  return {{mx::contiguous(x, false, s), mx::astype(w, mx::float32, s),  // a weight view is read in place
+           rows_i32(in_rows, op, "in_rows", s), rows_i32(out_rows, op, "out_rows", s)},
+          c_out,
+          facts};
+}
+
+}  // namespace
+
+mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
+                      EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts,
+                      gemm::Kernel kernel, mx::StreamOrDevice s) {
+  auto c = conv_operands(x, w, in_rows, out_rows, bounds, n_out, transpose_w, identity_k, facts, kernel, s);
+  return mx::array({n_out, c.c_out}, x.dtype(),
+                   std::make_shared<SparseConv>(mx::to_stream(s), std::move(bounds), n_out, transpose_w, identity_k,
+                                                c.facts, kernel),
+                   std::move(c.inputs));
+}
+
+mx::array sparse_conv_affine(const mx::array& x, const mx::array& w, const mx::array& in_rows,
+                             const mx::array& out_rows, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k,
+                             EdgeFacts facts, gemm::Kernel kernel, const mx::array& scale, const mx::array& shift,
+                             const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s) {
+  const char* op = "sparse_conv_affine";
+  auto c = conv_operands(x, w, in_rows, out_rows, bounds, n_out, transpose_w, identity_k, facts, kernel, s);
+  require(x.dtype() == mx::float32, std::string("[") + op + "] features must be float32 (the epilogue works on the "
+                                        "float32 sums), got " + dtype_name(x.dtype()));
+  for (const auto* v : {&scale, &shift}) {
+    if (v->ndim() != 1 || v->shape(0) != c.c_out || !is_float(v->dtype())) {
+      Message msg;
+      msg << "[" << op << "] " << (v == &scale ? "scale" : "shift") << " must be a float vector of " << c.c_out
+          << " channels, got ndim " << static_cast<int64_t>(v->ndim()) << " of " << dtype_name(v->dtype());
+      invalid(msg);
+    }
+    c.inputs.push_back(mx::contiguous(mx::astype(*v, mx::float32, s), false, s));
+  }
+  if (residual) {
+    if (residual->ndim() != 2 || residual->shape(0) != n_out || residual->shape(1) != c.c_out ||
+        residual->dtype() != mx::float32) {
+      Message msg;
+      msg << "[" << op << "] residual must be float32 (" << n_out << ", " << c.c_out << "), got ndim "
+          << static_cast<int64_t>(residual->ndim()) << " of " << dtype_name(residual->dtype());
+      invalid(msg);
+    }
+    c.inputs.push_back(mx::contiguous(*residual, false, s));
+  }
+  return mx::array({n_out, c.c_out}, mx::float32,
+                   std::make_shared<SparseConv>(mx::to_stream(s), std::move(bounds), n_out, transpose_w, identity_k,
+                                                c.facts, kernel, Epilogue{true, residual.has_value(), relu}),
+                   std::move(c.inputs));
 }
 
 mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,

@@ -41,11 +41,71 @@ std::vector<mx::Shape> SparseConv::output_shapes(const std::vector<mx::array>& i
 bool SparseConv::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const SparseConv&>(other);
   return n_out_ == o.n_out_ && transpose_w_ == o.transpose_w_ && identity_k_ == o.identity_k_ &&
-         facts_ == o.facts_ && kernel_ == o.kernel_ && same_bounds(bounds_, o.bounds_);
+         facts_ == o.facts_ && kernel_ == o.kernel_ && epilogue_ == o.epilogue_ && same_bounds(bounds_, o.bounds_);
 }
 
+mx::array SparseConv::plain(const std::vector<mx::array>& primals) {
+  return mx::array({n_out_, transpose_w_ ? primals[1].shape(1) : primals[1].shape(2)}, primals[0].dtype(),
+                   std::make_shared<SparseConv>(stream(), bounds_, n_out_, transpose_w_, identity_k_, facts_, kernel_),
+                   {primals[0], primals[1], primals[2], primals[3]});
+}
+
+namespace {
+
+// A fused epilogue's primals and argnums as AffineAct's: (the plain convolution, scale, shift
+// [, residual]); argnums 4.. become 1.., and 0 stands for x and w (through the convolution).
+struct AffinePart {
+  std::vector<mx::array> primals;
+  std::vector<int> argnums;
+  std::vector<int> from;  // the fused argnum each entry of argnums stands for (-1: the convolution)
+};
+
+AffinePart affine_part(const mx::array& pre, const std::vector<mx::array>& primals, const std::vector<int>& argnums) {
+  AffinePart a{{pre}, {}, {}};
+  for (size_t i = 4; i < primals.size(); ++i) a.primals.push_back(primals[i]);
+  bool conv = false;
+  for (int arg : argnums) conv |= arg < 2;
+  if (conv) {
+    a.argnums.push_back(0);
+    a.from.push_back(-1);
+  }
+  for (int arg : argnums)
+    if (arg >= 4) {
+      a.argnums.push_back(arg - 3);
+      a.from.push_back(arg);
+    }
+  return a;
+}
+
+}  // namespace
+
 std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
-                                       const std::vector<int>& argnums, const std::vector<mx::array>&) {
+                                       const std::vector<int>& argnums, const std::vector<mx::array>& outputs) {
+  if (epilogue_.affine) {
+    // The plain convolution (recomputed), AffineAct's VJP onto it, then the convolution's.
+    auto pre = plain(primals);
+    AffinePart a = affine_part(pre, primals, argnums);
+    AffineAct act(stream(), epilogue_.residual, epilogue_.relu);
+    auto ag = act.vjp(a.primals, cotangents, a.argnums, outputs);
+    std::vector<int> conv_args;
+    for (int arg : argnums)
+      if (arg < 2) conv_args.push_back(arg);
+    std::vector<mx::array> cg;
+    if (!conv_args.empty()) {
+      auto plain_prim = std::static_pointer_cast<SparseConv>(pre.primitive_ptr());
+      cg = plain_prim->vjp({primals[0], primals[1], primals[2], primals[3]}, {ag[0]}, conv_args, {pre});
+    }
+    std::vector<mx::array> grads;
+    size_t ci = 0;
+    for (int arg : argnums) {
+      if (arg < 2) grads.push_back(cg[ci++]);
+      else if (arg < 4) grads.push_back(no_grad_for_rows(primals, arg)[0]);
+      else
+        for (size_t j = 0; j < a.from.size(); ++j)
+          if (a.from[j] == arg) grads.push_back(ag[j]);
+    }
+    return grads;
+  }
   const auto& x = primals[0];
   const auto& w = primals[1];
   const auto& in_rows = primals[2];
@@ -72,6 +132,28 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
 
 std::vector<mx::array> SparseConv::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                                        const std::vector<int>& argnums) {
+  if (epilogue_.affine) {
+    // The plain convolution's tangent, then AffineAct's JVP with it as its input's tangent.
+    auto pre = plain(primals);
+    AffinePart a = affine_part(pre, primals, argnums);
+    std::vector<int> conv_args;
+    std::vector<mx::array> conv_tangents, act_tangents;
+    for (size_t i = 0; i < argnums.size(); ++i)
+      if (argnums[i] < 2) {
+        conv_args.push_back(argnums[i]);
+        conv_tangents.push_back(tangents[i]);
+      }
+    if (!conv_args.empty()) {
+      auto plain_prim = std::static_pointer_cast<SparseConv>(pre.primitive_ptr());
+      act_tangents.push_back(plain_prim->jvp({primals[0], primals[1], primals[2], primals[3]}, conv_tangents,
+                                             conv_args)[0]);
+    }
+    for (size_t i = 0; i < argnums.size(); ++i)
+      if (argnums[i] >= 4) act_tangents.push_back(tangents[i]);
+    if (a.argnums.empty()) return {mx::zeros(pre.shape(), mx::float32, stream())};
+    AffineAct act(stream(), epilogue_.residual, epilogue_.relu);
+    return act.jvp(a.primals, act_tangents, a.argnums);
+  }
   const auto& in_rows = primals[2];
   const auto& out_rows = primals[3];
   const mx::Dtype dtype = primals[0].dtype();

@@ -37,16 +37,29 @@ struct EdgeFacts {
   bool operator==(const EdgeFacts&) const = default;
 };
 
+// A convolution's fused epilogue: out = act(Y * scale + shift [+ residual]) applied to the
+// output rows as the convolution finishes them (AffineAct's arithmetic, the same function).
+struct Epilogue {
+  bool affine = false;  // false: none (the plain convolution)
+  bool residual = false;
+  bool relu = false;
+  bool operator==(const Epilogue&) const = default;
+};
+
 // Y[out_rows[e]] += X[in_rows[e]] @ op(W[k(e)]) with op = identity or transpose.
-// Inputs: x (N_in, C_in), w (K, P, Q) float32, in_rows (E,), out_rows (E,) int32.
+// Inputs: x (N_in, C_in), w (K, P, Q) float32, in_rows (E,), out_rows (E,) int32; with an
+// affine epilogue also scale, shift (C_out,) float32 and, where it has one, residual
+// (n_out, C_out) float32 (x is then float32).
 // Output: (n_out, C_out) of x's dtype, accumulated in float32. `identity_k` names an
 // offset whose edges are exactly (r, r) for every row (the submanifold centre), or -1.
+// The VJP and JVP of a fused epilogue are those of the plain convolution followed by
+// AffineAct (the convolution recomputed without it).
 class SparseConv : public mx::Primitive {
  public:
   SparseConv(mx::Stream s, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts,
-             gemm::Kernel kernel)
+             gemm::Kernel kernel, Epilogue epilogue = {})
       : mx::Primitive(s), bounds_(std::move(bounds)), n_out_(n_out), transpose_w_(transpose_w),
-        identity_k_(identity_k), facts_(facts), kernel_(kernel) {}
+        identity_k_(identity_k), facts_(facts), kernel_(kernel), epilogue_(epilogue) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
@@ -65,6 +78,10 @@ class SparseConv : public mx::Primitive {
   int identity_k_;
   EdgeFacts facts_;
   gemm::Kernel kernel_;  // the BLAS or one of lattice's kernels (gemm.h), for the VJP's convolutions too
+  Epilogue epilogue_;
+
+  // The plain convolution of the first four primals (this one without its epilogue).
+  mx::array plain(const std::vector<mx::array>& primals);
 };
 
 // G[k] = A[rows_a[e]]^T @ B[rows_b[e]] summed over the edges of offset k.
@@ -208,6 +225,13 @@ mx::array tangent_sum(const std::vector<int>& argnums, const std::vector<mx::arr
 mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
                       EdgeBounds bounds, int n_out, bool transpose_w, int identity_k, EdgeFacts facts = {},
                       gemm::Kernel kernel = gemm::Kernel::blas, mx::StreamOrDevice s = {});
+
+// sparse_conv with a fused affine epilogue (Epilogue): act(conv * scale + shift + residual),
+// x float32, scale / shift float vectors of C_out, residual (n_out, C_out) float32 or absent.
+mx::array sparse_conv_affine(const mx::array& x, const mx::array& w, const mx::array& in_rows,
+                             const mx::array& out_rows, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k,
+                             EdgeFacts facts, gemm::Kernel kernel, const mx::array& scale, const mx::array& shift,
+                             const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s = {});
 
 mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,
                                   const mx::array& rows_b, EdgeBounds bounds, EdgeFacts facts = {},

@@ -1,9 +1,10 @@
 """Building blocks shared by the sparse networks of :mod:`lattice.models`.
 
 Every block is an ``mlx.nn.Module`` made only of :mod:`lattice.nn` modules and takes and
-returns a :class:`~lattice.core.SparseTensor`. Each BatchNorm, with the residual add and
-the ReLU after it, is one fused op (:func:`normed`: ``lattice.ops.affine`` in eval mode,
-``lattice.ops.batch_norm_act`` in training):
+returns a :class:`~lattice.core.SparseTensor`. Each convolution with the BatchNorm, the
+residual add and the ReLU after it is one op in eval mode (:func:`conv_normed`:
+``lattice.ops.conv_affine``, fused into the native convolution on the CPU), and each BatchNorm
+with what follows it one op in training (:func:`normed`: ``lattice.ops.batch_norm_act``):
 
 - :class:`ConvBNReLU` — one convolution (submanifold, or strided ``k=2, s=2``) -> BatchNorm -> ReLU;
 - :class:`BasicBlock` — the ResNet basic block on one support: two submanifold ``k=3``
@@ -30,7 +31,7 @@ import mlx.nn as nn
 from lattice.core.tensor import SparseTensor
 from lattice.nn.conv import Conv3d, GenerativeConvTranspose3d, SubmConv3d
 from lattice.nn.feature import BatchNorm, ReLU
-from lattice.ops import cat, sparse_add
+from lattice.ops import cat, conv_affine, sparse_add
 from lattice.routing.device import requested_device
 
 
@@ -119,6 +120,27 @@ def normed(
     return out if act is None else act(out)
 
 
+def conv_normed(
+    conv, x: SparseTensor, norm: BatchNorm, act: ReLU | None, residual: SparseTensor | None = None, **support
+) -> SparseTensor:
+    """``act(norm(conv(x, **support)) + residual)``. Under running statistics (eval mode) the
+    convolution and everything after it are one op, ``lattice.ops.conv_affine`` (on the CPU the
+    native convolution applies the map to its output rows itself where its route allows: the
+    ``cpu.fused_epilogue`` route); otherwise (training, a lazily counted set, a residual on
+    another support) the convolution, then :func:`normed`."""
+    if norm.uses_running_stats and not x.lazy:
+        plan = conv.plan(x, **support)
+        on_output = residual is None or (
+            residual.coord_manager is plan.x.coord_manager and residual.coord_key == plan.relation.out_key
+        )
+        if on_output:
+            scale, shift = norm.affine()
+            return conv_affine(
+                plan, scale, shift, residual=residual, activation=None if act is None else "relu"
+            )
+    return normed(norm, conv(x, **support), act, residual)
+
+
 class ConvBNReLU(nn.Module):
     """Convolution -> BatchNorm -> ReLU.
 
@@ -139,7 +161,7 @@ class ConvBNReLU(nn.Module):
         self.act = ReLU()
 
     def __call__(self, x: SparseTensor) -> SparseTensor:
-        return normed(self.norm, self.conv(x), self.act)
+        return conv_normed(self.conv, x, self.norm, self.act)
 
 
 class BasicBlock(nn.Module):
@@ -159,9 +181,9 @@ class BasicBlock(nn.Module):
             self.proj_norm = BatchNorm(c_out)
 
     def __call__(self, x: SparseTensor) -> SparseTensor:
-        y = self.conv2(normed(self.norm1, self.conv1(x), self.act))
-        shortcut = normed(self.proj_norm, self.proj(x), None) if "proj" in self else x
-        return normed(self.norm2, y, self.act, residual=shortcut)
+        y = conv_normed(self.conv1, x, self.norm1, self.act)
+        shortcut = conv_normed(self.proj, x, self.proj_norm, None) if "proj" in self else x
+        return conv_normed(self.conv2, y, self.norm2, self.act, residual=shortcut)
 
 
 def basic_blocks(c_in: int, c_out: int, count: int) -> list[BasicBlock]:
@@ -232,7 +254,8 @@ class UpBlock(nn.Module):
         self.blocks = basic_blocks(c_out + c_skip, c_out, blocks)
 
     def __call__(self, x: SparseTensor, skip: SparseTensor) -> SparseTensor:
-        return run_blocks(cat([normed(self.norm, self.up(x, skip), self.act), skip]), self.blocks)
+        up = conv_normed(self.up, x, self.norm, self.act, coordinates=skip)
+        return run_blocks(cat([up, skip]), self.blocks)
 
 
 __all__ = [
@@ -242,6 +265,7 @@ __all__ = [
     "StemNet",
     "UpBlock",
     "basic_blocks",
+    "conv_normed",
     "normed",
     "positive_int",
     "positive_ints",

@@ -17,6 +17,7 @@ import mlx.core as mx
 from lattice.core.tensor import SparseTensor
 from lattice.nn._kernel import KernelModule
 from lattice.ops import conv as C
+from lattice.routing.explain import plan_of
 
 __all__ = [
     "Conv3d",
@@ -100,8 +101,14 @@ class _Conv(KernelModule):
         return self["bias"] if "bias" in self else None
 
     def _apply(self, x: SparseTensor, **support) -> SparseTensor:
+        return self.plan(x, **support).run()
+
+    def plan(self, x: SparseTensor, **support) -> C.ConvPlan:
+        """The plan of this module's op on ``x``, not yet run (``.run()`` is the call; the
+        convolution and what follows it as one op take it: ``lattice.ops.conv_affine``).
+        ``support``: the op's ``coordinates=`` where the module's call takes a target."""
         kwargs = {**self._geometry_kwargs(), **support, **self._op_options()}
-        return type(self)._op(x, self._weight(), self._bias(), **kwargs)
+        return plan_of(type(self)._op, x, self._weight(), self._bias(), **kwargs)
 
     def _extra_repr(self) -> str:
         options = [f"{k}={getattr(self, k)}" for k in self._options if k != "bias"]

@@ -21,6 +21,7 @@ from lattice.ops.alignment import (
 )
 from lattice.ops.conv import (
     conv3d,
+    conv_affine,
     conv_transpose3d,
     generative_conv_transpose3d,
     normalized_conv_transpose3d,
@@ -119,6 +120,7 @@ __all__ = [
     "build_transposed_kernel_relation",
     "cat",
     "conv3d",
+    "conv_affine",
     "conv_transpose3d",
     "crop",
     "devoxelize",

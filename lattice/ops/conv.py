@@ -17,9 +17,11 @@ from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
 from lattice.core.relation import KernelRelation, RelationKind
 from lattice.core.tensor import SparseTensor
+from lattice.ops.norms import AFFINE_ACTIVATIONS
 from lattice.ops.relations import _target
 from lattice.routing import ConvRequest, Route, requested_device, route_conv
-from lattice.routing.explain import explainable
+from lattice.routing.conv import ConvAffineRequest, route_conv_affine
+from lattice.routing.explain import CallPlan, explainable, plan_of
 from lattice.routing.registry import dispatch
 
 
@@ -124,9 +126,17 @@ class ConvPlan:
             y = (y.astype(mx.float32) / mx.sqrt(norm + self.eps)).astype(y.dtype)
         if self.bias is not None:
             y = y + self.bias.astype(y.dtype)
-        manager = x.coord_manager
+        return self.output(y)
+
+    def output(self, feats: mx.array) -> SparseTensor:
+        """``feats`` as the tensor this convolution makes: on its output coordinates."""
+        rel, manager = self.relation, self.x.coord_manager
         return SparseTensor(
-            manager.coords(rel.out_key), y, rel.out_key.stride, coord_key=rel.out_key, coord_manager=manager
+            manager.coords(rel.out_key),
+            feats,
+            rel.out_key.stride,
+            coord_key=rel.out_key,
+            coord_manager=manager,
         )
 
 
@@ -259,3 +269,87 @@ def _subm(op, x, weight, bias, kernel_size, dilation, device, eps=None) -> ConvP
 def _generative(op, x, weight, bias, kernel_size, stride, coordinates, device, eps=None) -> ConvPlan:
     spec = KernelSpec(kernel_size, stride, 0, 1, op=op)
     return _plan(op, x, weight, bias, RelationKind.GENERATIVE, spec, coordinates, device=device, eps=eps)
+
+
+# ---- a convolution with the affine map after it ---------------------------------------
+
+
+def _conv_affine_example(x, req):
+    """``lattice explain conv_affine``: a submanifold convolution of the request's kernel
+    followed by an eval-mode BatchNorm and a ReLU."""
+    k, c_out = req.kernel_size, req.channels[-1]
+    w = mx.zeros((c_out, k, k, k, x.channels), dtype=getattr(mx, req.dtype))
+    conv = plan_of(subm_conv3d, x, w, kernel_size=k, device=req.device)
+    ones = mx.ones((c_out,), dtype=mx.float32)
+    return (conv, ones, ones * 0), {"activation": "relu"}
+
+
+@explainable(example=_conv_affine_example, returns=SparseTensor)
+def conv_affine(
+    conv: ConvPlan,
+    scale: mx.array,
+    shift: mx.array,
+    *,
+    residual: SparseTensor | None = None,
+    activation: str | None = None,
+) -> CallPlan:
+    """``activation(conv * scale + shift + residual)``: a convolution and the per-channel affine
+    map after it (an eval-mode BatchNorm, ``lattice.nn.BatchNorm.affine()``), the residual add
+    and the ReLU, as one op.
+
+    ``conv``: the plan of a conv op, not yet run: a convolution module's ``.plan(x)``, or
+    ``lattice.routing.explain.plan_of(lattice.ops.subm_conv3d, x, weight)``. ``scale`` / ``shift``: float ``(C_out,)``. ``residual``: a tensor on the
+    convolution's output support (same coordinate manager and key) with ``C_out`` channels.
+    ``activation``: None or ``"relu"``. On the CPU, where the convolution runs in lattice's
+    native primitive (float32 features, no bias, not normalised), the primitive applies the
+    map to its output rows itself (``cpu.fused_epilogue``: per output-row block while it is in
+    cache); otherwise the convolution runs, then ``lattice.ops.affine``. The same bits either
+    way.
+    """
+    op = "conv_affine"
+    if not isinstance(conv, ConvPlan):
+        raise TypeError(
+            f"[{op}] conv must be a convolution's plan (a conv module's .plan(x), or "
+            "lattice.routing.explain.plan_of(lattice.ops.subm_conv3d, x, weight)), "
+            f"got {type(conv).__name__}"
+        )
+    if activation not in AFFINE_ACTIVATIONS:
+        raise ValueError(f"[{op}] activation must be one of {AFFINE_ACTIVATIONS}, got {activation!r}")
+    rel = conv.relation
+    c_out = _channels(conv.weight)[1]
+    vectors = []
+    for name, v in (("scale", scale), ("shift", shift)):
+        if not isinstance(v, mx.array) or v.shape != (c_out,) or not mx.issubdtype(v.dtype, mx.floating):
+            got = (
+                f"shape {tuple(v.shape)} of {dtype_name(v.dtype)}"
+                if isinstance(v, mx.array)
+                else type(v).__name__
+            )
+            raise ValueError(f"[{op}] {name} must be a float mx.array of shape ({c_out},), got {got}")
+        vectors.append(v)
+    r = None
+    if residual is not None:
+        if not isinstance(residual, SparseTensor):
+            raise TypeError(f"[{op}] residual must be a SparseTensor, got {type(residual).__name__}")
+        if residual.coord_manager is not conv.x.coord_manager or residual.coord_key != rel.out_key:
+            raise ValueError(
+                f"[{op}] residual must lie on the convolution's output support (its coordinate manager and "
+                f"key {rel.out_key}), got key {residual.coord_key}"
+            )
+        r = residual.run_feats
+        if r.shape != (rel.n_out, c_out):
+            raise ValueError(f"[{op}] residual must have shape ({rel.n_out}, {c_out}), got {tuple(r.shape)}")
+    req = ConvAffineRequest(
+        op,
+        conv.route.name,
+        dtype_name(conv.x.feats.dtype),
+        c_out,
+        bias=conv.bias is not None,
+        normalized=conv.normalized,
+        residual=r is not None,
+        activation=activation or "none",
+    )
+    route = route_conv_affine(req)
+    if route.id.algorithm == "fused_epilogue" and r is not None and r.dtype != mx.float32:
+        r = r.astype(mx.float32)
+    return CallPlan(route, lambda: conv.output(dispatch(route, conv, *vectors, r, activation == "relu")))

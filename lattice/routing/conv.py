@@ -220,3 +220,93 @@ def _route_packed(rb: RouteBuilder, req: ConvRequest, cap: Capability) -> Route:
         DEQUANT_GATHER_GEMM_SCATTER,
         "packed weight dequantized to (K, C_in, C_out) in float32, then ",
     )
+
+
+# ---- a convolution with the affine map after it (BatchNorm, residual add, ReLU) --------------
+
+CONV_AFFINE = RouteTable(
+    "conv_affine",
+    "impl(plan: lattice.ops.conv.ConvPlan, scale (C_out,), shift (C_out,), residual (n_out, C_out) | None, "
+    "relu: bool) -> (n_out, C_out): act(conv * scale + shift + residual), float32 arithmetic",
+)
+FUSED_EPILOGUE = CONV_AFFINE.route(
+    CPU,
+    "fused_epilogue",
+    "the native convolution applies scale, shift, residual and ReLU to its output rows in the same "
+    "primitive (per output-row block while the block is in cache, where its kernel runs in blocks)",
+)
+CPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
+    CPU, "conv_then_affine", "the convolution's own route, then lattice.ops.affine's native pass"
+)
+GPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
+    GPU, "conv_then_affine", "the convolution's own route, then lattice.ops.affine's compiled GPU map"
+)
+# The convolution routes that run in the native SparseConv primitive, which takes the epilogue.
+EPILOGUE_CONV_ROUTES = tuple(
+    r.name
+    for r in (
+        TILED_GEMM,
+        GATHER_GEMM_SCATTER,
+        POINTWISE_TILED,
+        DEQUANT_TILED_GEMM,
+        DEQUANT_GATHER_GEMM_SCATTER,
+    )
+)
+
+
+@dataclass(frozen=True)
+class ConvAffineRequest:
+    """What the epilogue's route depends on: the convolution's route and what follows it."""
+
+    op: str
+    conv_route: str  # the convolution's route name (lattice.routing.conv)
+    dtype: str
+    c_out: int
+    bias: bool  # the convolution adds a bias
+    normalized: bool  # a normalised convolution
+    residual: bool
+    activation: str  # "none" | "relu"
+
+
+def route_conv_affine(req: ConvAffineRequest) -> Route:
+    """Fused into the native convolution where it runs one (float32, no bias, not normalised),
+    else the convolution then the affine pass on the convolution's device."""
+    facts = facts_of(req, "conv_route", "dtype", "c_out", "residual", "activation")
+    rb = RouteBuilder(req.op, facts)
+    if not req.conv_route.startswith(f"{CPU}."):
+        rb.reject(
+            FUSED_EPILOGUE, "the convolution runs on a GPU (lattice's GPU kernels take no epilogue yet)"
+        )
+        return rb.take(
+            GPU_CONV_THEN_AFFINE,
+            f"the convolution ({req.conv_route}), then the affine map as one compiled GPU function",
+        )
+    why_not = (
+        f"the convolution's route {req.conv_route} is not one of the native convolution's "
+        f"({', '.join(EPILOGUE_CONV_ROUTES)})"
+        if req.conv_route not in EPILOGUE_CONV_ROUTES
+        else f"features are {req.dtype}: the epilogue works on the float32 sums before they are stored"
+        if req.dtype != "float32"
+        else "the convolution adds a bias (the epilogue starts from the sums)"
+        if req.bias
+        else "a normalised convolution divides its sums first"
+        if req.normalized
+        else None
+    )
+    if why_not is not None:
+        rb.reject(FUSED_EPILOGUE, why_not)
+        return rb.take(
+            CPU_CONV_THEN_AFFINE, f"the convolution ({req.conv_route}), then the affine map's native pass"
+        )
+    rb.reject(
+        CPU_CONV_THEN_AFFINE,
+        "a separate pass reads and writes every output row again; the fused epilogue works on each block "
+        "of rows while the convolution still holds it in cache",
+    )
+    return rb.take(
+        FUSED_EPILOGUE,
+        f"the convolution ({req.conv_route}) applies act(y * scale + shift + residual) to its output rows "
+        "itself: to each block of rows as it finishes it where lattice's kernel runs in output-row blocks "
+        "(a large output, edges in row order), else in one pass at its end; the affine pass's own row "
+        "function, so the same bits as the two ops",
+    )

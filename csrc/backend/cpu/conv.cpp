@@ -16,6 +16,7 @@
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_convert.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/features.h"
 #include "backend/cpu/gemm.h"
 #include "core/checks.h"
 #include "core/settings.h"
@@ -116,14 +117,29 @@ int64_t out_block_rows(const int32_t* OR, const std::vector<int64_t>& bounds, in
   return sorted.load() ? n : 0;
 }
 
+// A fused epilogue's operands (Epilogue in primitives.h): act(Y * S + H [+ R]); S null: none.
+struct RowEpilogue {
+  const float* S = nullptr;
+  const float* H = nullptr;
+  const float* R = nullptr;
+  bool relu = false;
+  // Rows [b, e) of Y (c channels), in place: AffineAct's row pass itself.
+  void operator()(float* Y, int64_t b, int64_t e, int c) const {
+    if (S != nullptr && e > b) affine_rows(Y, S, H, R, Y, b, e, c, relu);
+  }
+};
+
 // The offsets but `skip` through lattice's kernel, in the register tile of its shape for
 // c_out: each offset's W packed once (all offsets packed in parallel first), then its edges
 // in chunks over the cores (in order, on one thread, where `distinct` does not hold). Offset
 // `first` (-1: none), whose edges write every row of Y once, runs before the others and
-// stores its products: Y need not be zeroed; the others add theirs.
-void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_in, const WeightView& W, int64_t s_row,
-                         int64_t s_col, const int32_t* IR, const int32_t* OR, const std::vector<int64_t>& bounds,
-                         int skip, int first, int c_in, int c_out, float* Y, bool distinct) {
+// stores its products: Y need not be zeroed; the others add theirs. In output-row blocks the
+// epilogue runs on each block as its last offset is done (the block still in cache); returns
+// how many of Y's first rows it has been applied to (0 outside blocks).
+int64_t conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_in, const WeightView& W,
+                            int64_t s_row, int64_t s_col, const int32_t* IR, const int32_t* OR,
+                            const std::vector<int64_t>& bounds, int skip, int first, int c_in, int c_out, float* Y,
+                            bool distinct, const RowEpilogue& epilogue) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const gemm::TileKernel& t = ki.for_columns(c_out);
   const int64_t psz = ki.packed_size(t, c_in, c_out);
@@ -164,8 +180,9 @@ void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_i
       if (first >= 0) part(first, false);
       for (int k = 0; k < K; ++k)
         if (k != skip && k != first && bounds[k + 1] > bounds[k]) part(k, true);
+      epilogue(Y, r0, r1, c_out);
     });
-    return;
+    return n_out;
   }
   const auto run = [&](int k, bool accumulate) {
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
@@ -177,11 +194,12 @@ void conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_i
   if (first >= 0) run(first, false);
   for (int k = 0; k < K; ++k)
     if (k != skip && k != first && bounds[k + 1] > bounds[k]) run(k, true);
+  return 0;
 }
 
 void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
                   mx::array& out, const std::vector<int64_t>& bounds, bool transpose_w, int identity_k,
-                  EdgeFacts facts, gemm::Kernel kernel) {
+                  EdgeFacts facts, gemm::Kernel kernel, const RowEpilogue& epilogue) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const int P = w.shape(1), Q = w.shape(2);
   const int c_in = transpose_w ? Q : P;
@@ -233,9 +251,10 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   if (!initialised) {
     parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
   }
+  int64_t done = 0;  // Y's first rows the epilogue has been applied to
   if (c_in > 0 && c_out > 0 && kernel != gemm::Kernel::blas) {
-    conv_offsets_kernel(gemm::info(kernel), X, x.shape(0), W, s_row, s_col, IR, OR, bounds,
-                        initialised && first < 0 ? identity_k : -1, first, c_in, c_out, Y, distinct);
+    done = conv_offsets_kernel(gemm::info(kernel), X, x.shape(0), W, s_row, s_col, IR, OR, bounds,
+                               initialised && first < 0 ? identity_k : -1, first, c_in, c_out, Y, distinct, epilogue);
   } else if (c_in > 0 && c_out > 0) {
     const int64_t T = tile_rows(c_in, c_out);
     for (int k = 0; k < K; ++k) {
@@ -257,6 +276,9 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
       });
     }
   }
+  if (epilogue.S != nullptr && done < n_out)  // the rows no output-row block covered, one pass
+    parallel_for(n_out - done, [&](int64_t b, int64_t e) { epilogue(Y, done + b, done + e, c_out); },
+                 std::max<int64_t>(1, 16384 / std::max(1, c_out)));
   if (out.dtype() != mx::float32) store_from_f32(Y, out);
 }
 
@@ -354,9 +376,16 @@ void conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& r
 
 void SparseConv::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   dispatch_cpu(stream(), inputs, outputs[0],
-           [bounds = bounds_, tw = transpose_w_, idk = identity_k_, facts = facts_, kernel = kernel_](
-               std::vector<mx::array>& in, mx::array& out) {
-             conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk, facts, kernel);
+           [bounds = bounds_, tw = transpose_w_, idk = identity_k_, facts = facts_, kernel = kernel_,
+            epi = epilogue_](std::vector<mx::array>& in, mx::array& out) {
+             RowEpilogue epilogue;
+             if (epi.affine) {
+               epilogue.S = in[4].data<float>();
+               epilogue.H = in[5].data<float>();
+               epilogue.R = epi.residual ? in[6].data<float>() : nullptr;
+               epilogue.relu = epi.relu;
+             }
+             conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk, facts, kernel, epilogue);
            });
 }
 

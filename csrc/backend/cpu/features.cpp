@@ -20,6 +20,7 @@
 
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/dtype_convert.h"
+#include "backend/cpu/features.h"
 #include "core/clones.h"
 #include "core/parallel.h"
 #include "primitives.h"
@@ -28,10 +29,11 @@ namespace lattice {
 
 namespace {
 
-// Rows [b, e) of C channels, float32 throughout.
+// Rows [b, e) of C channels, float32 throughout. Y may be X (the convolution's epilogue
+// works in place): each element is read before it is written, so X and Y are not restrict.
 template <bool kResidual, bool kRelu>
-inline void affine_rows_as(const float* __restrict X, const float* __restrict S, const float* __restrict H,
-                           const float* __restrict R, float* __restrict Y, int64_t b, int64_t e, int64_t C) {
+inline void affine_rows_as(const float* X, const float* __restrict S, const float* __restrict H,
+                           const float* __restrict R, float* Y, int64_t b, int64_t e, int64_t C) {
   for (int64_t r = b; r < e; ++r) {
     const int64_t o = r * C;
     for (int64_t c = 0; c < C; ++c) {
@@ -43,6 +45,8 @@ inline void affine_rows_as(const float* __restrict X, const float* __restrict S,
   }
 }
 
+}  // namespace
+
 LATTICE_X86_CLONES void affine_rows(const float* X, const float* S, const float* H, const float* R, float* Y,
                                     int64_t b, int64_t e, int64_t C, bool relu) {
   if (R != nullptr) {
@@ -53,6 +57,8 @@ LATTICE_X86_CLONES void affine_rows(const float* X, const float* S, const float*
     else affine_rows_as<false, false>(X, S, H, R, Y, b, e, C);
   }
 }
+
+namespace {
 
 // BatchNormAct's pass, rows [b, e): act((x - mean) * scale + bias [+ residual]).
 template <bool kResidual, bool kRelu>

@@ -13,44 +13,55 @@ from lattice.core.quantized import dequantized
 from lattice.core.relation import KernelRelation
 from lattice.routing import conv as routes
 from lattice.routing.device import capability
-from lattice.routing.registry import implements
+from lattice.routing.registry import dispatch, implements
 
 
-def _relation_conv(feats: mx.array, weight: mx.array, rel: KernelRelation, kernel: str) -> mx.array:
-    """Relation convolution with mapped weight (K, C_in, C_out) (differentiable), its products
-    by ``kernel`` ("blas" or one of lattice's GEMM kernels; the VJP's convolutions too).
+def _native_conv(feats, weight, in_rows, out_rows, bounds, n_out, identity_k, kernel, epilogue) -> mx.array:
+    """The native SparseConv primitive on the CPU stream (differentiable); ``epilogue`` None, or
+    ``(scale, shift, residual | None, relu)`` applied by it (``_ext.sparse_conv_affine``).
 
     ``distinct=True``: the relation comes from lattice's coordinate manager, whose kernel
     relations never repeat an input or an output row within one kernel offset, so the
     native scatter runs in parallel without re-checking that (it still checks the ranges).
     """
-    identity_k = rel.spec.volume // 2 if rel.kind == "submanifold" else -1
-    return _ext.sparse_conv(
-        feats,
-        weight,
-        rel.grouped_edges.in_rows,
-        rel.grouped_edges.out_rows,
-        list(rel.edge_offsets_host),
-        rel.n_out,
-        False,
-        identity_k,
+    args = (feats, weight, in_rows, out_rows, bounds, n_out, False, identity_k)
+    if epilogue is None:
+        return _ext.sparse_conv(*args, distinct=True, kernel=kernel, stream=mx.cpu)
+    scale, shift, residual, relu = epilogue
+    return _ext.sparse_conv_affine(
+        *args,
         distinct=True,
         kernel=kernel,
+        scale=scale,
+        shift=shift,
+        residual=residual,
+        relu=relu,
         stream=mx.cpu,
     )
 
 
+def _relation_conv(feats: mx.array, weight: mx.array, rel: KernelRelation, kernel: str, epilogue) -> mx.array:
+    """Relation convolution with mapped weight (K, C_in, C_out), its products by ``kernel``
+    ("blas" or one of lattice's GEMM kernels; the VJP's convolutions too)."""
+    identity_k = rel.spec.volume // 2 if rel.kind == "submanifold" else -1
+    edges = rel.grouped_edges
+    bounds = list(rel.edge_offsets_host)
+    return _native_conv(
+        feats, weight, edges.in_rows, edges.out_rows, bounds, rel.n_out, identity_k, kernel, epilogue
+    )
+
+
 @implements(routes.GATHER_GEMM_SCATTER)
-def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
-    """Per kernel offset: gather, BLAS GEMM, scatter-add."""
-    return _relation_conv(feats, weight, rel, "blas")
+def gather_gemm_scatter(feats: mx.array, weight: mx.array, rel: KernelRelation, epilogue=None) -> mx.array:
+    """Per kernel offset: gather, BLAS GEMM, scatter-add (``epilogue``: as ``_native_conv``)."""
+    return _relation_conv(feats, weight, rel, "blas", epilogue)
 
 
 @implements(routes.TILED_GEMM)
-def tiled_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
+def tiled_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation, epilogue=None) -> mx.array:
     """Per kernel offset: lattice's register-tiled GEMM kernel of this CPU (the capability's
     ``cpu_gemm``) over the gathered rows, adding into the scattered ones."""
-    return _relation_conv(feats, weight, rel, capability().cpu_gemm)
+    return _relation_conv(feats, weight, rel, capability().cpu_gemm, epilogue)
 
 
 @implements(routes.POINTWISE_GEMM)
@@ -60,27 +71,36 @@ def pointwise_gemm(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx
 
 
 @implements(routes.POINTWISE_TILED)
-def pointwise_tiled(feats: mx.array, weight: mx.array, rel: KernelRelation) -> mx.array:
+def pointwise_tiled(feats: mx.array, weight: mx.array, rel: KernelRelation, epilogue=None) -> mx.array:
     """1x1x1 convolution on the same support through the capability's (rounding) GEMM kernel:
     one offset whose edges are row i to row i (the identity: its products are stored into the
     output, which is not zeroed first)."""
     n = feats.shape[0]
     rows = arange(n)
-    return _ext.sparse_conv(
-        feats,
-        weight,
-        rows,
-        rows,
-        [0, n],
-        n,
-        False,
-        0,
-        distinct=True,
-        kernel=capability().cpu_gemm,
-        stream=mx.cpu,
-    )
+    return _native_conv(feats, weight, rows, rows, [0, n], n, 0, capability().cpu_gemm, epilogue)
 
 
 implements(routes.DEQUANT_GATHER_GEMM_SCATTER)(dequantized(gather_gemm_scatter))
 implements(routes.DEQUANT_TILED_GEMM)(dequantized(tiled_gemm))
 implements(routes.DEQUANT_POINTWISE_GEMM)(dequantized(pointwise_gemm))
+
+
+@implements(routes.FUSED_EPILOGUE)
+def fused_epilogue(plan, scale: mx.array, shift: mx.array, residual: mx.array | None, relu: bool) -> mx.array:
+    """The convolution's own route (one of ``routes.EPILOGUE_CONV_ROUTES``) with the affine map
+    handed to its native primitive."""
+    return dispatch(
+        plan.route, plan.x.run_feats, plan.weight, plan.relation, epilogue=(scale, shift, residual, relu)
+    )
+
+
+@implements(routes.CPU_CONV_THEN_AFFINE, routes.GPU_CONV_THEN_AFFINE)
+def conv_then_affine(
+    plan, scale: mx.array, shift: mx.array, residual: mx.array | None, relu: bool
+) -> mx.array:
+    """The convolution (its own route, on its device), then ``lattice.ops.affine`` on its output
+    (the affine op's route: the native pass on the CPU, the compiled map on a GPU)."""
+    from lattice.ops.norms import affine  # the ops import the backends lazily, not the reverse
+
+    y = plan.run().feats
+    return affine(y, scale, shift, residual=residual, activation="relu" if relu else None)

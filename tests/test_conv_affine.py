@@ -1,0 +1,269 @@
+"""A convolution with the affine map after it (``lattice.ops.conv_affine``): the fused
+epilogue (``cpu.fused_epilogue``: the native convolution applies ``act(y * scale + shift +
+residual)`` to its output rows itself) against the convolution then ``lattice.ops.affine``
+(the same bits, every CPU GEMM, every relation kind, every coordinate distribution with the
+empty set and a batch with an empty member) and against a float64 oracle; its gradients and
+JVP; its route and the alternatives ``explain`` names; its errors; and the U-Net blocks that
+take it in eval mode."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as mnn
+import numpy as np
+import pytest
+from conftest import SMALL_CLOUDS, make_cloud
+from reference import conv as rconv
+
+import lattice
+from lattice import _ext
+from lattice.core import SparseTensor
+from lattice.models import blocks, minkunet
+from lattice.ops import conv as C
+from lattice.ops import conv_affine
+from lattice.routing.device import capability
+from lattice.routing.explain import plan_of
+
+GEMMS = ("blas", "avx2", "avx512", "avx512_bf16")
+KINDS = {  # op, keyword arguments, the reference's kind
+    "subm3": (C.subm_conv3d, {"kernel_size": 3}, "submanifold"),
+    "pointwise": (C.subm_conv3d, {"kernel_size": 1}, "submanifold"),
+    "strided": (C.conv3d, {"kernel_size": 2, "stride": 2}, "forward"),
+    "transposed": (C.generative_conv_transpose3d, {"kernel_size": 2, "stride": 2}, "generative"),
+}
+FORMS = {"scale_shift": (False, False), "residual_relu": (True, True), "relu": (False, True)}
+
+
+@pytest.fixture(params=GEMMS)
+def gemm(request, monkeypatch):
+    """Every CPU GEMM this machine runs (LATTICE_CPU_GEMM), the rounding bfloat16 kernel too."""
+    if request.param != "blas" and request.param not in _ext.conv_kernels():
+        pytest.skip(f"this CPU does not run lattice's {request.param} kernel")
+    monkeypatch.setenv("LATTICE_CPU_GEMM", request.param)
+    capability.cache_clear()
+    yield request.param
+    monkeypatch.undo()
+    capability.cache_clear()
+
+
+def _case(cloud: str, kind: str, c_in: int, c_out: int, seed: int):
+    rng = np.random.default_rng(seed)
+    coords = make_cloud(cloud)
+    feats = mx.array(rng.normal(size=(len(coords), c_in)).astype(np.float32))
+    x = SparseTensor(coords, feats, 2 if kind == "transposed" else 1)  # a transposed step from stride 2
+    op, kwargs, _ = KINDS[kind]
+    k = kwargs["kernel_size"]
+    w = mx.array(rng.normal(size=(c_out, k, k, k, c_in)).astype(np.float32))
+    scale = mx.array(rng.uniform(0.5, 2.0, size=c_out).astype(np.float32))
+    shift = mx.array(rng.normal(size=c_out).astype(np.float32))
+    return x, op, kwargs, w, scale, shift
+
+
+def _residual(plan, c_out: int, seed: int) -> SparseTensor:
+    rel = plan.relation
+    feats = np.random.default_rng(seed).normal(size=(rel.n_out, c_out)).astype(np.float32)
+    return plan.output(mx.array(feats))
+
+
+@pytest.mark.usefixtures("cpu_device")
+@pytest.mark.parametrize("cloud", [*SMALL_CLOUDS, "dense_block"])
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("form", list(FORMS))
+def test_fused_epilogue_is_the_two_ops_bit_for_bit_and_the_oracle(gemm, cloud, kind, form):
+    with_residual, relu = FORMS[form]
+    c_in, c_out = 6, 5
+    x, op, kwargs, w, scale, shift = _case(cloud, kind, c_in, c_out, seed=len(cloud) + len(kind))
+    plan = plan_of(op, x, w, **kwargs)
+    residual = _residual(plan, c_out, 3) if with_residual else None
+    activation = "relu" if relu else None
+    route = lattice.explain(conv_affine, plan, scale, shift, residual=residual, activation=activation)
+    # a float32 1x1x1 convolution is one BLAS GEMM (cpu.pointwise_gemm), outside SparseConv
+    fusable = kind != "pointwise" or gemm == "avx512_bf16"
+    assert route.name == ("cpu.fused_epilogue" if fusable else "cpu.conv_then_affine"), route.as_dict()
+    assert route.facts["conv_route"] == plan.route.name
+    got = conv_affine(plan, scale, shift, residual=residual, activation=activation)
+    conv = op(x, w, **kwargs)
+    want = lattice.ops.affine(conv, scale, shift, residual=residual, activation=activation)
+    assert got.coord_key == conv.coord_key and got.feats.dtype == mx.float32
+    np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))  # the same bits
+    # the float64 oracle (operands rounded to bfloat16 where the kernel rounds them)
+    rounds = gemm == "avx512_bf16"
+    feats = rconv.round_bf16(np.asarray(x.feats)) if rounds else np.asarray(x.feats, np.float64)
+    weight = rconv.round_bf16(np.asarray(w)) if rounds else np.asarray(w, np.float64)
+    _, y = rconv.conv(
+        np.asarray(x.coords), feats, weight, kind=KINDS[kind][2], out_coords=np.asarray(got.coords), **kwargs
+    )
+    y = y * np.asarray(scale, np.float64) + np.asarray(shift, np.float64)
+    if residual is not None:
+        y = y + np.asarray(residual.feats, np.float64)
+    if relu:
+        y = np.maximum(y, 0.0)
+    bound = 1e-5 * (1.0 + np.abs(y).max(initial=0.0)) * (1 + len(np.asarray(x.coords)) ** 0.5)
+    np.testing.assert_allclose(np.asarray(got.feats, np.float64), y, rtol=1e-5, atol=bound)
+
+
+@pytest.mark.usefixtures("cpu_device")
+def test_large_output_runs_in_blocks_and_keeps_the_bits(gemm):
+    """An output over 2 MiB whose edges come in row order: the epilogue runs per output-row
+    block (conv.cpp), rows past the last block's (the centre only) after them."""
+    coords = make_cloud("dense_block")
+    reps = [coords]
+    for b in range(1, 12):  # more rows: 12 batches of the block
+        c = coords.copy()
+        c[:, 0] = b
+        reps.append(c)
+    coords = np.concatenate(reps)
+    rng = np.random.default_rng(5)
+    x = SparseTensor(coords, mx.array(rng.normal(size=(len(coords), 16)).astype(np.float32)))
+    w = mx.array(rng.normal(size=(96, 3, 3, 3, 16)).astype(np.float32))
+    scale = mx.array(rng.uniform(0.5, 2.0, size=96).astype(np.float32))
+    shift = mx.array(rng.normal(size=96).astype(np.float32))
+    plan = plan_of(C.subm_conv3d, x, w)
+    assert plan.relation.n_out * 96 * 4 > 2 << 20
+    residual = _residual(plan, 96, 6)
+    got = conv_affine(plan, scale, shift, residual=residual, activation="relu")
+    want = lattice.ops.affine(C.subm_conv3d(x, w), scale, shift, residual=residual, activation="relu")
+    np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))
+
+
+@pytest.mark.usefixtures("cpu_device")
+def test_gradients_and_jvp_are_those_of_the_two_ops():
+    x, op, kwargs, w, scale, shift = _case("random_sparse", "subm3", 4, 3, seed=2)
+    r = mx.array(np.random.default_rng(9).normal(size=(x.feats.shape[0], 3)).astype(np.float32))
+
+    def fused(feats, w, scale, shift, r):
+        xt = x.replace(feats=feats)
+        plan = plan_of(op, xt, w, **kwargs)
+        y = conv_affine(plan, scale, shift, residual=plan.output(r), activation="relu")
+        return y.feats
+
+    def separate(feats, w, scale, shift, r):
+        y = op(x.replace(feats=feats), w, **kwargs)
+        return lattice.ops.affine(y.feats, scale, shift, residual=r, activation="relu")
+
+    args = [x.feats, w, scale, shift, r]
+    assert (
+        lattice.explain(conv_affine, plan_of(op, x, w, **kwargs), scale, shift).name == "cpu.fused_epilogue"
+    )
+    for f in (fused, separate):
+        assert f(*args).shape == (x.feats.shape[0], 3)
+    loss = [lambda *a, f=f: (f(*a) ** 2).sum() for f in (fused, separate)]
+    g_fused = mx.grad(loss[0], argnums=(0, 1, 2, 3, 4))(*args)
+    g_sep = mx.grad(loss[1], argnums=(0, 1, 2, 3, 4))(*args)
+    for a, b in zip(g_fused, g_sep, strict=True):
+        assert float(mx.abs(b).max()) > 0
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    tangents = [
+        mx.array(np.random.default_rng(i).normal(size=a.shape).astype(np.float32)) for i, a in enumerate(args)
+    ]
+    (j_fused,) = mx.jvp(fused, args, tangents)[1]
+    (j_sep,) = mx.jvp(separate, args, tangents)[1]
+    np.testing.assert_array_equal(np.asarray(j_fused), np.asarray(j_sep))
+
+
+@pytest.mark.usefixtures("cpu_device")
+def test_routes_that_cannot_fuse_run_the_two_ops():
+    x, op, kwargs, w, scale, shift = _case("random_sparse", "subm3", 4, 3, seed=4)
+    cases = {
+        "bias": (plan_of(op, x, w, mx.ones((3,)), **kwargs), "adds a bias"),
+        "float16": (plan_of(op, x.replace(feats=x.feats.astype(mx.float16)), w, **kwargs), "float16"),
+        "normalised": (plan_of(C.normalized_subm_conv3d, x, w, **kwargs), "normalised"),
+    }
+    for name, (plan, why) in cases.items():
+        route = lattice.explain(conv_affine, plan, scale, shift, activation="relu")
+        assert route.name == "cpu.conv_then_affine", name
+        assert any(r.name == "cpu.fused_epilogue" and why in r.predicate for r in route.rejected), name
+        got = conv_affine(plan, scale, shift, activation="relu")
+        want = lattice.ops.affine(plan.run(), scale, shift, activation="relu")
+        np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))
+    fused = lattice.explain(conv_affine, plan_of(op, x, w, **kwargs), scale, shift)
+    assert [r.name for r in fused.rejected] == ["cpu.conv_then_affine"]
+
+
+def test_argument_errors():
+    x, op, kwargs, w, scale, shift = _case("random_sparse", "subm3", 4, 3, seed=1)
+    plan = plan_of(op, x, w, **kwargs)
+    with pytest.raises(TypeError, match=r"\[conv_affine\] conv must be a convolution's plan"):
+        conv_affine(op(x, w, **kwargs), scale, shift)
+    with pytest.raises(ValueError, match=r"scale must be a float mx.array of shape \(3,\), got shape \(4,\)"):
+        conv_affine(plan, mx.ones((4,)), shift)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        conv_affine(plan, scale, shift, activation="gelu")
+    strided = C.conv3d(x, mx.ones((3, 2, 2, 2, 4)), kernel_size=2, stride=2)
+    with pytest.raises(ValueError, match="residual must lie on the convolution's output support"):
+        conv_affine(plan, scale, shift, residual=strided)
+    with pytest.raises(TypeError, match="residual must be a SparseTensor"):
+        conv_affine(plan, scale, shift, residual=mx.zeros((x.feats.shape[0], 3)))
+    edges = mx.array(np.zeros(1, np.int32))
+    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] features must be float32"):
+        _ext.sparse_conv_affine(
+            mx.zeros((1, 2), mx.float16),
+            mx.zeros((1, 2, 3)),
+            edges,
+            edges,
+            [0, 1],
+            1,
+            scale=scale,
+            shift=shift,
+        )
+    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] shift must be a float vector of 3"):
+        _ext.sparse_conv_affine(
+            mx.zeros((1, 2)), mx.zeros((1, 2, 3)), edges, edges, [0, 1], 1, scale=scale, shift=mx.zeros((2,))
+        )
+    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] residual must be float32 \(1, 3\)"):
+        _ext.sparse_conv_affine(
+            mx.zeros((1, 2)),
+            mx.zeros((1, 2, 3)),
+            edges,
+            edges,
+            [0, 1],
+            1,
+            scale=scale,
+            shift=shift,
+            residual=mx.zeros((2, 3)),
+        )
+
+
+def _trained(model, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _, mod in model.named_modules():
+        if isinstance(mod, mnn.BatchNorm):
+            n = mod.running_mean.shape[0]
+            mod.running_mean = mx.array(rng.normal(size=n).astype(np.float32) * 0.2)
+            mod.running_var = mx.array(rng.uniform(0.5, 2.0, size=n).astype(np.float32))
+            mod.weight = mx.array(rng.uniform(0.5, 1.5, size=n).astype(np.float32))
+            mod.bias = mx.array(rng.normal(size=n).astype(np.float32) * 0.2)
+
+
+@pytest.mark.usefixtures("cpu_device")
+def test_unet_eval_forward_takes_the_fused_epilogue_with_the_same_bits(monkeypatch, kitti_coords, gemm):
+    coords = kitti_coords[:6000]
+    mx.random.seed(0)
+    model = minkunet(14, 4, 5, width=8)
+    _trained(model, 1)
+    model.eval()
+    x = SparseTensor(
+        coords, mx.array(np.random.default_rng(0).normal(size=(len(coords), 4)).astype(np.float32))
+    )
+    routes = []
+    real = blocks.conv_affine
+
+    def spy(plan, *args, **kwargs):
+        routes.append(lattice.explain(real, plan, *args, **kwargs).name)
+        return real(plan, *args, **kwargs)
+
+    monkeypatch.setattr(blocks, "conv_affine", spy)
+    got = model(x).feats
+    # every convolution fuses but the float32 1x1x1 projections (one BLAS GEMM each)
+    projections = sum(isinstance(m, blocks.BasicBlock) and "proj" in m for _, m in model.named_modules())
+    unfused = 0 if gemm == "avx512_bf16" else projections
+    assert projections > 0 and routes.count("cpu.conv_then_affine") == unfused
+    assert routes.count("cpu.fused_epilogue") == len(routes) - unfused > 20
+
+    def separate(conv, x, norm, act, residual=None, **support):
+        return blocks.normed(norm, conv(x, **support), act, residual)
+
+    monkeypatch.setattr(blocks, "conv_normed", separate)
+    want = model(x).feats
+    assert float(mx.abs(want).max()) > 0
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
