@@ -87,7 +87,8 @@ mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& i
 mx::array sparse_conv_affine(const mx::array& x, const mx::array& w, const mx::array& in_rows,
                              const mx::array& out_rows, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k,
                              EdgeFacts facts, gemm::Kernel kernel, const mx::array& scale, const mx::array& shift,
-                             const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s) {
+                             const std::optional<mx::array>& residual, bool relu,
+                             const std::optional<mx::array>& append, mx::StreamOrDevice s) {
   const char* op = "sparse_conv_affine";
   auto c = conv_operands(x, w, in_rows, out_rows, bounds, n_out, transpose_w, identity_k, facts, kernel, s);
   require(x.dtype() == mx::float32, std::string("[") + op + "] features must be float32 (the epilogue works on the "
@@ -111,9 +112,20 @@ mx::array sparse_conv_affine(const mx::array& x, const mx::array& w, const mx::a
     }
     c.inputs.push_back(mx::contiguous(*residual, false, s));
   }
-  return mx::array({n_out, c.c_out}, mx::float32,
+  int extra = 0;
+  if (append) {
+    if (append->ndim() != 2 || append->shape(0) != n_out || append->dtype() != mx::float32) {
+      Message msg;
+      msg << "[" << op << "] append must be float32 with " << n_out << " rows, got ndim "
+          << static_cast<int64_t>(append->ndim()) << " of " << dtype_name(append->dtype());
+      invalid(msg);
+    }
+    extra = append->shape(1);
+    c.inputs.push_back(mx::contiguous(*append, false, s));
+  }
+  return mx::array({n_out, c.c_out + extra}, mx::float32,
                    std::make_shared<SparseConv>(mx::to_stream(s), std::move(bounds), n_out, transpose_w, identity_k,
-                                                c.facts, kernel, Epilogue{true, residual.has_value(), relu}),
+                                                c.facts, kernel, Epilogue{true, residual.has_value(), relu, extra}),
                    std::move(c.inputs));
 }
 

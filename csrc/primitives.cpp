@@ -35,7 +35,7 @@ mx::array bilinear_jvp(const std::vector<mx::array>& primals, const std::vector<
 
 std::vector<mx::Shape> SparseConv::output_shapes(const std::vector<mx::array>& inputs) {
   const auto& w = inputs[1];
-  return {{n_out_, transpose_w_ ? w.shape(1) : w.shape(2)}};
+  return {{n_out_, (transpose_w_ ? w.shape(1) : w.shape(2)) + epilogue_.append}};
 }
 
 bool SparseConv::is_equivalent(const mx::Primitive& other) const {
@@ -54,15 +54,20 @@ namespace {
 
 // A fused epilogue's primals and argnums as AffineAct's: (the plain convolution, scale, shift
 // [, residual]); argnums 4.. become 1.., and 0 stands for x and w (through the convolution).
+// The appended array (the last primal where Epilogue::append) is not AffineAct's: `append_arg`.
 struct AffinePart {
   std::vector<mx::array> primals;
   std::vector<int> argnums;
   std::vector<int> from;  // the fused argnum each entry of argnums stands for (-1: the convolution)
+  int append_arg = -1;    // the appended array's argnum, or -1
 };
 
-AffinePart affine_part(const mx::array& pre, const std::vector<mx::array>& primals, const std::vector<int>& argnums) {
-  AffinePart a{{pre}, {}, {}};
-  for (size_t i = 4; i < primals.size(); ++i) a.primals.push_back(primals[i]);
+AffinePart affine_part(const mx::array& pre, const std::vector<mx::array>& primals, const std::vector<int>& argnums,
+                       const Epilogue& epilogue) {
+  AffinePart a{{pre}, {}, {}, -1};
+  const int end = 6 + (epilogue.residual ? 1 : 0);  // past AffineAct's operands
+  if (epilogue.append > 0) a.append_arg = end;
+  for (int i = 4; i < end; ++i) a.primals.push_back(primals[i]);
   bool conv = false;
   for (int arg : argnums) conv |= arg < 2;
   if (conv) {
@@ -70,11 +75,16 @@ AffinePart affine_part(const mx::array& pre, const std::vector<mx::array>& prima
     a.from.push_back(-1);
   }
   for (int arg : argnums)
-    if (arg >= 4) {
+    if (arg >= 4 && arg < end) {
       a.argnums.push_back(arg - 3);
       a.from.push_back(arg);
     }
   return a;
+}
+
+// Columns [b, e) of a 2-D array.
+mx::array columns(const mx::array& a, int b, int e, const mx::Stream& s) {
+  return mx::slice(a, {0, b}, {a.shape(0), e}, s);
 }
 
 }  // namespace
@@ -82,11 +92,18 @@ AffinePart affine_part(const mx::array& pre, const std::vector<mx::array>& prima
 std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                                        const std::vector<int>& argnums, const std::vector<mx::array>& outputs) {
   if (epilogue_.affine) {
-    // The plain convolution (recomputed), AffineAct's VJP onto it, then the convolution's.
+    // The plain convolution (recomputed), AffineAct's VJP onto it, then the convolution's;
+    // the appended columns' cotangent is theirs.
+    const auto s = stream();
     auto pre = plain(primals);
-    AffinePart a = affine_part(pre, primals, argnums);
-    AffineAct act(stream(), epilogue_.residual, epilogue_.relu);
-    auto ag = act.vjp(a.primals, cotangents, a.argnums, outputs);
+    const int c_out = pre.shape(1), width = outputs[0].shape(1);
+    AffinePart a = affine_part(pre, primals, argnums, epilogue_);
+    const auto g = columns(cotangents[0], 0, c_out, s);
+    std::vector<mx::array> ag;
+    if (!a.argnums.empty()) {
+      AffineAct act(s, epilogue_.residual, epilogue_.relu);
+      ag = act.vjp(a.primals, {g}, a.argnums, {columns(outputs[0], 0, c_out, s)});
+    }
     std::vector<int> conv_args;
     for (int arg : argnums)
       if (arg < 2) conv_args.push_back(arg);
@@ -100,6 +117,7 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
     for (int arg : argnums) {
       if (arg < 2) grads.push_back(cg[ci++]);
       else if (arg < 4) grads.push_back(no_grad_for_rows(primals, arg)[0]);
+      else if (arg == a.append_arg) grads.push_back(columns(cotangents[0], c_out, width, s));
       else
         for (size_t j = 0; j < a.from.size(); ++j)
           if (a.from[j] == arg) grads.push_back(ag[j]);
@@ -133,26 +151,36 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
 std::vector<mx::array> SparseConv::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                                        const std::vector<int>& argnums) {
   if (epilogue_.affine) {
-    // The plain convolution's tangent, then AffineAct's JVP with it as its input's tangent.
+    // The plain convolution's tangent, then AffineAct's JVP with it as its input's tangent;
+    // the appended columns' tangent after it.
+    const auto s = stream();
     auto pre = plain(primals);
-    AffinePart a = affine_part(pre, primals, argnums);
+    AffinePart a = affine_part(pre, primals, argnums, epilogue_);
     std::vector<int> conv_args;
     std::vector<mx::array> conv_tangents, act_tangents;
-    for (size_t i = 0; i < argnums.size(); ++i)
+    std::optional<mx::array> append_tangent;
+    for (size_t i = 0; i < argnums.size(); ++i) {
       if (argnums[i] < 2) {
         conv_args.push_back(argnums[i]);
         conv_tangents.push_back(tangents[i]);
+      } else if (argnums[i] == a.append_arg) {
+        append_tangent = tangents[i];
       }
+    }
     if (!conv_args.empty()) {
       auto plain_prim = std::static_pointer_cast<SparseConv>(pre.primitive_ptr());
       act_tangents.push_back(plain_prim->jvp({primals[0], primals[1], primals[2], primals[3]}, conv_tangents,
                                              conv_args)[0]);
     }
     for (size_t i = 0; i < argnums.size(); ++i)
-      if (argnums[i] >= 4) act_tangents.push_back(tangents[i]);
-    if (a.argnums.empty()) return {mx::zeros(pre.shape(), mx::float32, stream())};
-    AffineAct act(stream(), epilogue_.residual, epilogue_.relu);
-    return act.jvp(a.primals, act_tangents, a.argnums);
+      if (argnums[i] >= 4 && argnums[i] != a.append_arg) act_tangents.push_back(tangents[i]);
+    mx::array t = a.argnums.empty() ? mx::zeros(pre.shape(), mx::float32, s)
+                                    : AffineAct(s, epilogue_.residual, epilogue_.relu).jvp(a.primals, act_tangents,
+                                                                                             a.argnums)[0];
+    if (epilogue_.append == 0) return {t};
+    const auto& appended = primals[a.append_arg];
+    auto at = append_tangent ? mx::astype(*append_tangent, mx::float32, s) : mx::zeros(appended.shape(), mx::float32, s);
+    return {mx::concatenate({mx::astype(t, mx::float32, s), at}, 1, s)};
   }
   const auto& in_rows = primals[2];
   const auto& out_rows = primals[3];

@@ -38,19 +38,22 @@ struct EdgeFacts {
 };
 
 // A convolution's fused epilogue: out = act(Y * scale + shift [+ residual]) applied to the
-// output rows as the convolution finishes them (AffineAct's arithmetic, the same function).
+// output rows as the convolution finishes them (AffineAct's arithmetic, the same function),
+// then `append` more columns copied from another array after each row's C_out (a channel
+// concatenation: out = [act(...), appended]).
 struct Epilogue {
   bool affine = false;  // false: none (the plain convolution)
   bool residual = false;
   bool relu = false;
+  int append = 0;  // columns appended after C_out
   bool operator==(const Epilogue&) const = default;
 };
 
 // Y[out_rows[e]] += X[in_rows[e]] @ op(W[k(e)]) with op = identity or transpose.
 // Inputs: x (N_in, C_in), w (K, P, Q) float32, in_rows (E,), out_rows (E,) int32; with an
-// affine epilogue also scale, shift (C_out,) float32 and, where it has one, residual
-// (n_out, C_out) float32 (x is then float32).
-// Output: (n_out, C_out) of x's dtype, accumulated in float32. `identity_k` names an
+// affine epilogue also scale, shift (C_out,) float32, where it has one residual (n_out, C_out)
+// float32, and where it appends columns the appended (n_out, append) float32 (x is then float32).
+// Output: (n_out, C_out [+ append]) of x's dtype, accumulated in float32. `identity_k` names an
 // offset whose edges are exactly (r, r) for every row (the submanifold centre), or -1.
 // The VJP and JVP of a fused epilogue are those of the plain convolution followed by
 // AffineAct (the convolution recomputed without it).
@@ -227,11 +230,13 @@ mx::array sparse_conv(const mx::array& x, const mx::array& w, const mx::array& i
                       gemm::Kernel kernel = gemm::Kernel::blas, mx::StreamOrDevice s = {});
 
 // sparse_conv with a fused affine epilogue (Epilogue): act(conv * scale + shift + residual),
-// x float32, scale / shift float vectors of C_out, residual (n_out, C_out) float32 or absent.
+// x float32, scale / shift float vectors of C_out, residual (n_out, C_out) float32 or absent;
+// `append` (n_out, C_a) float32 or absent: its columns follow each output row's C_out.
 mx::array sparse_conv_affine(const mx::array& x, const mx::array& w, const mx::array& in_rows,
                              const mx::array& out_rows, EdgeBounds bounds, int n_out, bool transpose_w, int identity_k,
                              EdgeFacts facts, gemm::Kernel kernel, const mx::array& scale, const mx::array& shift,
-                             const std::optional<mx::array>& residual, bool relu, mx::StreamOrDevice s = {});
+                             const std::optional<mx::array>& residual, bool relu,
+                             const std::optional<mx::array>& append = std::nullopt, mx::StreamOrDevice s = {});
 
 mx::array sparse_conv_weight_grad(const mx::array& a, const mx::array& b, const mx::array& rows_a,
                                   const mx::array& rows_b, EdgeBounds bounds, EdgeFacts facts = {},

@@ -284,8 +284,9 @@ def test_unet_eval_forward_matches_the_separate_passes(monkeypatch, kitti_coords
     x = SparseTensor(coords, mx.array(_features(len(coords), 4, 0)))
     got = model(x).feats
 
-    def separate(conv, x, norm, act, residual=None, **support):
-        return _separate(norm, conv(x, **support), act, residual)
+    def separate(conv, x, norm, act, residual=None, concat=None, **support):
+        y = _separate(norm, conv(x, **support), act, residual)
+        return y if concat is None else lattice.ops.cat([y, concat])
 
     monkeypatch.setattr(blocks, "conv_normed", separate)
     want = model(x).feats

@@ -31,7 +31,13 @@ KINDS = {  # op, keyword arguments, the reference's kind
     "strided": (C.conv3d, {"kernel_size": 2, "stride": 2}, "forward"),
     "transposed": (C.generative_conv_transpose3d, {"kernel_size": 2, "stride": 2}, "generative"),
 }
-FORMS = {"scale_shift": (False, False), "residual_relu": (True, True), "relu": (False, True)}
+FORMS = {  # residual, relu, concat
+    "scale_shift": (False, False, False),
+    "residual_relu": (True, True, False),
+    "relu": (False, True, False),
+    "relu_concat": (False, True, True),
+    "residual_concat": (True, False, True),
+}
 
 
 @pytest.fixture(params=GEMMS)
@@ -60,6 +66,8 @@ def _case(cloud: str, kind: str, c_in: int, c_out: int, seed: int):
 
 
 def _residual(plan, c_out: int, seed: int) -> SparseTensor:
+    """A tensor of ``c_out`` channels on the plan's output support (a residual, or a tensor to
+    concatenate)."""
     rel = plan.relation
     feats = np.random.default_rng(seed).normal(size=(rel.n_out, c_out)).astype(np.float32)
     return plan.output(mx.array(feats))
@@ -70,20 +78,26 @@ def _residual(plan, c_out: int, seed: int) -> SparseTensor:
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("form", list(FORMS))
 def test_fused_epilogue_is_the_two_ops_bit_for_bit_and_the_oracle(gemm, cloud, kind, form):
-    with_residual, relu = FORMS[form]
+    with_residual, relu, with_concat = FORMS[form]
     c_in, c_out = 6, 5
     x, op, kwargs, w, scale, shift = _case(cloud, kind, c_in, c_out, seed=len(cloud) + len(kind))
     plan = plan_of(op, x, w, **kwargs)
     residual = _residual(plan, c_out, 3) if with_residual else None
+    concat = _residual(plan, 3, 4) if with_concat else None
     activation = "relu" if relu else None
-    route = lattice.explain(conv_affine, plan, scale, shift, residual=residual, activation=activation)
+    keywords = {"residual": residual, "activation": activation, "concat": concat}
+    route = lattice.explain(conv_affine, plan, scale, shift, **keywords)
     # a float32 1x1x1 convolution is one BLAS GEMM (cpu.pointwise_gemm), outside SparseConv
     fusable = kind != "pointwise" or gemm == "avx512_bf16"
     assert route.name == ("cpu.fused_epilogue" if fusable else "cpu.conv_then_affine"), route.as_dict()
     assert route.facts["conv_route"] == plan.route.name
-    got = conv_affine(plan, scale, shift, residual=residual, activation=activation)
+    assert route.facts["concat"] == (3 if with_concat else 0)
+    got = conv_affine(plan, scale, shift, **keywords)
     conv = op(x, w, **kwargs)
     want = lattice.ops.affine(conv, scale, shift, residual=residual, activation=activation)
+    if concat is not None:
+        want = lattice.ops.cat([want, concat])
+        np.testing.assert_array_equal(np.asarray(got.feats[:, c_out:]), np.asarray(concat.feats))
     assert got.coord_key == conv.coord_key and got.feats.dtype == mx.float32
     np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))  # the same bits
     # the float64 oracle (operands rounded to bfloat16 where the kernel rounds them)
@@ -98,6 +112,8 @@ def test_fused_epilogue_is_the_two_ops_bit_for_bit_and_the_oracle(gemm, cloud, k
         y = y + np.asarray(residual.feats, np.float64)
     if relu:
         y = np.maximum(y, 0.0)
+    if concat is not None:
+        y = np.concatenate([y, np.asarray(concat.feats, np.float64)], axis=1)
     bound = 1e-5 * (1.0 + np.abs(y).max(initial=0.0)) * (1 + len(np.asarray(x.coords)) ** 0.5)
     np.testing.assert_allclose(np.asarray(got.feats, np.float64), y, rtol=1e-5, atol=bound)
 
@@ -120,36 +136,41 @@ def test_large_output_runs_in_blocks_and_keeps_the_bits(gemm):
     shift = mx.array(rng.normal(size=96).astype(np.float32))
     plan = plan_of(C.subm_conv3d, x, w)
     assert plan.relation.n_out * 96 * 4 > 2 << 20
-    residual = _residual(plan, 96, 6)
-    got = conv_affine(plan, scale, shift, residual=residual, activation="relu")
-    want = lattice.ops.affine(C.subm_conv3d(x, w), scale, shift, residual=residual, activation="relu")
-    np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))
+    residual, concat = _residual(plan, 96, 6), _residual(plan, 32, 7)
+    for cc in (None, concat):
+        got = conv_affine(plan, scale, shift, residual=residual, activation="relu", concat=cc)
+        want = lattice.ops.affine(C.subm_conv3d(x, w), scale, shift, residual=residual, activation="relu")
+        if cc is not None:
+            want = lattice.ops.cat([want, cc])
+        np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))
 
 
 @pytest.mark.usefixtures("cpu_device")
 def test_gradients_and_jvp_are_those_of_the_two_ops():
     x, op, kwargs, w, scale, shift = _case("random_sparse", "subm3", 4, 3, seed=2)
     r = mx.array(np.random.default_rng(9).normal(size=(x.feats.shape[0], 3)).astype(np.float32))
+    a = mx.array(np.random.default_rng(8).normal(size=(x.feats.shape[0], 2)).astype(np.float32))
 
-    def fused(feats, w, scale, shift, r):
+    def fused(feats, w, scale, shift, r, a):
         xt = x.replace(feats=feats)
         plan = plan_of(op, xt, w, **kwargs)
-        y = conv_affine(plan, scale, shift, residual=plan.output(r), activation="relu")
+        y = conv_affine(plan, scale, shift, residual=plan.output(r), activation="relu", concat=plan.output(a))
         return y.feats
 
-    def separate(feats, w, scale, shift, r):
+    def separate(feats, w, scale, shift, r, a):
         y = op(x.replace(feats=feats), w, **kwargs)
-        return lattice.ops.affine(y.feats, scale, shift, residual=r, activation="relu")
+        y = lattice.ops.affine(y.feats, scale, shift, residual=r, activation="relu")
+        return mx.concatenate([y, a], axis=1)
 
-    args = [x.feats, w, scale, shift, r]
+    args = [x.feats, w, scale, shift, r, a]
     assert (
         lattice.explain(conv_affine, plan_of(op, x, w, **kwargs), scale, shift).name == "cpu.fused_epilogue"
     )
     for f in (fused, separate):
-        assert f(*args).shape == (x.feats.shape[0], 3)
+        assert f(*args).shape == (x.feats.shape[0], 5)
     loss = [lambda *a, f=f: (f(*a) ** 2).sum() for f in (fused, separate)]
-    g_fused = mx.grad(loss[0], argnums=(0, 1, 2, 3, 4))(*args)
-    g_sep = mx.grad(loss[1], argnums=(0, 1, 2, 3, 4))(*args)
+    g_fused = mx.grad(loss[0], argnums=(0, 1, 2, 3, 4, 5))(*args)
+    g_sep = mx.grad(loss[1], argnums=(0, 1, 2, 3, 4, 5))(*args)
     for a, b in zip(g_fused, g_sep, strict=True):
         assert float(mx.abs(b).max()) > 0
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -194,6 +215,11 @@ def test_argument_errors():
         conv_affine(plan, scale, shift, residual=strided)
     with pytest.raises(TypeError, match="residual must be a SparseTensor"):
         conv_affine(plan, scale, shift, residual=mx.zeros((x.feats.shape[0], 3)))
+    with pytest.raises(ValueError, match="concat must lie on the convolution's output support"):
+        conv_affine(plan, scale, shift, concat=strided)
+    n = x.feats.shape[0]
+    with pytest.raises(ValueError, match=rf"residual must have shape \({n}, 3\), got \({n}, 4\)"):
+        conv_affine(plan, scale, shift, residual=x)
     edges = mx.array(np.zeros(1, np.int32))
     with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] features must be float32"):
         _ext.sparse_conv_affine(
@@ -209,6 +235,18 @@ def test_argument_errors():
     with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] shift must be a float vector of 3"):
         _ext.sparse_conv_affine(
             mx.zeros((1, 2)), mx.zeros((1, 2, 3)), edges, edges, [0, 1], 1, scale=scale, shift=mx.zeros((2,))
+        )
+    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] append must be float32 with 1 rows"):
+        _ext.sparse_conv_affine(
+            mx.zeros((1, 2)),
+            mx.zeros((1, 2, 3)),
+            edges,
+            edges,
+            [0, 1],
+            1,
+            scale=scale,
+            shift=shift,
+            append=mx.zeros((2, 3)),
         )
     with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] residual must be float32 \(1, 3\)"):
         _ext.sparse_conv_affine(
@@ -260,8 +298,9 @@ def test_unet_eval_forward_takes_the_fused_epilogue_with_the_same_bits(monkeypat
     assert projections > 0 and routes.count("cpu.conv_then_affine") == unfused
     assert routes.count("cpu.fused_epilogue") == len(routes) - unfused > 20
 
-    def separate(conv, x, norm, act, residual=None, **support):
-        return blocks.normed(norm, conv(x, **support), act, residual)
+    def separate(conv, x, norm, act, residual=None, concat=None, **support):
+        y = blocks.normed(norm, conv(x, **support), act, residual)
+        return y if concat is None else lattice.ops.cat([y, concat])
 
     monkeypatch.setattr(blocks, "conv_normed", separate)
     want = model(x).feats

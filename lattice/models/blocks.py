@@ -121,24 +121,30 @@ def normed(
 
 
 def conv_normed(
-    conv, x: SparseTensor, norm: BatchNorm, act: ReLU | None, residual: SparseTensor | None = None, **support
+    conv,
+    x: SparseTensor,
+    norm: BatchNorm,
+    act: ReLU | None,
+    residual: SparseTensor | None = None,
+    *,
+    concat: SparseTensor | None = None,
+    **support,
 ) -> SparseTensor:
-    """``act(norm(conv(x, **support)) + residual)``. Under running statistics (eval mode) the
-    convolution and everything after it are one op, ``lattice.ops.conv_affine`` (on the CPU the
-    native convolution applies the map to its output rows itself where its route allows: the
-    ``cpu.fused_epilogue`` route); otherwise (training, a lazily counted set, a residual on
-    another support) the convolution, then :func:`normed`."""
+    """``act(norm(conv(x, **support)) + residual)``, with ``concat``'s channels after it where
+    given (``cat([..., concat])``). Under running statistics (eval mode) all of it is one op,
+    ``lattice.ops.conv_affine`` (on the CPU the native convolution applies the map to its
+    output rows itself and writes the concatenated channels after them, where its route allows:
+    the ``cpu.fused_epilogue`` route); otherwise (training, a lazily counted set, a tensor on
+    another support) the convolution, then :func:`normed`, then :func:`lattice.ops.cat`."""
     if norm.uses_running_stats and not x.lazy:
         plan = conv.plan(x, **support)
-        on_output = residual is None or (
-            residual.coord_manager is plan.x.coord_manager and residual.coord_key == plan.relation.out_key
-        )
-        if on_output:
+        manager, key = plan.x.coord_manager, plan.relation.out_key
+        if all(t is None or (t.coord_manager is manager and t.coord_key == key) for t in (residual, concat)):
             scale, shift = norm.affine()
-            return conv_affine(
-                plan, scale, shift, residual=residual, activation=None if act is None else "relu"
-            )
-    return normed(norm, conv(x, **support), act, residual)
+            activation = None if act is None else "relu"
+            return conv_affine(plan, scale, shift, residual=residual, activation=activation, concat=concat)
+    y = normed(norm, conv(x, **support), act, residual)
+    return y if concat is None else cat([y, concat])
 
 
 class ConvBNReLU(nn.Module):
@@ -254,8 +260,8 @@ class UpBlock(nn.Module):
         self.blocks = basic_blocks(c_out + c_skip, c_out, blocks)
 
     def __call__(self, x: SparseTensor, skip: SparseTensor) -> SparseTensor:
-        up = conv_normed(self.up, x, self.norm, self.act, coordinates=skip)
-        return run_blocks(cat([up, skip]), self.blocks)
+        joined = conv_normed(self.up, x, self.norm, self.act, coordinates=skip, concat=skip)
+        return run_blocks(joined, self.blocks)
 
 
 __all__ = [

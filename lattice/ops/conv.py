@@ -292,19 +292,23 @@ def conv_affine(
     *,
     residual: SparseTensor | None = None,
     activation: str | None = None,
+    concat: SparseTensor | None = None,
 ) -> CallPlan:
     """``activation(conv * scale + shift + residual)``: a convolution and the per-channel affine
     map after it (an eval-mode BatchNorm, ``lattice.nn.BatchNorm.affine()``), the residual add
-    and the ReLU, as one op.
+    and the ReLU, as one op; with ``concat``, that tensor's channels after them
+    (``cat([..., concat])``: a U-Net decoder's upsampled features and its skip).
 
     ``conv``: the plan of a conv op, not yet run: a convolution module's ``.plan(x)``, or
-    ``lattice.routing.explain.plan_of(lattice.ops.subm_conv3d, x, weight)``. ``scale`` / ``shift``: float ``(C_out,)``. ``residual``: a tensor on the
-    convolution's output support (same coordinate manager and key) with ``C_out`` channels.
+    ``lattice.routing.explain.plan_of(lattice.ops.subm_conv3d, x, weight)``. ``scale`` /
+    ``shift``: float ``(C_out,)``. ``residual`` (``C_out`` channels) and ``concat`` (any):
+    tensors on the convolution's output support (same coordinate manager and key).
     ``activation``: None or ``"relu"``. On the CPU, where the convolution runs in lattice's
     native primitive (float32 features, no bias, not normalised), the primitive applies the
-    map to its output rows itself (``cpu.fused_epilogue``: per output-row block while it is in
-    cache); otherwise the convolution runs, then ``lattice.ops.affine``. The same bits either
-    way.
+    map to its output rows itself and writes ``concat``'s columns after them
+    (``cpu.fused_epilogue``: per output-row block while it is in cache); otherwise the
+    convolution runs, then ``lattice.ops.affine``, then the concatenation. The same bits
+    either way.
     """
     op = "conv_affine"
     if not isinstance(conv, ConvPlan):
@@ -315,7 +319,6 @@ def conv_affine(
         )
     if activation not in AFFINE_ACTIVATIONS:
         raise ValueError(f"[{op}] activation must be one of {AFFINE_ACTIVATIONS}, got {activation!r}")
-    rel = conv.relation
     c_out = _channels(conv.weight)[1]
     vectors = []
     for name, v in (("scale", scale), ("shift", shift)):
@@ -327,18 +330,8 @@ def conv_affine(
             )
             raise ValueError(f"[{op}] {name} must be a float mx.array of shape ({c_out},), got {got}")
         vectors.append(v)
-    r = None
-    if residual is not None:
-        if not isinstance(residual, SparseTensor):
-            raise TypeError(f"[{op}] residual must be a SparseTensor, got {type(residual).__name__}")
-        if residual.coord_manager is not conv.x.coord_manager or residual.coord_key != rel.out_key:
-            raise ValueError(
-                f"[{op}] residual must lie on the convolution's output support (its coordinate manager and "
-                f"key {rel.out_key}), got key {residual.coord_key}"
-            )
-        r = residual.run_feats
-        if r.shape != (rel.n_out, c_out):
-            raise ValueError(f"[{op}] residual must have shape ({rel.n_out}, {c_out}), got {tuple(r.shape)}")
+    r = _on_output(conv, residual, "residual", c_out, op)
+    cc = _on_output(conv, concat, "concat", None, op)
     req = ConvAffineRequest(
         op,
         conv.route.name,
@@ -348,8 +341,30 @@ def conv_affine(
         normalized=conv.normalized,
         residual=r is not None,
         activation=activation or "none",
+        concat=0 if cc is None else int(cc.shape[1]),
     )
     route = route_conv_affine(req)
-    if route.id.algorithm == "fused_epilogue" and r is not None and r.dtype != mx.float32:
-        r = r.astype(mx.float32)
-    return CallPlan(route, lambda: conv.output(dispatch(route, conv, *vectors, r, activation == "relu")))
+    if route.id.algorithm == "fused_epilogue":  # the native epilogue reads float32 (exact casts)
+        r, cc = (None if a is None else a.astype(mx.float32) for a in (r, cc))
+    relu = activation == "relu"
+    return CallPlan(route, lambda: conv.output(dispatch(route, conv, *vectors, r, relu, cc)))
+
+
+def _on_output(conv: ConvPlan, t, name: str, channels: int | None, op: str) -> mx.array | None:
+    """The rows of ``t`` (None: None), a tensor on the convolution's output support (with
+    ``channels`` channels where given)."""
+    if t is None:
+        return None
+    if not isinstance(t, SparseTensor):
+        raise TypeError(f"[{op}] {name} must be a SparseTensor, got {type(t).__name__}")
+    rel = conv.relation
+    if t.coord_manager is not conv.x.coord_manager or t.coord_key != rel.out_key:
+        raise ValueError(
+            f"[{op}] {name} must lie on the convolution's output support (its coordinate manager and "
+            f"key {rel.out_key}), got key {t.coord_key}"
+        )
+    feats = t.run_feats
+    want = (rel.n_out, feats.shape[1] if channels is None else channels)
+    if feats.shape != want:
+        raise ValueError(f"[{op}] {name} must have shape {want}, got {tuple(feats.shape)}")
+    return feats

@@ -227,19 +227,25 @@ def _route_packed(rb: RouteBuilder, req: ConvRequest, cap: Capability) -> Route:
 CONV_AFFINE = RouteTable(
     "conv_affine",
     "impl(plan: lattice.ops.conv.ConvPlan, scale (C_out,), shift (C_out,), residual (n_out, C_out) | None, "
-    "relu: bool) -> (n_out, C_out): act(conv * scale + shift + residual), float32 arithmetic",
+    "relu: bool, concat (n_out, C_c) | None) -> (n_out, C_out [+ C_c]): act(conv * scale + shift + residual), "
+    "float32 arithmetic, then concat's columns",
 )
 FUSED_EPILOGUE = CONV_AFFINE.route(
     CPU,
     "fused_epilogue",
     "the native convolution applies scale, shift, residual and ReLU to its output rows in the same "
-    "primitive (per output-row block while the block is in cache, where its kernel runs in blocks)",
+    "primitive (per output-row block while the block is in cache, where its kernel runs in blocks) and "
+    "writes a concatenated tensor's columns after them",
 )
 CPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
-    CPU, "conv_then_affine", "the convolution's own route, then lattice.ops.affine's native pass"
+    CPU,
+    "conv_then_affine",
+    "the convolution's own route, then lattice.ops.affine's native pass (and MLX's concatenation)",
 )
 GPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
-    GPU, "conv_then_affine", "the convolution's own route, then lattice.ops.affine's compiled GPU map"
+    GPU,
+    "conv_then_affine",
+    "the convolution's own route, then lattice.ops.affine's compiled GPU map (and MLX's concatenation)",
 )
 # The convolution routes that run in the native SparseConv primitive, which takes the epilogue.
 EPILOGUE_CONV_ROUTES = tuple(
@@ -266,12 +272,13 @@ class ConvAffineRequest:
     normalized: bool  # a normalised convolution
     residual: bool
     activation: str  # "none" | "relu"
+    concat: int = 0  # channels concatenated after the output's (0: none)
 
 
 def route_conv_affine(req: ConvAffineRequest) -> Route:
     """Fused into the native convolution where it runs one (float32, no bias, not normalised),
     else the convolution then the affine pass on the convolution's device."""
-    facts = facts_of(req, "conv_route", "dtype", "c_out", "residual", "activation")
+    facts = facts_of(req, "conv_route", "dtype", "c_out", "residual", "activation", "concat")
     rb = RouteBuilder(req.op, facts)
     if not req.conv_route.startswith(f"{CPU}."):
         rb.reject(
@@ -308,5 +315,10 @@ def route_conv_affine(req: ConvAffineRequest) -> Route:
         f"the convolution ({req.conv_route}) applies act(y * scale + shift + residual) to its output rows "
         "itself: to each block of rows as it finishes it where lattice's kernel runs in output-row blocks "
         "(a large output, edges in row order), else in one pass at its end; the affine pass's own row "
-        "function, so the same bits as the two ops",
+        "function, so the same bits as the two ops"
+        + (
+            f"; each row's {req.concat} concatenated channels written after it (no separate concatenation)"
+            if req.concat
+            else ""
+        ),
     )

@@ -42,11 +42,11 @@ inline void gather_rows(const float* __restrict src, const int32_t* __restrict r
   }
 }
 
-// dst[rows[j]] += src[j]; rows are distinct within one call (one kernel offset).
+// dst[rows[j]] += src[j] (dst rows ldd apart); rows are distinct within one call (one kernel offset).
 inline void scatter_add_rows(const float* __restrict src, const int32_t* __restrict rows, int64_t m, int c,
-                             float* __restrict dst) {
+                             float* __restrict dst, int64_t ldd) {
   for (int64_t j = 0; j < m; ++j) {
-    float* __restrict d = dst + static_cast<int64_t>(rows[j]) * c;
+    float* __restrict d = dst + static_cast<int64_t>(rows[j]) * ldd;
     const float* __restrict s = src + j * c;
     for (int i = 0; i < c; ++i) d[i] += s[i];
   }
@@ -117,15 +117,29 @@ int64_t out_block_rows(const int32_t* OR, const std::vector<int64_t>& bounds, in
   return sorted.load() ? n : 0;
 }
 
-// A fused epilogue's operands (Epilogue in primitives.h): act(Y * S + H [+ R]); S null: none.
+// A fused epilogue's operands (Epilogue in primitives.h): act(Y * S + H [+ R]) on Y's first
+// c_out columns, then A's rows copied into the `append` columns after them; S null: none.
 struct RowEpilogue {
   const float* S = nullptr;
   const float* H = nullptr;
-  const float* R = nullptr;
+  const float* R = nullptr;  // (n_out, c_out)
+  const float* A = nullptr;  // (n_out, append)
+  int append = 0;
   bool relu = false;
-  // Rows [b, e) of Y (c channels), in place: AffineAct's row pass itself.
-  void operator()(float* Y, int64_t b, int64_t e, int c) const {
-    if (S != nullptr && e > b) affine_rows(Y, S, H, R, Y, b, e, c, relu);
+  // Rows [b, e) of Y (c_out channels, rows c_out + append apart), in place: AffineAct's row
+  // pass itself.
+  void operator()(float* Y, int64_t b, int64_t e, int c_out) const {
+    if (S == nullptr || e <= b) return;
+    if (append == 0) {
+      affine_rows(Y, S, H, R, Y, b, e, c_out, relu);
+      return;
+    }
+    const int64_t ldy = c_out + append;
+    for (int64_t r = b; r < e; ++r) {
+      float* y = Y + r * ldy;
+      affine_rows(y, S, H, R == nullptr ? nullptr : R + r * c_out, y, 0, 1, c_out, relu);
+      std::memcpy(y + c_out, A + r * append, sizeof(float) * append);
+    }
   }
 };
 
@@ -139,7 +153,7 @@ struct RowEpilogue {
 int64_t conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t n_in, const WeightView& W,
                             int64_t s_row, int64_t s_col, const int32_t* IR, const int32_t* OR,
                             const std::vector<int64_t>& bounds, int skip, int first, int c_in, int c_out, float* Y,
-                            bool distinct, const RowEpilogue& epilogue) {
+                            int64_t ldy, bool distinct, const RowEpilogue& epilogue) {
   const int K = static_cast<int>(bounds.size()) - 1;
   const gemm::TileKernel& t = ki.for_columns(c_out);
   const int64_t psz = ki.packed_size(t, c_in, c_out);
@@ -174,7 +188,7 @@ int64_t conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t 
         const int32_t* lo = std::lower_bound(OR + bounds[k], OR + bounds[k + 1], r0);
         const int32_t* hi = std::lower_bound(lo, OR + bounds[k + 1], r1);
         if (hi > lo)
-          t.gather_gemm_scatter(X, ldx, IR + (lo - OR), lo, hi - lo, packed.get() + k * psz, c_in, c_out, Y, c_out,
+          t.gather_gemm_scatter(X, ldx, IR + (lo - OR), lo, hi - lo, packed.get() + k * psz, c_in, c_out, Y, ldy,
                                 accumulate);
       };
       if (first >= 0) part(first, false);
@@ -188,7 +202,7 @@ int64_t conv_offsets_kernel(const gemm::KernelInfo& ki, const float* X, int64_t 
     const int64_t e0 = bounds[k], n = bounds[k + 1] - bounds[k];
     const float* wp = packed.get() + k * psz;
     maybe_parallel_chunks(distinct || !accumulate, n, (n + chunk - 1) / chunk, [&](int64_t, int64_t b, int64_t e) {
-      t.gather_gemm_scatter(X, ldx, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, c_out, accumulate);
+      t.gather_gemm_scatter(X, ldx, IR + e0 + b, OR + e0 + b, e - b, wp, c_in, c_out, Y, ldy, accumulate);
     });
   };
   if (first >= 0) run(first, false);
@@ -205,6 +219,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   const int c_in = transpose_w ? Q : P;
   const int c_out = transpose_w ? P : Q;
   const int64_t n_out = out.shape(0);
+  const int64_t ldy = out.shape(1);  // c_out, or more where the epilogue appends columns
   std::vector<float> xs, ys;
   const float* X = as_f32(x, xs);
   std::vector<float> wcopy;
@@ -213,7 +228,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   if (out.dtype() == mx::float32) {
     Y = out.data<float>();
   } else {
-    ys.resize(static_cast<size_t>(n_out) * c_out);
+    ys.resize(static_cast<size_t>(n_out) * ldy);
     Y = ys.data();
   }
   const int32_t* IR = in_rows.data<int32_t>();
@@ -242,19 +257,20 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   if (covers && !rounds) {
     // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).
     if (n_out > 0 && c_out > 0) {
-      if (c_in == 0) std::memset(Y, 0, sizeof(float) * n_out * c_out);
+      if (c_in == 0) std::memset(Y, 0, sizeof(float) * n_out * ldy);
       else blas::sgemm_parallel(false, blas_trans, n_out, c_out, c_in, 1.0f, X, c_in, W.p + identity_k * W.sk, blas_ld,
-                                0.0f, Y, c_out);
+                                0.0f, Y, static_cast<int>(ldy));
     }
     initialised = true;
   }
   if (!initialised) {
-    parallel_for(n_out * c_out, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
+    parallel_for(n_out * ldy, [&](int64_t b, int64_t e) { std::memset(Y + b, 0, sizeof(float) * (e - b)); }, 1 << 16);
   }
   int64_t done = 0;  // Y's first rows the epilogue has been applied to
   if (c_in > 0 && c_out > 0 && kernel != gemm::Kernel::blas) {
     done = conv_offsets_kernel(gemm::info(kernel), X, x.shape(0), W, s_row, s_col, IR, OR, bounds,
-                               initialised && first < 0 ? identity_k : -1, first, c_in, c_out, Y, distinct, epilogue);
+                               initialised && first < 0 ? identity_k : -1, first, c_in, c_out, Y, ldy, distinct,
+                               epilogue);
   } else if (c_in > 0 && c_out > 0) {
     const int64_t T = tile_rows(c_in, c_out);
     for (int k = 0; k < K; ++k) {
@@ -272,7 +288,7 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
         gather_rows(X, ir, m, c_in, g.data());
         blas::sgemm(false, blas_trans, static_cast<int>(m), c_out, c_in, 1.0f, g.data(), c_in, Wk, blas_ld, 0.0f,
                     p.data(), c_out);
-        scatter_add_rows(p.data(), orow, m, c_out, Y);
+        scatter_add_rows(p.data(), orow, m, c_out, Y, ldy);
       });
     }
   }
@@ -383,6 +399,8 @@ void SparseConv::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::
                epilogue.S = in[4].data<float>();
                epilogue.H = in[5].data<float>();
                epilogue.R = epi.residual ? in[6].data<float>() : nullptr;
+               epilogue.A = epi.append > 0 ? in[epi.residual ? 7 : 6].data<float>() : nullptr;
+               epilogue.append = epi.append;
                epilogue.relu = epi.relu;
              }
              conv_forward(in[0], in[1], in[2], in[3], out, *bounds, tw, idk, facts, kernel, epilogue);

@@ -18,7 +18,8 @@ from lattice.routing.registry import dispatch, implements
 
 def _native_conv(feats, weight, in_rows, out_rows, bounds, n_out, identity_k, kernel, epilogue) -> mx.array:
     """The native SparseConv primitive on the CPU stream (differentiable); ``epilogue`` None, or
-    ``(scale, shift, residual | None, relu)`` applied by it (``_ext.sparse_conv_affine``).
+    ``(scale, shift, residual | None, relu, concat | None)`` applied by it
+    (``_ext.sparse_conv_affine``: ``concat``'s columns written after each output row's).
 
     ``distinct=True``: the relation comes from lattice's coordinate manager, whose kernel
     relations never repeat an input or an output row within one kernel offset, so the
@@ -27,7 +28,7 @@ def _native_conv(feats, weight, in_rows, out_rows, bounds, n_out, identity_k, ke
     args = (feats, weight, in_rows, out_rows, bounds, n_out, False, identity_k)
     if epilogue is None:
         return _ext.sparse_conv(*args, distinct=True, kernel=kernel, stream=mx.cpu)
-    scale, shift, residual, relu = epilogue
+    scale, shift, residual, relu, concat = epilogue
     return _ext.sparse_conv_affine(
         *args,
         distinct=True,
@@ -36,6 +37,7 @@ def _native_conv(feats, weight, in_rows, out_rows, bounds, n_out, identity_k, ke
         shift=shift,
         residual=residual,
         relu=relu,
+        append=concat,
         stream=mx.cpu,
     )
 
@@ -86,21 +88,19 @@ implements(routes.DEQUANT_POINTWISE_GEMM)(dequantized(pointwise_gemm))
 
 
 @implements(routes.FUSED_EPILOGUE)
-def fused_epilogue(plan, scale: mx.array, shift: mx.array, residual: mx.array | None, relu: bool) -> mx.array:
+def fused_epilogue(plan, scale, shift, residual, relu: bool, concat) -> mx.array:
     """The convolution's own route (one of ``routes.EPILOGUE_CONV_ROUTES``) with the affine map
-    handed to its native primitive."""
-    return dispatch(
-        plan.route, plan.x.run_feats, plan.weight, plan.relation, epilogue=(scale, shift, residual, relu)
-    )
+    and the concatenation handed to its native primitive."""
+    epilogue = (scale, shift, residual, relu, concat)
+    return dispatch(plan.route, plan.x.run_feats, plan.weight, plan.relation, epilogue=epilogue)
 
 
 @implements(routes.CPU_CONV_THEN_AFFINE, routes.GPU_CONV_THEN_AFFINE)
-def conv_then_affine(
-    plan, scale: mx.array, shift: mx.array, residual: mx.array | None, relu: bool
-) -> mx.array:
+def conv_then_affine(plan, scale, shift, residual, relu: bool, concat) -> mx.array:
     """The convolution (its own route, on its device), then ``lattice.ops.affine`` on its output
-    (the affine op's route: the native pass on the CPU, the compiled map on a GPU)."""
+    (the affine op's route: the native pass on the CPU, the compiled map on a GPU), then
+    ``concat``'s columns after it (MLX's concatenation)."""
     from lattice.ops.norms import affine  # the ops import the backends lazily, not the reverse
 
-    y = plan.run().feats
-    return affine(y, scale, shift, residual=residual, activation="relu" if relu else None)
+    y = affine(plan.run().feats, scale, shift, residual=residual, activation="relu" if relu else None)
+    return y if concat is None else mx.concatenate([y, concat], axis=1)
