@@ -97,21 +97,27 @@ def cpu_conv_route(packed: bool = False) -> str:
     return f"cpu.{'dequant_' if packed else ''}{name}"
 
 
+def using_cpu_gemm(name: str, monkeypatch):
+    """Generator of a fixture: the CPU convolutions take GEMM ``name`` (``LATTICE_CPU_GEMM``)
+    while it is suspended; a kernel this CPU does not run skips the test."""
+    from lattice import _ext
+    from lattice.routing.device import capability
+
+    if name != "blas" and name not in _ext.conv_kernels():
+        pytest.skip(f"this CPU does not run lattice's {name} kernel")
+    monkeypatch.setenv("LATTICE_CPU_GEMM", name)
+    capability.cache_clear()
+    yield name
+    monkeypatch.undo()
+    capability.cache_clear()
+
+
 @pytest.fixture(params=CPU_GEMMS)
 def cpu_gemm(request, monkeypatch):
     """The CPU convolutions take this GEMM (``LATTICE_CPU_GEMM``) for the test: the BLAS and
     each of lattice's kernels the CPU runs (the others skip), so every fast route meets the
     same oracle."""
-    from lattice import _ext
-    from lattice.routing.device import capability
-
-    if request.param != "blas" and request.param not in _ext.conv_kernels():
-        pytest.skip(f"this CPU does not run lattice's {request.param} kernel")
-    monkeypatch.setenv("LATTICE_CPU_GEMM", request.param)
-    capability.cache_clear()
-    yield request.param
-    monkeypatch.undo()
-    capability.cache_clear()
+    yield from using_cpu_gemm(request.param, monkeypatch)
 
 
 TESTS = Path(__file__).resolve().parent

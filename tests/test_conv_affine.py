@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as mnn
 import numpy as np
 import pytest
-from conftest import SMALL_CLOUDS, make_cloud
+from conftest import SMALL_CLOUDS, make_cloud, using_cpu_gemm
 from reference import conv as rconv
 
 import lattice
@@ -21,7 +21,6 @@ from lattice.core import SparseTensor
 from lattice.models import blocks, minkunet
 from lattice.ops import conv as C
 from lattice.ops import conv_affine
-from lattice.routing.device import capability
 from lattice.routing.explain import plan_of
 
 GEMMS = ("blas", "avx2", "avx512", "avx512_bf16")
@@ -43,13 +42,7 @@ FORMS = {  # residual, relu, concat
 @pytest.fixture(params=GEMMS)
 def gemm(request, monkeypatch):
     """Every CPU GEMM this machine runs (LATTICE_CPU_GEMM), the rounding bfloat16 kernel too."""
-    if request.param != "blas" and request.param not in _ext.conv_kernels():
-        pytest.skip(f"this CPU does not run lattice's {request.param} kernel")
-    monkeypatch.setenv("LATTICE_CPU_GEMM", request.param)
-    capability.cache_clear()
-    yield request.param
-    monkeypatch.undo()
-    capability.cache_clear()
+    yield from using_cpu_gemm(request.param, monkeypatch)
 
 
 def _case(cloud: str, kind: str, c_in: int, c_out: int, seed: int):
@@ -221,45 +214,22 @@ def test_argument_errors():
     with pytest.raises(ValueError, match=rf"residual must have shape \({n}, 3\), got \({n}, 4\)"):
         conv_affine(plan, scale, shift, residual=x)
     edges = mx.array(np.zeros(1, np.int32))
-    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] features must be float32"):
-        _ext.sparse_conv_affine(
-            mx.zeros((1, 2), mx.float16),
-            mx.zeros((1, 2, 3)),
-            edges,
-            edges,
-            [0, 1],
-            1,
-            scale=scale,
-            shift=shift,
-        )
-    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] shift must be a float vector of 3"):
-        _ext.sparse_conv_affine(
-            mx.zeros((1, 2)), mx.zeros((1, 2, 3)), edges, edges, [0, 1], 1, scale=scale, shift=mx.zeros((2,))
-        )
-    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] append must be float32 with 1 rows"):
-        _ext.sparse_conv_affine(
-            mx.zeros((1, 2)),
-            mx.zeros((1, 2, 3)),
-            edges,
-            edges,
-            [0, 1],
-            1,
-            scale=scale,
-            shift=shift,
-            append=mx.zeros((2, 3)),
-        )
-    with pytest.raises(ValueError, match=r"\[sparse_conv_affine\] residual must be float32 \(1, 3\)"):
-        _ext.sparse_conv_affine(
-            mx.zeros((1, 2)),
-            mx.zeros((1, 2, 3)),
-            edges,
-            edges,
-            [0, 1],
-            1,
-            scale=scale,
-            shift=shift,
-            residual=mx.zeros((2, 3)),
-        )
+    native = {  # keyword arguments of _ext.sparse_conv_affine -> its error
+        "x": (mx.zeros((1, 2), mx.float16), r"features must be float32"),
+        "shift": (mx.zeros((2,)), r"shift must be a float vector of 3"),
+        "append": (mx.zeros((2, 3)), r"append must be float32 with 1 rows"),
+        "residual": (mx.zeros((2, 3)), r"residual must be float32 \(1, 3\)"),
+    }
+    for name, (value, message) in native.items():
+        kwargs = {
+            "x": mx.zeros((1, 2)),
+            "w": mx.zeros((1, 2, 3)),
+            "scale": scale,
+            "shift": shift,
+            name: value,
+        }
+        with pytest.raises(ValueError, match=rf"\[sparse_conv_affine\] {message}"):
+            _ext.sparse_conv_affine(in_rows=edges, out_rows=edges, bounds=[0, 1], n_out=1, **kwargs)
 
 
 def _trained(model, seed: int) -> None:
