@@ -101,14 +101,18 @@ class _Conv(KernelModule):
         return self["bias"] if "bias" in self else None
 
     def _apply(self, x: SparseTensor, **support) -> SparseTensor:
-        return self.plan(x, **support).run()
+        return type(self)._op(x, self._weight(), self._bias(), **self._op_kwargs(support))
+
+    def _op_kwargs(self, support: dict) -> dict:
+        return {**self._geometry_kwargs(), **support, **self._op_options()}
 
     def plan(self, x: SparseTensor, **support) -> C.ConvPlan:
         """The plan of this module's op on ``x``, not yet run (``.run()`` is the call; the
         convolution and what follows it as one op take it: ``lattice.ops.conv_affine``).
-        ``support``: the op's ``coordinates=`` where the module's call takes a target."""
-        kwargs = {**self._geometry_kwargs(), **support, **self._op_options()}
-        return plan_of(type(self)._op, x, self._weight(), self._bias(), **kwargs)
+        ``support``: the op's ``coordinates=`` where the module's call takes a target. A
+        subclass whose op is not one of :mod:`lattice.ops.conv`'s (mlx_lattice's adapters)
+        has no plan (``ValueError``)."""
+        return plan_of(type(self)._op, x, self._weight(), self._bias(), **self._op_kwargs(support))
 
     def _extra_repr(self) -> str:
         options = [f"{k}={getattr(self, k)}" for k in self._options if k != "bias"]
