@@ -58,19 +58,20 @@ namespace {
 struct AffinePart {
   std::vector<mx::array> primals;
   std::vector<int> argnums;
-  std::vector<int> from;  // the fused argnum each entry of argnums stands for (-1: the convolution)
-  int append_arg = -1;    // the appended array's argnum, or -1
+  std::vector<int> from;       // the fused argnum each entry of argnums stands for (-1: the convolution)
+  int append_arg = -1;         // the appended array's argnum, or -1
+  std::vector<int> conv_args;  // the fused argnums that are the convolution's own (x: 0, w: 1)
 };
 
 AffinePart affine_part(const mx::array& pre, const std::vector<mx::array>& primals, const std::vector<int>& argnums,
                        const Epilogue& epilogue) {
-  AffinePart a{{pre}, {}, {}, -1};
+  AffinePart a{{pre}, {}, {}, -1, {}};
   const int end = 6 + (epilogue.residual ? 1 : 0);  // past AffineAct's operands
   if (epilogue.append > 0) a.append_arg = end;
   for (int i = 4; i < end; ++i) a.primals.push_back(primals[i]);
-  bool conv = false;
-  for (int arg : argnums) conv |= arg < 2;
-  if (conv) {
+  for (int arg : argnums)
+    if (arg < 2) a.conv_args.push_back(arg);
+  if (!a.conv_args.empty()) {
     a.argnums.push_back(0);
     a.from.push_back(-1);
   }
@@ -104,14 +105,9 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
       AffineAct act(s, epilogue_.residual, epilogue_.relu);
       ag = act.vjp(a.primals, {g}, a.argnums, {columns(outputs[0], 0, c_out, s)});
     }
-    std::vector<int> conv_args;
-    for (int arg : argnums)
-      if (arg < 2) conv_args.push_back(arg);
     std::vector<mx::array> cg;
-    if (!conv_args.empty()) {
-      auto plain_prim = std::static_pointer_cast<SparseConv>(pre.primitive_ptr());
-      cg = plain_prim->vjp({primals[0], primals[1], primals[2], primals[3]}, {ag[0]}, conv_args, {pre});
-    }
+    if (!a.conv_args.empty())
+      cg = pre.primitive().vjp({primals[0], primals[1], primals[2], primals[3]}, {ag[0]}, a.conv_args, {pre});
     std::vector<mx::array> grads;
     size_t ci = 0;
     for (int arg : argnums) {
@@ -156,22 +152,15 @@ std::vector<mx::array> SparseConv::jvp(const std::vector<mx::array>& primals, co
     const auto s = stream();
     auto pre = plain(primals);
     AffinePart a = affine_part(pre, primals, argnums, epilogue_);
-    std::vector<int> conv_args;
     std::vector<mx::array> conv_tangents, act_tangents;
     std::optional<mx::array> append_tangent;
     for (size_t i = 0; i < argnums.size(); ++i) {
-      if (argnums[i] < 2) {
-        conv_args.push_back(argnums[i]);
-        conv_tangents.push_back(tangents[i]);
-      } else if (argnums[i] == a.append_arg) {
-        append_tangent = tangents[i];
-      }
+      if (argnums[i] < 2) conv_tangents.push_back(tangents[i]);
+      else if (argnums[i] == a.append_arg) append_tangent = tangents[i];
     }
-    if (!conv_args.empty()) {
-      auto plain_prim = std::static_pointer_cast<SparseConv>(pre.primitive_ptr());
-      act_tangents.push_back(plain_prim->jvp({primals[0], primals[1], primals[2], primals[3]}, conv_tangents,
-                                             conv_args)[0]);
-    }
+    if (!a.conv_args.empty())
+      act_tangents.push_back(
+          pre.primitive().jvp({primals[0], primals[1], primals[2], primals[3]}, conv_tangents, a.conv_args)[0]);
     for (size_t i = 0; i < argnums.size(); ++i)
       if (argnums[i] >= 4 && argnums[i] != a.append_arg) act_tangents.push_back(tangents[i]);
     mx::array t = a.argnums.empty() ? mx::zeros(pre.shape(), mx::float32, s)

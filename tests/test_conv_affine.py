@@ -199,7 +199,7 @@ def test_argument_errors():
     plan = plan_of(op, x, w, **kwargs)
     with pytest.raises(TypeError, match=r"\[conv_affine\] conv must be a convolution's plan"):
         conv_affine(op(x, w, **kwargs), scale, shift)
-    with pytest.raises(ValueError, match=r"scale must be a float mx.array of shape \(3,\), got shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"\[conv_affine\] scale must have shape \(3,\), got \(4,\)"):
         conv_affine(plan, mx.ones((4,)), shift)
     with pytest.raises(ValueError, match="activation must be one of"):
         conv_affine(plan, scale, shift, activation="gelu")

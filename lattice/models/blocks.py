@@ -138,8 +138,7 @@ def conv_normed(
     another support) the convolution, then :func:`normed`, then :func:`lattice.ops.cat`."""
     if norm.uses_running_stats and not x.lazy:
         plan = conv.plan(x, **support)
-        manager, key = plan.x.coord_manager, plan.relation.out_key
-        if all(t is None or (t.coord_manager is manager and t.coord_key == key) for t in (residual, concat)):
+        if all(t is None or plan.on_output(t) for t in (residual, concat)):
             scale, shift = norm.affine()
             activation = None if act is None else "relu"
             return conv_affine(plan, scale, shift, residual=residual, activation=activation, concat=concat)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from lattice.core._checks import dtype_name
+from lattice.core._checks import DTypeError, dtype_name
 from lattice.core.kernel import KernelSpec
 from lattice.core.quantized import QuantizedWeight, check_conv_weight, quantize_weight
 from lattice.core.relation import KernelRelation, RelationKind
 from lattice.core.tensor import SparseTensor
+from lattice.ops.features import _channel_vector
 from lattice.ops.norms import AFFINE_ACTIVATIONS
 from lattice.ops.relations import _target
 from lattice.routing import ConvRequest, Route, requested_device, route_conv
@@ -127,6 +128,10 @@ class ConvPlan:
         if self.bias is not None:
             y = y + self.bias.astype(y.dtype)
         return self.output(y)
+
+    def on_output(self, t: SparseTensor) -> bool:
+        """Whether ``t`` lies on this convolution's output support (its manager and key)."""
+        return t.coord_manager is self.x.coord_manager and t.coord_key == self.relation.out_key
 
     def output(self, feats: mx.array) -> SparseTensor:
         """``feats`` as the tensor this convolution makes: on its output coordinates."""
@@ -320,16 +325,12 @@ def conv_affine(
     if activation not in AFFINE_ACTIVATIONS:
         raise ValueError(f"[{op}] activation must be one of {AFFINE_ACTIVATIONS}, got {activation!r}")
     c_out = _channels(conv.weight)[1]
-    vectors = []
-    for name, v in (("scale", scale), ("shift", shift)):
-        if not isinstance(v, mx.array) or v.shape != (c_out,) or not mx.issubdtype(v.dtype, mx.floating):
-            got = (
-                f"shape {tuple(v.shape)} of {dtype_name(v.dtype)}"
-                if isinstance(v, mx.array)
-                else type(v).__name__
-            )
-            raise ValueError(f"[{op}] {name} must be a float mx.array of shape ({c_out},), got {got}")
-        vectors.append(v)
+    vectors = [
+        _channel_vector(v, name, c_out, op, required=True) for name, v in (("scale", scale), ("shift", shift))
+    ]
+    for name, v in zip(("scale", "shift"), vectors, strict=True):
+        if not mx.issubdtype(v.dtype, mx.floating):
+            raise DTypeError(f"[{op}] {name} must be floating point, got {dtype_name(v.dtype)}")
     r = _on_output(conv, residual, "residual", c_out, op)
     cc = _on_output(conv, concat, "concat", None, op)
     req = ConvAffineRequest(
@@ -344,8 +345,6 @@ def conv_affine(
         concat=0 if cc is None else int(cc.shape[1]),
     )
     route = route_conv_affine(req)
-    if route.id.algorithm == "fused_epilogue":  # the native epilogue reads float32 (exact casts)
-        r, cc = (None if a is None else a.astype(mx.float32) for a in (r, cc))
     relu = activation == "relu"
     return CallPlan(route, lambda: conv.output(dispatch(route, conv, *vectors, r, relu, cc)))
 
@@ -358,7 +357,7 @@ def _on_output(conv: ConvPlan, t, name: str, channels: int | None, op: str) -> m
     if not isinstance(t, SparseTensor):
         raise TypeError(f"[{op}] {name} must be a SparseTensor, got {type(t).__name__}")
     rel = conv.relation
-    if t.coord_manager is not conv.x.coord_manager or t.coord_key != rel.out_key:
+    if not conv.on_output(t):
         raise ValueError(
             f"[{op}] {name} must lie on the convolution's output support (its coordinate manager and "
             f"key {rel.out_key}), got key {t.coord_key}"

@@ -145,8 +145,8 @@ def _take_gather_route(rb: RouteBuilder, cap: Capability, tiled, blas, how: str)
             tiled,
             f"{how}per kernel offset: W[k] packed once, then lattice's {cap.cpu_gemm} register-tiled GEMM "
             "kernel reads the gathered input rows straight into its FMAs and adds the products into the "
-            "scattered output rows from registers (tiles over all cores); the submanifold centre offset "
-            "runs first and stores its products (no zeroed output)",
+            "scattered output rows from registers (tiles over all cores); the submanifold centre offset is "
+            "one BLAS GEMM that initialises the output",
         )
     rb.reject(tiled, cap.cpu_gemm_reason or "lattice's GEMM kernels do not run here")
     return rb.take(

@@ -246,14 +246,13 @@ void conv_forward(const mx::array& x, const mx::array& w, const mx::array& in_ro
   const int blas_ld = static_cast<int>(std::max<int64_t>(1, blas_trans ? s_col : s_row));
 
   // Whether offset identity_k is the identity (edges (r, r) for every row): it then writes
-  // every output row once, as one GEMM that initialises Y — through lattice's kernel its first
-  // offset, storing its products (no zeroing; 20-25 % faster than OpenBLAS's sgemm on the
-  // measured Zen 4 core, and where the kernel rounds every product of the call is then of
-  // bfloat16 operands, the centre's too), else a float32 BLAS GEMM.
-  const bool tiled = kernel != gemm::Kernel::blas;
+  // every output row once, as one GEMM that initialises Y — a float32 GEMM through the linked
+  // BLAS, or where the kernel rounds, the kernel's first offset storing its products (so that
+  // every product of the call is of bfloat16 operands, the centre's too).
+  const bool rounds = kernel != gemm::Kernel::blas && gemm::info(kernel).bf16;
   const bool covers = identity_k >= 0 && bounds[identity_k + 1] - bounds[identity_k] == n_out &&
                       x.shape(0) == n_out && (facts.distinct || identity_edges(IR, OR, bounds, identity_k, n_out));
-  const int first = covers && tiled && c_in > 0 && c_out > 0 ? identity_k : -1;
+  const int first = covers && rounds && c_in > 0 && c_out > 0 ? identity_k : -1;
   bool initialised = first >= 0;
   if (covers && first < 0) {
     // The identity offset is a plain GEMM that also initialises Y (BLAS on all cores).

@@ -90,7 +90,9 @@ implements(routes.DEQUANT_POINTWISE_GEMM)(dequantized(pointwise_gemm))
 @implements(routes.FUSED_EPILOGUE)
 def fused_epilogue(plan, scale, shift, residual, relu: bool, concat) -> mx.array:
     """The convolution's own route (one of ``routes.EPILOGUE_CONV_ROUTES``) with the affine map
-    and the concatenation handed to its native primitive."""
+    and the concatenation handed to its native primitive (which reads the residual and the
+    concatenated rows as float32: exact casts)."""
+    residual, concat = (None if a is None else a.astype(mx.float32) for a in (residual, concat))
     epilogue = (scale, shift, residual, relu, concat)
     return dispatch(plan.route, plan.x.run_feats, plan.weight, plan.relation, epilogue=epilogue)
 
