@@ -9,7 +9,8 @@ LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
 LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
 LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
 LT_SHARED_ARRAY(int, any, 3);
-lt_conv_tile<T, TW, TN>(x, w, map, order, params, y, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+lt_conv_tile<T, TW, TN>(x, w, map, order, params, lt_conv_plain<T>{y}, xs, ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID,
+                        LT_GROUP_ID_Y);
 
 // Weight gradient (float32 atomics into dw). Template arguments: T, TT (32 or 64: the dW tile).
 //@kernel conv_weight_grad
@@ -32,7 +33,8 @@ LT_SHARED_ARRAY(T, tiles, (P * lt_mma_shape<T, TN>::STAGE));
 LT_SHARED_ARRAY(int, orows, LT_CONV_TM);
 LT_SHARED_ARRAY(unsigned short, used, LT_CONV_KCAP);
 LT_SHARED_ARRAY(unsigned, bits, LT_CONV_KCAP / 32 + 1);
-lt_conv_tile_mma<T, TN, P>(x, wt, map, order, params, y, tiles, orows, used, bits, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+lt_conv_tile_mma<T, TN, P>(x, wt, map, order, params, lt_conv_plain<T>{y}, tiles, orows, used, bits, LT_LOCAL_ID,
+                           LT_GROUP_ID, LT_GROUP_ID_Y);
 
 //@kernel conv_weight_grad_mma
 //@inputs x dy map order params
@@ -47,3 +49,35 @@ LT_SHARED_ARRAY(int, pairs, 2 * LT_WGRAD_RUN);
 LT_SHARED_ARRAY(int, counts, LT_WGRAD_RUN / 32 + 1);
 lt_conv_wgrad_tile_mma<TT, P>(x, dy, map, order, params, dw, tiles, pairs, counts, LT_LOCAL_ID, LT_GROUP_ID,
                               LT_GROUP_ID_Y);
+
+// The convolution with lattice.ops.conv_affine's epilogue (CUDA only; the cuda.fused_epilogue
+// route): y (n_out, cout + cc) = [act(conv * scale + shift + res), app], the affine map applied
+// to the float32 sums before they are stored (lt_conv_epilogue), app's rows written by the
+// column tile 0 groups (lt_conv_append). Template arguments: those of conv_implicit_gemm, RES
+// and RELU (0 or 1). scale, shift float32 (cout); res (n_out, cout) where RES and app (n_out, cc)
+// where cc > 0, of type T (else any one-element array); params [n_out, K, cin, cout, cout + cc, cc].
+//@kernel conv_implicit_gemm_affine
+//@inputs x w map order params scale shift res app
+//@outputs y
+//@uses conv
+LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
+LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
+LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
+LT_SHARED_ARRAY(int, any, 3);
+lt_conv_tile<T, TW, TN>(x, w, map, order, params, lt_conv_epilogue<T, RES, RELU>{y, scale, shift, res, params[4]}, xs,
+                        ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+if (params[5] > 0 && LT_GROUP_ID_Y == 0) lt_conv_append<T>(app, y, order, params, LT_LOCAL_ID, LT_GROUP_ID);
+
+//@kernel conv_implicit_gemm_mma_affine
+//@inputs x wt map order params scale shift res app
+//@outputs y
+//@uses conv
+// The tensor-core convolution with the same epilogue (template arguments: those of
+// conv_implicit_gemm_mma, RES, RELU; inputs as conv_implicit_gemm_affine's).
+LT_SHARED_ARRAY(T, tiles, (P * lt_mma_shape<T, TN>::STAGE));
+LT_SHARED_ARRAY(int, orows, LT_CONV_TM);
+LT_SHARED_ARRAY(unsigned short, used, LT_CONV_KCAP);
+LT_SHARED_ARRAY(unsigned, bits, LT_CONV_KCAP / 32 + 1);
+lt_conv_tile_mma<T, TN, P>(x, wt, map, order, params, lt_conv_epilogue<T, RES, RELU>{y, scale, shift, res, params[4]},
+                           tiles, orows, used, bits, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+if (params[5] > 0 && LT_GROUP_ID_Y == 0) lt_conv_append<T>(app, y, order, params, LT_LOCAL_ID, LT_GROUP_ID);

@@ -9,7 +9,7 @@ LT_SHARED_ARRAY(float, xs, LT_CONV_TM * (LT_CONV_TC + 1));
 LT_SHARED_ARRAY(float, ws, LT_CONV_TC * TN);
 LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
 LT_SHARED_ARRAY(int, any, 3);
-lt_conv_tile<T, TW, TN>(x, w, map, order, params, y, xs, ws, rows, any, (int)thread_position_in_threadgroup.x,
+lt_conv_tile<T, TW, TN>(x, w, map, order, params, lt_conv_plain<T>{y}, xs, ws, rows, any, (int)thread_position_in_threadgroup.x,
                         (int)threadgroup_position_in_grid.x, (int)threadgroup_position_in_grid.y);
 
 // Weight gradient (float32 atomics into dw). Template arguments: T, TT (32 or 64: the dW tile).

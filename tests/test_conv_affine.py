@@ -23,6 +23,8 @@ from lattice.ops import conv as C
 from lattice.ops import conv_affine
 from lattice.routing.explain import plan_of
 
+HAS_CUDA = hasattr(mx, "cuda") and mx.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device in this process")
 GEMMS = ("blas", "avx2", "avx512", "avx512_bf16")
 KINDS = {  # op, keyword arguments, the reference's kind
     "subm3": (C.subm_conv3d, {"kernel_size": 3}, "submanifold"),
@@ -94,7 +96,13 @@ def test_fused_epilogue_is_the_two_ops_bit_for_bit_and_the_oracle(gemm, cloud, k
     assert got.coord_key == conv.coord_key and got.feats.dtype == mx.float32
     np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))  # the same bits
     # the float64 oracle (operands rounded to bfloat16 where the kernel rounds them)
-    rounds = gemm == "avx512_bf16"
+    _check_oracle(got, x, w, kind, kwargs, scale, shift, residual, relu, concat, gemm == "avx512_bf16", 1e-5)
+
+
+def _check_oracle(got, x, w, kind, kwargs, scale, shift, residual, relu, concat, rounds, rtol):
+    """``got`` against act(conv * scale + shift + residual) ++ concat in float64 (operands
+    rounded to bfloat16 where ``rounds``), within ``rtol`` of the largest value times the
+    square root of the rows (sums in another order)."""
     feats = rconv.round_bf16(np.asarray(x.feats)) if rounds else np.asarray(x.feats, np.float64)
     weight = rconv.round_bf16(np.asarray(w)) if rounds else np.asarray(w, np.float64)
     _, y = rconv.conv(
@@ -107,8 +115,8 @@ def test_fused_epilogue_is_the_two_ops_bit_for_bit_and_the_oracle(gemm, cloud, k
         y = np.maximum(y, 0.0)
     if concat is not None:
         y = np.concatenate([y, np.asarray(concat.feats, np.float64)], axis=1)
-    bound = 1e-5 * (1.0 + np.abs(y).max(initial=0.0)) * (1 + len(np.asarray(x.coords)) ** 0.5)
-    np.testing.assert_allclose(np.asarray(got.feats, np.float64), y, rtol=1e-5, atol=bound)
+    bound = rtol * (1.0 + np.abs(y).max(initial=0.0)) * (1 + len(np.asarray(x.coords)) ** 0.5)
+    np.testing.assert_allclose(np.asarray(got.feats, np.float64), y, rtol=rtol, atol=bound)
 
 
 @pytest.mark.usefixtures("cpu_device")
@@ -276,3 +284,161 @@ def test_unet_eval_forward_takes_the_fused_epilogue_with_the_same_bits(monkeypat
     want = model(x).feats
     assert float(mx.abs(want).max()) > 0
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+# ---- CUDA: the implicit GEMM's epilogue (cuda.fused_epilogue) ----------------------------------
+
+
+def test_cuda_routes_of_conv_affine():
+    """The route decision for a convolution on lattice's CUDA kernels (no GPU needed: the
+    request names the convolution's route)."""
+    from lattice.routing.conv import ConvAffineRequest, route_conv_affine
+
+    def route(conv_route="cuda.implicit_gemm", dtype="float32", **kw):
+        req = ConvAffineRequest(
+            "conv_affine",
+            conv_route,
+            dtype,
+            8,
+            **{"bias": False, "normalized": False, "residual": True, "activation": "relu", **kw},
+        )
+        return route_conv_affine(req)
+
+    for conv_route in ("cuda.implicit_gemm", "cuda.dequant_implicit_gemm"):
+        r = route(conv_route, concat=4)
+        assert r.name == "cuda.fused_epilogue" and "4 concatenated channels" in r.reason
+        assert {x.name for x in r.rejected} == {"cpu.fused_epilogue", "gpu.conv_then_affine"}
+    for kw, why in (
+        ({"conv_route": "gpu.gather_matmul_scatter"}, "not one whose kernel takes the epilogue"),
+        ({"conv_route": "metal.implicit_gemm"}, "not one whose kernel takes the epilogue"),
+        ({"dtype": "bfloat16"}, "features are bfloat16"),
+        ({"bias": True}, "adds a bias"),
+        ({"normalized": True}, "normalised"),
+    ):
+        r = route(**kw)
+        assert r.name == "gpu.conv_then_affine", kw
+        assert any(x.name == "cuda.fused_epilogue" and why in x.predicate for x in r.rejected), (
+            kw,
+            r.as_dict(),
+        )
+
+
+@needs_cuda
+@pytest.mark.parametrize("tf32", ["1", "0"])  # the tensor-core kernel (TF32) / the float32-FMA kernel
+@pytest.mark.parametrize("c_out", [5, 70])  # one column tile / two (FMA) or a 96-wide one (tensor cores)
+@pytest.mark.parametrize("cloud", [*SMALL_CLOUDS, "dense_block"])
+@pytest.mark.parametrize("kind", ["subm3", "strided", "transposed"])
+@pytest.mark.parametrize("form", list(FORMS))
+def test_cuda_fused_epilogue_against_the_two_ops_and_the_oracle(tf32, c_out, cloud, kind, form, monkeypatch):
+    monkeypatch.setenv("MLX_ENABLE_TF32", tf32)
+    with_residual, relu, with_concat = FORMS[form]
+    x, op, kwargs, w, scale, shift = _case(cloud, kind, 8, c_out, seed=len(cloud) + len(kind))
+    plan = plan_of(op, x, w, device="gpu", **kwargs)
+    residual = _residual(plan, c_out, 3) if with_residual else None
+    concat = _residual(plan, 3, 4) if with_concat else None
+    activation = "relu" if relu else None
+    keywords = {"residual": residual, "activation": activation, "concat": concat}
+    route = lattice.explain(conv_affine, plan, scale, shift, **keywords)
+    assert (plan.route.name, route.name) == ("cuda.implicit_gemm", "cuda.fused_epilogue"), route.as_dict()
+    got = conv_affine(plan, scale, shift, **keywords)
+    assert got.coord_key == plan.relation.out_key and got.feats.dtype == mx.float32
+    assert got.feats.shape == (plan.relation.n_out, c_out + (3 if with_concat else 0))
+    want = lattice.ops.affine(
+        op(x, w, device="gpu", **kwargs), scale, shift, residual=residual, activation=activation
+    )
+    if concat is not None:
+        np.testing.assert_array_equal(np.asarray(got.feats[:, c_out:]), np.asarray(concat.feats))
+        want = lattice.ops.cat([want, concat])
+    # the same sums as the plain kernel; the map may round once less (a fused multiply-add)
+    b = np.asarray(want.feats)
+    np.testing.assert_allclose(
+        np.asarray(got.feats), b, rtol=1e-6, atol=1e-6 * (1.0 + np.abs(b).max(initial=0.0))
+    )
+    _check_oracle(
+        got, x, w, kind, kwargs, scale, shift, residual, relu, concat, False, 2e-3 if tf32 == "1" else 1e-5
+    )
+
+
+@needs_cuda
+@pytest.mark.parametrize("tf32", ["1", "0"])
+def test_cuda_fused_epilogue_gradients_and_jvp_are_those_of_the_two_ops(tf32, monkeypatch):
+    monkeypatch.setenv("MLX_ENABLE_TF32", tf32)
+    x, op, kwargs, w, scale, shift = _case("random_sparse", "subm3", 8, 12, seed=2)
+    n = x.feats.shape[0]
+    r = mx.array(np.random.default_rng(9).normal(size=(n, 12)).astype(np.float32))
+    a = mx.array(np.random.default_rng(8).normal(size=(n, 4)).astype(np.float32))
+
+    def fused(feats, w, scale, shift, r, a):
+        plan = plan_of(op, x.replace(feats=feats), w, device="gpu", **kwargs)
+        return conv_affine(
+            plan, scale, shift, residual=plan.output(r), activation="relu", concat=plan.output(a)
+        ).feats
+
+    def separate(feats, w, scale, shift, r, a):
+        y = op(x.replace(feats=feats), w, device="gpu", **kwargs)
+        y = lattice.ops.affine(y.feats, scale, shift, residual=r, activation="relu")
+        return mx.concatenate([y, a], axis=1)
+
+    args = [x.feats, w, scale, shift, r, a]
+    plan = plan_of(op, x, w, device="gpu", **kwargs)
+    assert lattice.explain(conv_affine, plan, scale, shift).name == "cuda.fused_epilogue"
+    loss = [lambda *a, f=f: (f(*a) ** 2).sum() for f in (fused, separate)]
+    g_fused = mx.grad(loss[0], argnums=(0, 1, 2, 3, 4, 5))(*args)
+    g_sep = mx.grad(loss[1], argnums=(0, 1, 2, 3, 4, 5))(*args)
+    for got, want in zip(g_fused, g_sep, strict=True):  # the weight gradient's atomics round run to run
+        want = np.asarray(want)
+        assert np.abs(want).max() > 0
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    tangents = [
+        mx.array(np.random.default_rng(i).normal(size=t.shape).astype(np.float32)) for i, t in enumerate(args)
+    ]
+    (j_fused,) = mx.jvp(fused, args, tangents)[1]
+    (j_sep,) = mx.jvp(separate, args, tangents)[1]
+    want = np.asarray(j_sep)
+    np.testing.assert_allclose(np.asarray(j_fused), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_cuda
+def test_cuda_conv_affine_that_cannot_fuse_runs_the_two_ops():
+    x, op, kwargs, w, scale, shift = _case("random_sparse", "subm3", 8, 6, seed=4)
+    for name, plan in {
+        "bfloat16": plan_of(op, x.replace(feats=x.feats.astype(mx.bfloat16)), w, device="gpu", **kwargs),
+        "bias": plan_of(op, x, w, mx.ones((6,)), device="gpu", **kwargs),
+    }.items():
+        route = lattice.explain(conv_affine, plan, scale, shift, activation="relu")
+        assert route.name == "gpu.conv_then_affine", name
+        got = conv_affine(plan, scale, shift, activation="relu")
+        want = lattice.ops.affine(plan.run(), scale, shift, activation="relu")
+        np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))
+
+
+@needs_cuda
+def test_cuda_unet_eval_forward_takes_the_fused_epilogue(monkeypatch, kitti_coords):
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    coords = kitti_coords[:6000]
+    mx.random.seed(0)
+    model = minkunet(14, 4, 5, width=8)
+    _trained(model, 1)
+    model.eval()
+    feats = np.random.default_rng(0).normal(size=(len(coords), 4)).astype(np.float32)
+    routes = []
+    real = blocks.conv_affine
+
+    def spy(plan, *args, **kwargs):
+        routes.append(lattice.explain(real, plan, *args, **kwargs).name)
+        return real(plan, *args, **kwargs)
+
+    def separate(conv, x, norm, act, residual=None, concat=None, **support):
+        y = blocks.normed(norm, conv(x, **support), act, residual)
+        return y if concat is None else lattice.ops.cat([y, concat])
+
+    with mx.stream(mx.gpu):
+        monkeypatch.setattr(blocks, "conv_affine", spy)
+        got = np.asarray(model(SparseTensor(coords, mx.array(feats))).feats)
+        monkeypatch.setattr(blocks, "conv_normed", separate)  # conv_affine no longer called
+        want = np.asarray(model(SparseTensor(coords, mx.array(feats))).feats)
+    # every convolution but the 1x1x1 projections (one MLX matmul each) fuses
+    assert routes.count("cuda.fused_epilogue") > 20
+    assert set(routes) <= {"cuda.fused_epilogue", "gpu.conv_then_affine"}
+    assert np.abs(want).max() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

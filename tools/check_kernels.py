@@ -111,6 +111,10 @@ class Variant:
         return ", ".join(f"{k}={v}" for k, v in self.template) if self.template else "-"
 
 
+# The float32 operands of the fused-epilogue convolutions (x, scale, shift, res, app, y).
+_EPILOGUE_DTYPES = {n: "float32" for n in ("x", "scale", "shift", "res", "app", "y")}
+
+
 def _variants() -> dict[str, list[Variant]]:
     # The tensor-core kernels' pipeline depths are computed by the route itself.
     from lattice.backends.cuda.conv import _mma_stages, _wgrad_mma_stages
@@ -144,6 +148,26 @@ def _variants() -> dict[str, list[Variant]]:
             Variant({"x": t, "wt": t, "y": t}, (("T", t), ("TN", tn), ("P", _mma_stages(size[t], tn))))
             for t in FLOATS
             for tn in (32, 64, 96)
+        ],
+        # the fused epilogue (cuda.fused_epilogue): float32 features, RES / RELU 0 or 1
+        "conv_implicit_gemm_affine": [
+            Variant(
+                _EPILOGUE_DTYPES | {"w": tw},
+                (("T", "float32"), ("TW", tw), ("TN", tn), ("RES", r), ("RELU", a)),
+            )
+            for tw in FLOATS
+            for tn in (32, 64)
+            for r in (0, 1)
+            for a in (0, 1)
+        ],
+        "conv_implicit_gemm_mma_affine": [
+            Variant(
+                _EPILOGUE_DTYPES | {"wt": "float32"},
+                (("T", "float32"), ("TN", tn), ("P", _mma_stages(4, tn)), ("RES", r), ("RELU", a)),
+            )
+            for tn in (32, 64, 96)
+            for r in (0, 1)
+            for a in (0, 1)
         ],
         "conv_weight_grad": [
             Variant({"x": t, "dy": t, "dw": "float32"}, (("T", t), ("TT", tt)))

@@ -132,9 +132,9 @@ def conv_normed(
 ) -> SparseTensor:
     """``act(norm(conv(x, **support)) + residual)``, with ``concat``'s channels after it where
     given (``cat([..., concat])``). Under running statistics (eval mode) all of it is one op,
-    ``lattice.ops.conv_affine`` (on the CPU the native convolution applies the map to its
-    output rows itself and writes the concatenated channels after them, where its route allows:
-    the ``cpu.fused_epilogue`` route); otherwise (training, a lazily counted set, a tensor on
+    ``lattice.ops.conv_affine`` (the convolution's kernel applies the map to its output rows
+    itself and writes the concatenated channels after them, where its route allows: the
+    ``cpu.fused_epilogue`` and ``cuda.fused_epilogue`` routes); otherwise (training, a lazily counted set, a tensor on
     another support) the convolution, then :func:`normed`, then :func:`lattice.ops.cat`."""
     if norm.uses_running_stats and not x.lazy:
         plan = conv.plan(x, **support)

@@ -308,12 +308,13 @@ def conv_affine(
     ``lattice.routing.explain.plan_of(lattice.ops.subm_conv3d, x, weight)``. ``scale`` /
     ``shift``: float ``(C_out,)``. ``residual`` (``C_out`` channels) and ``concat`` (any):
     tensors on the convolution's output support (same coordinate manager and key).
-    ``activation``: None or ``"relu"``. On the CPU, where the convolution runs in lattice's
-    native primitive (float32 features, no bias, not normalised), the primitive applies the
-    map to its output rows itself and writes ``concat``'s columns after them
-    (``cpu.fused_epilogue``: per output-row block while it is in cache); otherwise the
-    convolution runs, then ``lattice.ops.affine``, then the concatenation. The same bits
-    either way.
+    ``activation``: None or ``"relu"``. Where the convolution's kernel takes the epilogue
+    (float32 features, no bias, not normalised) it applies the map to its output rows itself
+    and writes ``concat``'s columns after them: lattice's native primitive on the CPU
+    (``cpu.fused_epilogue``: per output-row block while it is in cache; the two ops' bits),
+    the implicit GEMM on CUDA (``cuda.fused_epilogue``: to the float32 sums before they are
+    stored; the two ops' up to a multiply-add's rounding). Otherwise the convolution runs,
+    then ``lattice.ops.affine``, then the concatenation.
     """
     op = "conv_affine"
     if not isinstance(conv, ConvPlan):

@@ -237,6 +237,12 @@ FUSED_EPILOGUE = CONV_AFFINE.route(
     "primitive (per output-row block while the block is in cache, where its kernel runs in blocks) and "
     "writes a concatenated tensor's columns after them",
 )
+CUDA_FUSED_EPILOGUE = CONV_AFFINE.route(
+    Backend.CUDA,
+    "fused_epilogue",
+    "lattice's implicit-GEMM kernel applies scale, shift, residual and ReLU to its float32 sums before it "
+    "stores them and writes a concatenated tensor's columns after them (CUDA only)",
+)
 CPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
     CPU,
     "conv_then_affine",
@@ -247,7 +253,8 @@ GPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
     "conv_then_affine",
     "the convolution's own route, then lattice.ops.affine's compiled GPU map (and MLX's concatenation)",
 )
-# The convolution routes that run in the native SparseConv primitive, which takes the epilogue.
+# The convolution routes whose kernel takes the epilogue: the native SparseConv primitive on the
+# CPU, the implicit GEMM on CUDA.
 EPILOGUE_CONV_ROUTES = tuple(
     r.name
     for r in (
@@ -258,6 +265,7 @@ EPILOGUE_CONV_ROUTES = tuple(
         DEQUANT_GATHER_GEMM_SCATTER,
     )
 )
+CUDA_EPILOGUE_CONV_ROUTES = (IMPLICIT_GEMM.cuda.name, DEQUANT_IMPLICIT_GEMM.cuda.name)
 
 
 @dataclass(frozen=True)
@@ -276,22 +284,22 @@ class ConvAffineRequest:
 
 
 def route_conv_affine(req: ConvAffineRequest) -> Route:
-    """Fused into the native convolution where it runs one (float32, no bias, not normalised),
-    else the convolution then the affine pass on the convolution's device."""
+    """Fused into the convolution's kernel where it takes an epilogue (the native CPU
+    primitive, CUDA's implicit GEMM; float32, no bias, not normalised), else the convolution
+    then the affine pass on the convolution's device."""
     facts = facts_of(req, "conv_route", "dtype", "c_out", "residual", "activation", "concat")
     rb = RouteBuilder(req.op, facts)
-    if not req.conv_route.startswith(f"{CPU}."):
-        rb.reject(
-            FUSED_EPILOGUE, "the convolution runs on a GPU (lattice's GPU kernels take no epilogue yet)"
-        )
-        return rb.take(
-            GPU_CONV_THEN_AFFINE,
-            f"the convolution ({req.conv_route}), then the affine map as one compiled GPU function",
-        )
+    on_cpu = req.conv_route.startswith(f"{CPU}.")
+    fused, kernels = (
+        (FUSED_EPILOGUE, EPILOGUE_CONV_ROUTES) if on_cpu else (CUDA_FUSED_EPILOGUE, CUDA_EPILOGUE_CONV_ROUTES)
+    )
+    separate = CPU_CONV_THEN_AFFINE if on_cpu else GPU_CONV_THEN_AFFINE
+    if not on_cpu:
+        rb.reject(FUSED_EPILOGUE, "the convolution runs on a GPU")
     why_not = (
-        f"the convolution's route {req.conv_route} is not one of the native convolution's "
-        f"({', '.join(EPILOGUE_CONV_ROUTES)})"
-        if req.conv_route not in EPILOGUE_CONV_ROUTES
+        f"the convolution's route {req.conv_route} is not one whose kernel takes the epilogue "
+        f"({', '.join(kernels)})"
+        if req.conv_route not in kernels
         else f"features are {req.dtype}: the epilogue works on the float32 sums before they are stored"
         if req.dtype != "float32"
         else "the convolution adds a bias (the epilogue starts from the sums)"
@@ -301,21 +309,30 @@ def route_conv_affine(req: ConvAffineRequest) -> Route:
         else None
     )
     if why_not is not None:
-        rb.reject(FUSED_EPILOGUE, why_not)
-        return rb.take(
-            CPU_CONV_THEN_AFFINE, f"the convolution ({req.conv_route}), then the affine map's native pass"
-        )
+        rb.reject(fused, why_not)
+        after = "the affine map's native pass" if on_cpu else "the affine map as one compiled GPU function"
+        return rb.take(separate, f"the convolution ({req.conv_route}), then {after}")
     rb.reject(
-        CPU_CONV_THEN_AFFINE,
-        "a separate pass reads and writes every output row again; the fused epilogue works on each block "
-        "of rows while the convolution still holds it in cache",
+        separate,
+        "a separate pass reads and writes every output row again"
+        + (
+            "; the fused epilogue works on each block of rows while the convolution still holds it in cache"
+            if on_cpu
+            else "; the kernel applies the map to the sums it holds in registers"
+        ),
     )
+    if on_cpu:
+        how = (
+            "itself: to each block of rows as it finishes it where lattice's kernel runs in output-row blocks "
+            "(a large output, edges in row order), else in one pass at its end; the affine pass's own row "
+            "function, so the same bits as the two ops"
+        )
+    else:
+        how = "to its float32 sums before it stores them (no second pass over the output; float32 arithmetic)"
     return rb.take(
-        FUSED_EPILOGUE,
-        f"the convolution ({req.conv_route}) applies act(y * scale + shift + residual) to its output rows "
-        "itself: to each block of rows as it finishes it where lattice's kernel runs in output-row blocks "
-        "(a large output, edges in row order), else in one pass at its end; the affine pass's own row "
-        "function, so the same bits as the two ops"
+        fused,
+        f"the convolution ({req.conv_route}) applies act(y * scale + shift + residual) "
+        + how
         + (
             f"; each row's {req.concat} concatenated channels written after it (no separate concatenation)"
             if req.concat

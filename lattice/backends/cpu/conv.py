@@ -97,11 +97,10 @@ def fused_epilogue(plan, scale, shift, residual, relu: bool, concat) -> mx.array
     return dispatch(plan.route, plan.x.run_feats, plan.weight, plan.relation, epilogue=epilogue)
 
 
-@implements(routes.CPU_CONV_THEN_AFFINE, routes.GPU_CONV_THEN_AFFINE)
+@implements(routes.CPU_CONV_THEN_AFFINE)
 def conv_then_affine(plan, scale, shift, residual, relu: bool, concat) -> mx.array:
-    """The convolution (its own route, on its device), then ``lattice.ops.affine`` on its output
-    (the affine op's route: the native pass on the CPU, the compiled map on a GPU), then
-    ``concat``'s columns after it (MLX's concatenation)."""
+    """The convolution (its own route), then ``lattice.ops.affine`` on its output (the affine
+    op's route: the native pass), then ``concat``'s columns after it (MLX's concatenation)."""
     from lattice.ops.norms import affine  # the ops import the backends lazily, not the reverse
 
     y = affine(plan.run().feats, scale, shift, residual=residual, activation="relu" if relu else None)

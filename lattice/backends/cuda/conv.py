@@ -10,17 +10,20 @@ made on a map's first convolution when it is wide, on its second otherwise. The
 
 from __future__ import annotations
 
+import functools
+
 import mlx.core as mx
 
 from lattice import settings
 from lattice.backends import kernels
 from lattice.backends.cuda.launch import THREADS, check_index_range, int_params, launch
 from lattice.backends.cuda.relations import in_major_map, row_order
+from lattice.backends.gpu.features import compiled_affine
 from lattice.core.buffers import arange
 from lattice.core.quantized import dequantized
 from lattice.core.relation import RelationKind
 from lattice.routing import conv as routes
-from lattice.routing.registry import implements
+from lattice.routing.registry import dispatch, implements
 
 _TM = 64  # output rows per threadgroup (kernels/conv.inc)
 _MMA_MAX_OFFSETS = 1024  # LT_CONV_KCAP: the tensor-core kernel's list of used offsets
@@ -49,9 +52,12 @@ def _tile_order(rel, key: str, nmap: mx.array, c_in: int, c_out: int) -> mx.arra
     return state["order"]
 
 
-def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array) -> mx.array:
+def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epilogue=None) -> mx.array:
     """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]; w (K, C_in, C_out); the
-    output rows taken in tiles of 64 in ``order`` (``row_order(nmap)``).
+    output rows taken in tiles of 64 in ``order`` (``row_order(nmap)``). ``epilogue``
+    (float32 features only; ``_fused_conv``): ``(scale, shift, residual | None, relu,
+    concat | None)`` applied to the float32 sums before they are stored, ``concat``'s rows
+    written after them (the ``*_affine`` entries: y (n_out, C_out + C_concat)).
 
     Features whose rows are whole 16-byte chunks (C_in % 8 == 0 for 16-bit, % 4 for
     float32 while TF32 is allowed) take the tensor-core kernel (W cast to the feature
@@ -62,16 +68,18 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array) -> m
     float32-FMA kernel."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_in, c_out = int(w.shape[1]), int(w.shape[2])
+    c_cat = 0 if epilogue is None or epilogue[4] is None else int(epilogue[4].shape[1])
     if n_out == 0 or int(x.shape[0]) == 0 or c_in == 0 or c_out == 0:
-        return mx.zeros((n_out, c_out), dtype=x.dtype)
+        y = mx.zeros((n_out, c_out), dtype=x.dtype)
+        return y if epilogue is None else _epilogue_ops(y, *epilogue)
     check_index_range(
         "implicit_gemm",
         features=int(x.shape[0]) * c_in,
-        output=n_out * c_out,
+        output=n_out * (c_out + c_cat),
         neighbor_map=n_out * kv,
         weight=kv * c_in * c_out,
     )
-    params = int_params(n_out, kv, c_in, c_out)
+    params = int_params(n_out, kv, c_in, c_out, *([c_out + c_cat, c_cat] if epilogue is not None else []))
     mma = kv <= _MMA_MAX_OFFSETS and uses_tensor_cores(x.dtype, c_in)
     tn = tile_n(c_out, mma)
     threads, tiles_n = -(-n_out // _TM) * THREADS, -(-c_out // tn)
@@ -83,10 +91,34 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array) -> m
     else:
         name, inputs = "conv_implicit_gemm", [x, w, nmap, order, params]
         template = [("T", x.dtype), ("TW", w.dtype), ("TN", tn)]
+    if epilogue is not None:
+        scale, shift, residual, relu, concat = epilogue
+        unused = _one_float()  # the inputs a form does not read
+        inputs += [
+            scale.astype(mx.float32),
+            shift.astype(mx.float32),
+            unused if residual is None else residual.astype(mx.float32),
+            unused if concat is None else concat.astype(mx.float32),
+        ]
+        name += "_affine"
+        template += [("RES", int(residual is not None)), ("RELU", int(relu))]
     (y,) = launch(
-        "conv", name, inputs, [(n_out, c_out)], [x.dtype], threads, template=template, grid_y=tiles_n
+        "conv", name, inputs, [(n_out, c_out + c_cat)], [x.dtype], threads, template=template, grid_y=tiles_n
     )
     return y
+
+
+@functools.cache
+def _one_float() -> mx.array:
+    return mx.zeros((1,), dtype=mx.float32)
+
+
+def _epilogue_ops(y: mx.array, scale, shift, residual, relu: bool, concat) -> mx.array:
+    """What the fused epilogue computes, as MLX operations on the convolution's output ``y``:
+    ``gpu.compiled_affine`` (float32 arithmetic), then the concatenation. The fused kernels'
+    VJP / JVP, and their result where the kernels do not run (no rows, inputs or channels)."""
+    y = compiled_affine(y, scale, shift, residual, relu)
+    return y if concat is None else mx.concatenate([y, concat.astype(y.dtype)], axis=1)
 
 
 def tile_n(c_out: int, mma: bool) -> int:
@@ -262,12 +294,71 @@ def _conv_fn(rel, transposed: bool = False):
     return rel.cached("cuda_conv_t" if transposed else "cuda_conv", make)
 
 
+def _fused_conv(rel, relu: bool, residual: bool, concat: bool):
+    """The differentiable convolution over ``rel``'s map with the fused epilogue:
+    (x, w, scale, shift[, residual][, concat]) -> [act(conv * scale + shift + residual),
+    concat] from one kernel (``_conv_kernel``'s ``*_affine`` entries). Its VJP / JVP are
+    those of ``_epilogue_ops`` over the plain convolution (``_conv_fn``): the convolution
+    runs again there, unfused. One per relation and form, kept on it."""
+
+    def make():
+        conv = _conv_fn(rel)
+
+        def split(args):
+            x, w, scale, shift, *rest = args
+            res = rest.pop(0) if residual else None
+            return x, w, (scale, shift, res, relu, rest.pop(0) if concat else None)
+
+        def unfused(*args):
+            x, w, epilogue = split(args)
+            return _epilogue_ops(conv(x, w), *epilogue)
+
+        @mx.custom_function
+        def fused(*args):
+            x, w, epilogue = split(args)
+            nmap = rel.neighbor_map
+            return _conv_kernel(
+                x, w, nmap, _tile_order(rel, "row_order", nmap, x.shape[1], w.shape[2]), epilogue
+            )
+
+        @fused.vjp
+        def fused_vjp(primals, cotangent, output):
+            return tuple(mx.vjp(unfused, list(primals), [cotangent])[1])
+
+        @fused.jvp
+        def fused_jvp(primals, tangents):  # None: an operand the JVP does not vary
+            tangents = [mx.zeros_like(p) if t is None else t for p, t in zip(primals, tangents, strict=True)]
+            return mx.jvp(unfused, list(primals), tangents)[1][0]
+
+        return fused
+
+    return rel.cached(f"cuda_conv_affine_{int(relu)}{int(residual)}{int(concat)}", make)
+
+
 @implements(routes.IMPLICIT_GEMM.cuda)
-def implicit_gemm(feats: mx.array, weight: mx.array, rel) -> mx.array:
+def implicit_gemm(feats: mx.array, weight: mx.array, rel, epilogue=None) -> mx.array:
     """Relation convolution with mapped weight (K, C_in, C_out) over the relation's dense
-    neighbour map (differentiable, also twice)."""
+    neighbour map (differentiable, also twice); ``epilogue`` (``cuda.fused_epilogue``):
+    ``(scale, shift, residual | None, relu, concat | None)`` applied by the kernel."""
     with mx.stream(mx.gpu):
-        return _conv_fn(rel)(feats, weight)
+        if epilogue is None:
+            return _conv_fn(rel)(feats, weight)
+        scale, shift, res, relu, cat = epilogue
+        fn = _fused_conv(rel, relu, res is not None, cat is not None)
+        return fn(feats, weight, scale, shift, *(a for a in (res, cat) if a is not None))
+
+
+@implements(routes.CUDA_FUSED_EPILOGUE)
+def fused_epilogue(plan, scale, shift, residual, relu: bool, concat) -> mx.array:
+    """The convolution's own route (``cuda.implicit_gemm`` or its packed-weight form) with
+    the affine map and the concatenation handed to its kernel."""
+    return dispatch(
+        plan.route,
+        plan.x.run_feats,
+        plan.weight,
+        plan.relation,
+        epilogue=(scale, shift, residual, relu, concat),
+    )
 
 
 implements(routes.DEQUANT_IMPLICIT_GEMM.cuda)(dequantized(implicit_gemm))

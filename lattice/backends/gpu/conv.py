@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from lattice.backends.gpu.features import compiled_affine
 from lattice.core.quantized import dequantized
 from lattice.core.relation import KernelRelation
 from lattice.routing import conv as routes
@@ -57,3 +58,15 @@ def pointwise_matmul(feats: mx.array, weight: mx.array, rel: KernelRelation, *, 
 
 implements(routes.DEQUANT_GATHER_MATMUL_SCATTER)(dequantized(gather_matmul_scatter))
 implements(routes.DEQUANT_POINTWISE_MATMUL)(dequantized(pointwise_matmul))
+
+
+@implements(routes.GPU_CONV_THEN_AFFINE)
+def conv_then_affine(plan, scale, shift, residual, relu: bool, concat) -> mx.array:
+    """The convolution (its own route: lattice's kernels or MLX's), then the affine map as one
+    compiled GPU function (``gpu.compiled_affine``), then ``concat``'s columns after it
+    (MLX's concatenation)."""
+    y = compiled_affine(plan.run().feats, scale, shift, residual, relu)
+    if concat is None:
+        return y
+    with mx.stream(mx.gpu):
+        return mx.concatenate([y, concat], axis=1)
