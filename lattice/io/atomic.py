@@ -14,9 +14,7 @@ import errno
 import functools
 import os
 import re
-import secrets
 import shutil
-import socket
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -47,6 +45,8 @@ _TEMP = re.compile(r"^\..+\.lattice-(?:(?P<host>[A-Za-z0-9_]+)-)?(?P<pid>\d+)-[^
 @functools.cache
 def host_tag() -> str:
     """This machine's name as temp names carry it: the host name's first label, ``[A-Za-z0-9_]`` only."""
+    import socket  # here, not at import: `lattice info` starts without it
+
     name = socket.gethostname().split(".")[0]
     return re.sub(r"[^A-Za-z0-9_]", "_", name) or "host"
 
@@ -222,7 +222,7 @@ def _atomic_upload(url: str) -> Iterator[BinaryIO]:
     parent, _, name = key.rstrip("/").rpartition("/")
     if not name:
         raise IsADirectoryError(errno.EISDIR, "is a bucket or prefix, expected an object key", url)
-    temp = f"{parent}/{temp_prefix(name)}{secrets.token_hex(4)}.tmp"
+    temp = f"{parent}/{temp_prefix(name)}{os.urandom(4).hex()}.tmp"
     with tempfile.TemporaryFile() as spool:
         yield spool
         spool.flush()
