@@ -131,7 +131,12 @@ def kernel(dialect: str, family: str, name: str):
 # Kernels with no Metal entry point: CUDA tensor-core instructions, and the fused epilogue of
 # cuda.fused_epilogue (conv_affine), which has no Metal route.
 CUDA_ONLY = frozenset(
-    {"conv_implicit_gemm_mma", "conv_weight_grad_mma", "conv_implicit_gemm_affine", "conv_implicit_gemm_mma_affine"}
+    {
+        "conv_implicit_gemm_mma",
+        "conv_weight_grad_mma",
+        "conv_implicit_gemm_affine",
+        "conv_implicit_gemm_mma_affine",
+    }
 )
 
 # Metal kernels whose outputs are atomics (mx.fast.metal_kernel makes all outputs atomic or none).
