@@ -142,12 +142,20 @@ def counting_convs():
     totals = {"flop": 0.0, "bytes": 0.0}
     original = conv_ops.dispatch
 
-    def counted(route, feats, weight, rel, *args, **kwargs):
-        y = original(route, feats, weight, rel, *args, **kwargs)
-        edges, c_in, c_out = rel.n_edges, int(feats.shape[1]), int(y.shape[1])
-        size = feats.dtype.size
+    def count(feats, weight, rel, c_out: int) -> None:
+        edges, c_in, size = rel.n_edges, int(feats.shape[1]), feats.dtype.size
         totals["flop"] += 2.0 * edges * c_in * c_out
         totals["bytes"] += float(edges * (c_in + 2 * c_out) * size + getattr(weight, "nbytes", 0))
+
+    def counted(route, *args, **kwargs):
+        y = original(route, *args, **kwargs)
+        if isinstance(args[0], conv_ops.ConvPlan):  # conv_affine: (plan, scale, shift, ...)
+            plan = args[0]
+            if route.name.endswith(".fused_epilogue"):  # else plan.run() was counted as a convolution
+                count(plan.x.run_feats, plan.weight, plan.relation, conv_ops._channels(plan.weight)[1])
+        else:  # a convolution: (feats, weight, rel)
+            feats, weight, rel = args[:3]
+            count(feats, weight, rel, int(y.shape[1]))
         return y
 
     conv_ops.dispatch = counted

@@ -361,7 +361,7 @@ def test_cuda_fused_epilogue_against_the_two_ops_and_the_oracle(tf32, c_out, clo
 
 @needs_cuda
 @pytest.mark.parametrize("tf32", ["1", "0"])
-def test_cuda_fused_epilogue_gradients_and_jvp_are_those_of_the_two_ops(tf32, monkeypatch):
+def test_cuda_fused_epilogue_gradients_are_those_of_the_two_ops(tf32, monkeypatch):
     monkeypatch.setenv("MLX_ENABLE_TF32", tf32)
     x, op, kwargs, w, scale, shift = _case("random_sparse", "subm3", 8, 12, seed=2)
     n = x.feats.shape[0]
@@ -389,13 +389,11 @@ def test_cuda_fused_epilogue_gradients_and_jvp_are_those_of_the_two_ops(tf32, mo
         want = np.asarray(want)
         assert np.abs(want).max() > 0
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    tangents = [
-        mx.array(np.random.default_rng(i).normal(size=t.shape).astype(np.float32)) for i, t in enumerate(args)
-    ]
-    (j_fused,) = mx.jvp(fused, args, tangents)[1]
-    (j_sep,) = mx.jvp(separate, args, tangents)[1]
-    want = np.asarray(j_sep)
-    np.testing.assert_allclose(np.asarray(j_fused), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    # no JVP on CUDA either way: MLX's custom kernels have none (the plain convolution's too)
+    tangents = [mx.zeros_like(t) for t in args]
+    for f in (fused, separate):
+        with pytest.raises(ValueError, match="jvp"):
+            mx.jvp(f, args, tangents)
 
 
 @needs_cuda

@@ -299,7 +299,8 @@ def _fused_conv(rel, relu: bool, residual: bool, concat: bool):
     (x, w, scale, shift[, residual][, concat]) -> [act(conv * scale + shift + residual),
     concat] from one kernel (``_conv_kernel``'s ``*_affine`` entries). Its VJP / JVP are
     those of ``_epilogue_ops`` over the plain convolution (``_conv_fn``): the convolution
-    runs again there, unfused. One per relation and form, kept on it."""
+    runs again there, unfused (the JVP raises as the plain convolution's does: MLX's custom
+    kernels have none). One per relation and form, kept on it."""
 
     def make():
         conv = _conv_fn(rel)
