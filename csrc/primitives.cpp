@@ -34,8 +34,7 @@ mx::array bilinear_jvp(const std::vector<mx::array>& primals, const std::vector<
 // ---- SparseConv ------------------------------------------------------------------
 
 std::vector<mx::Shape> SparseConv::output_shapes(const std::vector<mx::array>& inputs) {
-  const auto& w = inputs[1];
-  return {{n_out_, (transpose_w_ ? w.shape(1) : w.shape(2)) + epilogue_.append}};
+  return {{n_out_, c_out(inputs[1]) + epilogue_.append}};
 }
 
 bool SparseConv::is_equivalent(const mx::Primitive& other) const {
@@ -45,7 +44,7 @@ bool SparseConv::is_equivalent(const mx::Primitive& other) const {
 }
 
 mx::array SparseConv::plain(const std::vector<mx::array>& primals) {
-  return mx::array({n_out_, transpose_w_ ? primals[1].shape(1) : primals[1].shape(2)}, primals[0].dtype(),
+  return mx::array({n_out_, c_out(primals[1])}, primals[0].dtype(),
                    std::make_shared<SparseConv>(stream(), bounds_, n_out_, transpose_w_, identity_k_, facts_, kernel_),
                    {primals[0], primals[1], primals[2], primals[3]});
 }

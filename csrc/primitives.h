@@ -85,6 +85,8 @@ class SparseConv : public mx::Primitive {
 
   // The plain convolution of the first four primals (this one without its epilogue).
   mx::array plain(const std::vector<mx::array>& primals);
+  // The convolution's output channels: W's (K, C_in, C_out), or (K, C_out, C_in) transposed.
+  int c_out(const mx::array& w) const { return transpose_w_ ? w.shape(1) : w.shape(2); }
 };
 
 // G[k] = A[rows_a[e]]^T @ B[rows_b[e]] summed over the edges of offset k.
