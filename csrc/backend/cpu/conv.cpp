@@ -127,19 +127,13 @@ struct RowEpilogue {
   int append = 0;
   bool relu = false;
   // Rows [b, e) of Y (c_out channels, rows c_out + append apart), in place: AffineAct's row
-  // pass itself.
+  // pass itself, then A's rows after them.
   void operator()(float* Y, int64_t b, int64_t e, int c_out) const {
     if (S == nullptr || e <= b) return;
-    if (append == 0) {
-      affine_rows(Y, S, H, R, Y, b, e, c_out, relu);
-      return;
-    }
     const int64_t ldy = c_out + append;
-    for (int64_t r = b; r < e; ++r) {
-      float* y = Y + r * ldy;
-      affine_rows(y, S, H, R == nullptr ? nullptr : R + r * c_out, y, 0, 1, c_out, relu);
-      std::memcpy(y + c_out, A + r * append, sizeof(float) * append);
-    }
+    affine_rows(Y, S, H, R, Y, b, e, c_out, ldy, relu);
+    for (int64_t r = b; append > 0 && r < e; ++r)
+      std::memcpy(Y + r * ldy + c_out, A + r * append, sizeof(float) * append);
   }
 };
 

@@ -29,16 +29,17 @@ namespace lattice {
 
 namespace {
 
-// Rows [b, e) of C channels, float32 throughout. Y may be X (the convolution's epilogue
-// works in place): each element is read before it is written, so X and Y are not restrict.
+// Rows [b, e) of C channels (X's and Y's rows ld apart, R's C), float32 throughout. Y may be
+// X (the convolution's epilogue works in place): each element is read before it is written,
+// so X and Y are not restrict.
 template <bool kResidual, bool kRelu>
 inline void affine_rows_as(const float* X, const float* __restrict S, const float* __restrict H,
-                           const float* __restrict R, float* Y, int64_t b, int64_t e, int64_t C) {
+                           const float* __restrict R, float* Y, int64_t b, int64_t e, int64_t C, int64_t ld) {
   for (int64_t r = b; r < e; ++r) {
-    const int64_t o = r * C;
+    const int64_t o = r * ld, q = r * C;
     for (int64_t c = 0; c < C; ++c) {
       float v = X[o + c] * S[c] + H[c];
-      if (kResidual) v += R[o + c];
+      if (kResidual) v += R[q + c];
       if (kRelu) v = v < 0.0f ? 0.0f : v;  // max(v, 0); NaN stays NaN as in mx.maximum
       Y[o + c] = v;
     }
@@ -48,13 +49,13 @@ inline void affine_rows_as(const float* X, const float* __restrict S, const floa
 }  // namespace
 
 LATTICE_X86_CLONES void affine_rows(const float* X, const float* S, const float* H, const float* R, float* Y,
-                                    int64_t b, int64_t e, int64_t C, bool relu) {
+                                    int64_t b, int64_t e, int64_t C, int64_t ld, bool relu) {
   if (R != nullptr) {
-    if (relu) affine_rows_as<true, true>(X, S, H, R, Y, b, e, C);
-    else affine_rows_as<true, false>(X, S, H, R, Y, b, e, C);
+    if (relu) affine_rows_as<true, true>(X, S, H, R, Y, b, e, C, ld);
+    else affine_rows_as<true, false>(X, S, H, R, Y, b, e, C, ld);
   } else {
-    if (relu) affine_rows_as<false, true>(X, S, H, R, Y, b, e, C);
-    else affine_rows_as<false, false>(X, S, H, R, Y, b, e, C);
+    if (relu) affine_rows_as<false, true>(X, S, H, R, Y, b, e, C, ld);
+    else affine_rows_as<false, false>(X, S, H, R, Y, b, e, C, ld);
   }
 }
 
@@ -210,7 +211,7 @@ void AffineAct::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
     const float* S = in[1].data<float>();
     const float* H = in[2].data<float>();
     float* Y = out.dtype() == mx::float32 ? out.data<float>() : (ys.resize(static_cast<size_t>(n) * C), ys.data());
-    parallel_for(n, [&](int64_t b, int64_t e) { affine_rows(X, S, H, R, Y, b, e, C, relu); },
+    parallel_for(n, [&](int64_t b, int64_t e) { affine_rows(X, S, H, R, Y, b, e, C, C, relu); },
                  std::max<int64_t>(1, 16384 / C));
     if (out.dtype() != mx::float32) store_from_f32(Y, out);
   });
