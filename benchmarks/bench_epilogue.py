@@ -33,12 +33,6 @@ from lattice.models import blocks, minkunet
 _FUSED = blocks.conv_normed
 
 
-def _separate(conv, x, norm, act, residual=None, concat=None, **support):
-    """The blocks' convolution, normalisation and concatenation as separate ops."""
-    y = blocks.normed(norm, conv(x, **support), act, residual)
-    return y if concat is None else lattice.ops.cat([y, concat])
-
-
 def _inputs(device: str) -> tuple[np.ndarray, np.ndarray]:
     if device == "gpu":
         from bench_conv_gpu import shells
@@ -90,7 +84,7 @@ def main() -> None:
     times = {"fused": [], "separate": []}
     last = {}
     for r in range(args.rounds + 1):
-        order = [("fused", _FUSED), ("separate", _separate)]
+        order = [("fused", _FUSED), ("separate", blocks.conv_then_normed)]
         for name, fn in order if r % 2 == 0 else order[::-1]:
             blocks.conv_normed = fn
             x = tensor()

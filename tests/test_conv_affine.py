@@ -251,6 +251,19 @@ def _trained(model, seed: int) -> None:
             mod.bias = mx.array(rng.normal(size=n).astype(np.float32) * 0.2)
 
 
+def _spy_routes(monkeypatch) -> list[str]:
+    """The route of every ``conv_affine`` the model blocks call from now on, in order."""
+    routes = []
+    real = blocks.conv_affine
+
+    def spy(plan, *args, **kwargs):
+        routes.append(lattice.explain(real, plan, *args, **kwargs).name)
+        return real(plan, *args, **kwargs)
+
+    monkeypatch.setattr(blocks, "conv_affine", spy)
+    return routes
+
+
 @pytest.mark.usefixtures("cpu_device")
 def test_unet_eval_forward_takes_the_fused_epilogue_with_the_same_bits(monkeypatch, kitti_coords, gemm):
     coords = kitti_coords[:6000]
@@ -261,14 +274,7 @@ def test_unet_eval_forward_takes_the_fused_epilogue_with_the_same_bits(monkeypat
     x = SparseTensor(
         coords, mx.array(np.random.default_rng(0).normal(size=(len(coords), 4)).astype(np.float32))
     )
-    routes = []
-    real = blocks.conv_affine
-
-    def spy(plan, *args, **kwargs):
-        routes.append(lattice.explain(real, plan, *args, **kwargs).name)
-        return real(plan, *args, **kwargs)
-
-    monkeypatch.setattr(blocks, "conv_affine", spy)
+    routes = _spy_routes(monkeypatch)
     got = model(x).feats
     # every convolution fuses but the float32 1x1x1 projections (one BLAS GEMM each)
     projections = sum(isinstance(m, blocks.BasicBlock) and "proj" in m for _, m in model.named_modules())
@@ -276,11 +282,7 @@ def test_unet_eval_forward_takes_the_fused_epilogue_with_the_same_bits(monkeypat
     assert projections > 0 and routes.count("cpu.conv_then_affine") == unfused
     assert routes.count("cpu.fused_epilogue") == len(routes) - unfused > 20
 
-    def separate(conv, x, norm, act, residual=None, concat=None, **support):
-        y = blocks.normed(norm, conv(x, **support), act, residual)
-        return y if concat is None else lattice.ops.cat([y, concat])
-
-    monkeypatch.setattr(blocks, "conv_normed", separate)
+    monkeypatch.setattr(blocks, "conv_normed", blocks.conv_then_normed)
     want = model(x).feats
     assert float(mx.abs(want).max()) > 0
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
@@ -419,21 +421,10 @@ def test_cuda_unet_eval_forward_takes_the_fused_epilogue(monkeypatch, kitti_coor
     _trained(model, 1)
     model.eval()
     feats = np.random.default_rng(0).normal(size=(len(coords), 4)).astype(np.float32)
-    routes = []
-    real = blocks.conv_affine
-
-    def spy(plan, *args, **kwargs):
-        routes.append(lattice.explain(real, plan, *args, **kwargs).name)
-        return real(plan, *args, **kwargs)
-
-    def separate(conv, x, norm, act, residual=None, concat=None, **support):
-        y = blocks.normed(norm, conv(x, **support), act, residual)
-        return y if concat is None else lattice.ops.cat([y, concat])
-
     with mx.stream(mx.gpu):
-        monkeypatch.setattr(blocks, "conv_affine", spy)
+        routes = _spy_routes(monkeypatch)
         got = np.asarray(model(SparseTensor(coords, mx.array(feats))).feats)
-        monkeypatch.setattr(blocks, "conv_normed", separate)  # conv_affine no longer called
+        monkeypatch.setattr(blocks, "conv_normed", blocks.conv_then_normed)  # conv_affine no longer called
         want = np.asarray(model(SparseTensor(coords, mx.array(feats))).feats)
     # every convolution but the 1x1x1 projections (one MLX matmul each) fuses
     assert routes.count("cuda.fused_epilogue") > 20

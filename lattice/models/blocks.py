@@ -134,14 +134,30 @@ def conv_normed(
     given (``cat([..., concat])``). Under running statistics (eval mode) all of it is one op,
     ``lattice.ops.conv_affine`` (the convolution's kernel applies the map to its output rows
     itself and writes the concatenated channels after them, where its route allows: the
-    ``cpu.fused_epilogue`` and ``cuda.fused_epilogue`` routes); otherwise (training, a lazily counted set, a tensor on
-    another support) the convolution, then :func:`normed`, then :func:`lattice.ops.cat`."""
+    ``cpu.fused_epilogue`` and ``cuda.fused_epilogue`` routes); otherwise (training, a lazily
+    counted set, a tensor on another support) :func:`conv_then_normed`."""
     if norm.uses_running_stats and not x.lazy:
         plan = conv.plan(x, **support)
         if all(t is None or plan.on_output(t) for t in (residual, concat)):
             scale, shift = norm.affine()
             activation = None if act is None else "relu"
             return conv_affine(plan, scale, shift, residual=residual, activation=activation, concat=concat)
+    return conv_then_normed(conv, x, norm, act, residual, concat=concat, **support)
+
+
+def conv_then_normed(
+    conv,
+    x: SparseTensor,
+    norm: BatchNorm,
+    act: ReLU | None,
+    residual: SparseTensor | None = None,
+    *,
+    concat: SparseTensor | None = None,
+    **support,
+) -> SparseTensor:
+    """What :func:`conv_normed` computes, as separate ops: the convolution, then
+    :func:`normed`, then :func:`lattice.ops.cat` (its form outside eval mode, and the
+    reference the fused form is measured and tested against)."""
     y = normed(norm, conv(x, **support), act, residual)
     return y if concat is None else cat([y, concat])
 

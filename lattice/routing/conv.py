@@ -251,7 +251,8 @@ CPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
 GPU_CONV_THEN_AFFINE = CONV_AFFINE.route(
     GPU,
     "conv_then_affine",
-    "the convolution's own route, then lattice.ops.affine's compiled GPU map (and MLX's concatenation)",
+    "the convolution's own route, then the affine map as one compiled GPU function (gpu.compiled_affine) "
+    "and MLX's concatenation",
 )
 # The convolution routes whose kernel takes the epilogue: the native SparseConv primitive on the
 # CPU, the implicit GEMM on CUDA.

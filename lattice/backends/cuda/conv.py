@@ -18,7 +18,7 @@ from lattice import settings
 from lattice.backends import kernels
 from lattice.backends.cuda.launch import THREADS, check_index_range, int_params, launch
 from lattice.backends.cuda.relations import in_major_map, row_order
-from lattice.backends.gpu.features import compiled_affine
+from lattice.backends.gpu.features import affine_then_concat
 from lattice.core.buffers import arange
 from lattice.core.quantized import dequantized
 from lattice.core.relation import RelationKind
@@ -68,10 +68,11 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epil
     float32-FMA kernel."""
     n_out, kv = int(nmap.shape[0]), int(nmap.shape[1])
     c_in, c_out = int(w.shape[1]), int(w.shape[2])
-    c_cat = 0 if epilogue is None or epilogue[4] is None else int(epilogue[4].shape[1])
+    scale, shift, residual, relu, concat = epilogue or (None, None, None, False, None)
+    c_cat = 0 if concat is None else int(concat.shape[1])
     if n_out == 0 or int(x.shape[0]) == 0 or c_in == 0 or c_out == 0:
         y = mx.zeros((n_out, c_out), dtype=x.dtype)
-        return y if epilogue is None else _epilogue_ops(y, *epilogue)
+        return y if epilogue is None else affine_then_concat(y, *epilogue)
     check_index_range(
         "implicit_gemm",
         features=int(x.shape[0]) * c_in,
@@ -92,7 +93,6 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epil
         name, inputs = "conv_implicit_gemm", [x, w, nmap, order, params]
         template = [("T", x.dtype), ("TW", w.dtype), ("TN", tn)]
     if epilogue is not None:
-        scale, shift, residual, relu, concat = epilogue
         unused = _one_float()  # the inputs a form does not read
         inputs += [
             scale.astype(mx.float32),
@@ -111,14 +111,6 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epil
 @functools.cache
 def _one_float() -> mx.array:
     return mx.zeros((1,), dtype=mx.float32)
-
-
-def _epilogue_ops(y: mx.array, scale, shift, residual, relu: bool, concat) -> mx.array:
-    """What the fused epilogue computes, as MLX operations on the convolution's output ``y``:
-    ``gpu.compiled_affine`` (float32 arithmetic), then the concatenation. The fused kernels'
-    VJP / JVP, and their result where the kernels do not run (no rows, inputs or channels)."""
-    y = compiled_affine(y, scale, shift, residual, relu)
-    return y if concat is None else mx.concatenate([y, concat.astype(y.dtype)], axis=1)
 
 
 def tile_n(c_out: int, mma: bool) -> int:
@@ -298,7 +290,7 @@ def _fused_conv(rel, relu: bool, residual: bool, concat: bool):
     """The differentiable convolution over ``rel``'s map with the fused epilogue:
     (x, w, scale, shift[, residual][, concat]) -> [act(conv * scale + shift + residual),
     concat] from one kernel (``_conv_kernel``'s ``*_affine`` entries). Its VJP / JVP are
-    those of ``_epilogue_ops`` over the plain convolution (``_conv_fn``): the convolution
+    those of ``affine_then_concat`` over the plain convolution (``_conv_fn``): the convolution
     runs again there, unfused (the JVP raises as the plain convolution's does: MLX's custom
     kernels have none). One per relation and form, kept on it."""
 
@@ -312,7 +304,7 @@ def _fused_conv(rel, relu: bool, residual: bool, concat: bool):
 
         def unfused(*args):
             x, w, epilogue = split(args)
-            return _epilogue_ops(conv(x, w), *epilogue)
+            return affine_then_concat(conv(x, w), *epilogue)
 
         @mx.custom_function
         def fused(*args):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from lattice.backends.gpu.features import compiled_affine
+from lattice.backends.gpu.features import affine_then_concat
 from lattice.core.quantized import dequantized
 from lattice.core.relation import KernelRelation
 from lattice.routing import conv as routes
@@ -63,10 +63,5 @@ implements(routes.DEQUANT_POINTWISE_MATMUL)(dequantized(pointwise_matmul))
 @implements(routes.GPU_CONV_THEN_AFFINE)
 def conv_then_affine(plan, scale, shift, residual, relu: bool, concat) -> mx.array:
     """The convolution (its own route: lattice's kernels or MLX's), then the affine map as one
-    compiled GPU function (``gpu.compiled_affine``), then ``concat``'s columns after it
-    (MLX's concatenation)."""
-    y = compiled_affine(plan.run().feats, scale, shift, residual, relu)
-    if concat is None:
-        return y
-    with mx.stream(mx.gpu):
-        return mx.concatenate([y, concat], axis=1)
+    compiled GPU function and ``concat``'s columns after it (``affine_then_concat``)."""
+    return affine_then_concat(plan.run().feats, scale, shift, residual, relu, concat)

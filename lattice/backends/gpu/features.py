@@ -52,6 +52,24 @@ def compiled_affine(
         return y if y.dtype == dtype else y.astype(dtype)
 
 
+def affine_then_concat(
+    y: mx.array,
+    scale: mx.array,
+    shift: mx.array,
+    residual: mx.array | None,
+    relu: bool,
+    concat: mx.array | None,
+) -> mx.array:
+    """``compiled_affine`` on a convolution's output ``y``, then ``concat``'s columns after it
+    (MLX's concatenation, the promoted dtype): ``gpu.conv_then_affine``'s second half, and what
+    the CUDA kernels' fused epilogue computes (its VJP, and its result where no kernel runs)."""
+    y = compiled_affine(y, scale, shift, residual, relu)
+    if concat is None:
+        return y
+    with mx.stream(mx.gpu):
+        return mx.concatenate([y, concat], axis=1)
+
+
 @functools.cache
 def _compiled_norm(residual: bool, relu: bool):
     """``act((x - mean) * scale + bias + residual)`` as one ``mx.compile``d function, per form."""
