@@ -12,6 +12,10 @@ Medians, ms.
 w32's convolutions, on the spconv shape's 3^3 map (and its 5^3 map for the 4-channel stem),
 with a digest of each output's bytes: run in two trees (``PYTHONPATH=build/base``) it is a
 kernel-level before / after, and equal digests say the two kernels give the same bits.
+``--shapes`` adds, per float32 layer, the tensor-core kernel at other tile shapes (TM rows, TN
+columns, P stages; ``cuda_conv._mma_config`` picks the default) — the first of them the
+shape of the kernel before tiles of 128 rows and dynamic shared memory (64 rows, TN 32 / 64
+/ 96, the stages that fit 44 KiB of static shared memory).
 """
 
 from __future__ import annotations
@@ -52,7 +56,21 @@ LAYERS = [
 ]
 
 
-def layers(repeats: int) -> None:
+def _shapes(c_out: int, itemsize: int) -> list[tuple[int, int, int]]:
+    """Tile shapes to time a layer at: the former kernel's (64 rows; TN 32, 64 or 96; the
+    stages that fit 44 KiB of static memory), then at the default TN 64 rows with 4 stages
+    and 128 rows with 2 or 3, and 128 x 64 for outputs wider than 96."""
+    old_tn = 32 if c_out <= 32 else 96 if -(-c_out // 96) * 96 < -(-c_out // 64) * 64 else 64
+    old = (64, old_tn, max(2, min(4, 44 * 1024 // ((64 + old_tn) * (32 + 16 // itemsize) * itemsize))))
+    tn = cuda_conv.tile_n(c_out, True)
+    out = [old, (64, tn, 4), (128, tn, 2), (128, tn, 3)]
+    if c_out > 96:
+        out += [(128, 64, 3)]
+    fits = lambda s: cuda_conv.mma_shared_bytes(itemsize, *s) <= 200 * 1024  # noqa: E731
+    return list(dict.fromkeys(s for s in out if fits(s)))
+
+
+def layers(repeats: int, shapes: bool = False) -> None:
     coords = mx.array(shells())
     maps = {}
     for k in (3, 5):
@@ -82,6 +100,22 @@ def layers(repeats: int) -> None:
         tflops = 2 * pairs * c_in * c_out / ms / 1e9
         tag = f"{c_in}->{c_out} k{k} {str(dtype).split('.')[-1]}"
         print(f"layer {tag:<22} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s (useful)  digest {digest}", flush=True)
+        if not shapes or dtype != mx.float32 or not cuda_conv.uses_tensor_cores(dtype, c_in):
+            continue
+        default = cuda_conv._mma_config
+        try:
+            for shape in _shapes(c_out, dtype.size):
+                cuda_conv._mma_config = lambda *_, s=shape: s
+                y = cuda_conv._conv_kernel(x, w, nmap, order)
+                same = hashlib.sha256(np.array(y.astype(mx.float32)).tobytes()).hexdigest()[:16] == digest
+                ms = med(
+                    lambda x=x, w=w, m=nmap, o=order: mx.eval(cuda_conv._conv_kernel(x, w, m, o)), repeats
+                )
+                print(
+                    f"  shape TM={shape[0]:<3} TN={shape[1]:<3} P={shape[2]}  {ms:8.3f} ms  same bits {same}"
+                )
+        finally:
+            cuda_conv._mma_config = default
 
 
 def main() -> None:
@@ -89,10 +123,11 @@ def main() -> None:
     ap.add_argument(
         "--layers", action="store_true", help="only the forward kernel at MinkUNet14's layer shapes"
     )
+    ap.add_argument("--shapes", action="store_true", help="with --layers: other tile shapes too")
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
     if args.layers:
-        layers(args.repeats)
+        layers(args.repeats, args.shapes)
         return
     coords = mx.array(shells())
     spec = KernelSpec(3, op="profile")
@@ -179,18 +214,19 @@ def op_path(coords, spec, nmap, order, c: int = 32, dtype=mx.float16) -> None:
 
 
 def stages_sweep(tag, x, w, nmap, order) -> None:
-    """The tensor-core kernel at each pipeline depth from 2 to its default
-    (cuda_conv._mma_stages: the most that fit static shared memory, at most 4)."""
-    default = cuda_conv._mma_stages
-    deepest = default(x.dtype.size, cuda_conv.tile_n(int(w.shape[2]), True))
+    """The tensor-core kernel at each pipeline depth from 2 to 4 at its default tile
+    (cuda_conv._mma_config)."""
+    default = cuda_conv._mma_config
+    tm, tn, _ = default(x.dtype.size, int(w.shape[1]), int(w.shape[2]), int(nmap.shape[0]))
     try:
-        for p in range(2, deepest + 1):
-            cuda_conv._mma_stages = lambda *_, p=p: p
+        for p in range(2, 5):
+            cuda_conv._mma_config = lambda *_, p=p: (tm, tn, p)
             print(
-                f"  conv kernel {tag} P={p}", med(lambda: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order)))
+                f"  conv kernel {tag} TM={tm} TN={tn} P={p}",
+                med(lambda: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order))),
             )
     finally:
-        cuda_conv._mma_stages = default
+        cuda_conv._mma_config = default
 
 
 if __name__ == "__main__":

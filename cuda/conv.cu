@@ -24,17 +24,19 @@ lt_conv_wgrad_tile<T, TT>(x, dy, map, order, params, dw, xs, ys, any, LT_LOCAL_I
 
 // Tensor-core form (CUDA only): float32 through TF32, half / bfloat16 directly; C_in a
 // multiple of 16 / sizeof(T); at most LT_CONV_KCAP kernel offsets. Template arguments: T,
-// TN, P (pipeline stages). wt is W as (C_out, K, C_in) (MLX's dense conv layout), of type T.
+// TM (64 or 128 rows per tile), TN, P (pipeline stages, in dynamic shared memory: the launch
+// asks for P * lt_mma_shape<T, TM, TN>::STAGE elements of T). wt is W as (C_out, K, C_in)
+// (MLX's dense conv layout), of type T.
 //@kernel conv_implicit_gemm_mma
 //@inputs x wt map order params
 //@outputs y
 //@uses conv
-LT_SHARED_ARRAY(T, tiles, (P * lt_mma_shape<T, TN>::STAGE));
-LT_SHARED_ARRAY(int, orows, LT_CONV_TM);
+LT_SHARED_DYNAMIC(T, tiles);
+LT_SHARED_ARRAY(int, orows, TM);
 LT_SHARED_ARRAY(unsigned short, used, LT_CONV_KCAP);
 LT_SHARED_ARRAY(unsigned, bits, LT_CONV_KCAP / 32 + 1);
-lt_conv_tile_mma<T, TN, P>(x, wt, map, order, params, lt_conv_plain<T>{y}, tiles, orows, used, bits, LT_LOCAL_ID,
-                           LT_GROUP_ID, LT_GROUP_ID_Y);
+lt_conv_tile_mma<T, TM, TN, P>(x, wt, map, order, params, lt_conv_plain<T>{y}, tiles, orows, used, bits, LT_LOCAL_ID,
+                               LT_GROUP_ID, LT_GROUP_ID_Y);
 
 //@kernel conv_weight_grad_mma
 //@inputs x dy map order params
@@ -66,7 +68,7 @@ LT_SHARED_ARRAY(int, rows, LT_CONV_TM);
 LT_SHARED_ARRAY(int, any, 3);
 lt_conv_tile<T, TW, TN>(x, w, map, order, params, lt_conv_epilogue<T, RES, RELU>{y, scale, shift, res, params[4]}, xs,
                         ws, rows, any, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
-if (params[5] > 0 && LT_GROUP_ID_Y == 0) lt_conv_append<T>(app, y, order, params, LT_LOCAL_ID, LT_GROUP_ID);
+if (params[5] > 0 && LT_GROUP_ID_Y == 0) lt_conv_append<T, LT_CONV_TM>(app, y, order, params, LT_LOCAL_ID, LT_GROUP_ID);
 
 //@kernel conv_implicit_gemm_mma_affine
 //@inputs x wt map order params scale shift res app
@@ -74,10 +76,11 @@ if (params[5] > 0 && LT_GROUP_ID_Y == 0) lt_conv_append<T>(app, y, order, params
 //@uses conv
 // The tensor-core convolution with the same epilogue (template arguments: those of
 // conv_implicit_gemm_mma, RES, RELU; inputs as conv_implicit_gemm_affine's).
-LT_SHARED_ARRAY(T, tiles, (P * lt_mma_shape<T, TN>::STAGE));
-LT_SHARED_ARRAY(int, orows, LT_CONV_TM);
+LT_SHARED_DYNAMIC(T, tiles);
+LT_SHARED_ARRAY(int, orows, TM);
 LT_SHARED_ARRAY(unsigned short, used, LT_CONV_KCAP);
 LT_SHARED_ARRAY(unsigned, bits, LT_CONV_KCAP / 32 + 1);
-lt_conv_tile_mma<T, TN, P>(x, wt, map, order, params, lt_conv_epilogue<T, RES, RELU>{y, scale, shift, res, params[4]},
-                           tiles, orows, used, bits, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
-if (params[5] > 0 && LT_GROUP_ID_Y == 0) lt_conv_append<T>(app, y, order, params, LT_LOCAL_ID, LT_GROUP_ID);
+lt_conv_tile_mma<T, TM, TN, P>(x, wt, map, order, params,
+                               lt_conv_epilogue<T, RES, RELU>{y, scale, shift, res, params[4]}, tiles, orows, used,
+                               bits, LT_LOCAL_ID, LT_GROUP_ID, LT_GROUP_ID_Y);
+if (params[5] > 0 && LT_GROUP_ID_Y == 0) lt_conv_append<T, TM>(app, y, order, params, LT_LOCAL_ID, LT_GROUP_ID);

@@ -6,6 +6,11 @@
 #define LT_GLOBAL
 #define LT_SHARED
 #define LT_SHARED_ARRAY(T, name, n) __shared__ __align__(16) T name[n]
+// The launch's dynamic shared memory as an array of T (its size: the launch's shared_memory,
+// lattice.backends.cuda.launch). CUDA only: the kernels that use it have no Metal entry.
+#define LT_SHARED_DYNAMIC(T, name)                  \
+  extern __shared__ __align__(16) unsigned char lt_dynamic_shared[]; \
+  T* name = reinterpret_cast<T*>(lt_dynamic_shared)
 #define LT_BARRIER() __syncthreads()
 // Index of this thread in the launch grid (x), of this thread in its block, and of the block.
 #define LT_THREAD_ID ((int)(blockIdx.x * blockDim.x + threadIdx.x))

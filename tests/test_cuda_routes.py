@@ -507,10 +507,9 @@ def test_weight_gradient_kernel_choice_follows_the_forward_tf32_rule(monkeypatch
 
 
 def test_forward_tile_width_avoids_padded_columns():
-    """32 output channels a tile up to 32, else 64 — and 96 on the tensor-core kernel
-    where one 96-wide tile pads fewer columns than 64-wide ones (65-96 channels); its two
-    stages of (64 + 96) x 36 floats and the offset list fit 48 KiB of static shared
-    memory."""
+    """32 output channels a tile up to 32, else 64 — and on the tensor-core kernel 96 or 128
+    where that pads no more columns than tiles of 64, the widest of those (the rows are
+    gathered once per column tile)."""
     assert [cuda_conv.tile_n(c, True) for c in (1, 32, 33, 64, 65, 70, 96, 97, 128, 160, 192, 256)] == [
         32,
         32,
@@ -519,16 +518,13 @@ def test_forward_tile_width_avoids_padded_columns():
         96,
         96,
         96,
-        64,
-        64,
-        64,
-        64,
-        64,
+        128,
+        128,
+        96,
+        96,
+        128,
     ]
     assert {cuda_conv.tile_n(c, False) for c in (33, 70, 96, 192)} == {64}
-    stages = cuda_conv._mma_stages(4, 96)
-    assert stages == 2
-    assert stages * (cuda_conv._TM + 96) * (32 + 4) * 4 + 4 * 64 + 2 * 1024 + 4 * 33 <= 48 * 1024
 
 
 def test_tensor_core_weight_gradient_sizes_match_the_kernel_source():
@@ -613,6 +609,92 @@ def test_a_wide_first_convolution_sorts_its_rows_and_gives_the_unsorted_bits(mon
         n = int(rel.neighbor_map.shape[0])
         plain = cuda_conv._conv_kernel(x_gpu.feats, w, rel.neighbor_map, mx.arange(n, dtype=mx.int32))
         np.testing.assert_array_equal(np.array(y), np.array(plain))
+
+
+# (TM, TN, P) of the tensor-core forward kernel: both row tiles, every column tile, 2 to 4 stages
+_MMA_SHAPES = [
+    (64, 32, 2),
+    (64, 64, 3),
+    (64, 96, 4),
+    (64, 128, 2),
+    (128, 32, 4),
+    (128, 64, 3),
+    (128, 96, 2),
+    (128, 128, 3),
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+@pytest.mark.parametrize("k, c_in, c_out", [(5, 8, 24), (3, 40, 70), (3, 64, 130)])
+def test_tensor_core_tile_shapes_give_the_same_bits(k, c_in, c_out, dtype, monkeypatch):
+    """The tensor-core forward kernel with tiles of 64 or 128 rows (128: two m16 tiles a warp),
+    32 to 128 columns and 2 to 4 stages in dynamic shared memory gives the bits of the
+    default shape (each row sums the same steps in order whatever tile it lands in) and the
+    float64 sum within TF32 / bfloat16 rounding, with and (float32) without the fused
+    epilogue; rows in several tiles of 128 and a partial one, a batch with an empty member,
+    a k=5 map of 8 channels (grouped offsets), a tail channel chunk, three column tiles."""
+    monkeypatch.setenv("MLX_ENABLE_TF32", "1")
+    assert cuda_conv.uses_tensor_cores(dtype, c_in)
+    c = _coords(51, n=1700, span=9)
+    x_gpu, _ = _pair(c, c=c_in, dtype=dtype, seed=52)
+    rel = x_gpu.coord_manager.relation("submanifold", x_gpu.coord_key, KernelSpec(k), device="gpu")
+    nmap = rel.neighbor_map
+    n, kv = int(nmap.shape[0]), int(nmap.shape[1])
+    assert n > 3 * 128 and n % 128
+    rng = np.random.default_rng(53)
+    w = mx.array(rng.normal(size=(kv, c_in, c_out)).astype(np.float32) * 0.2).astype(dtype)
+    order = cuda_relations.row_order(nmap)
+    scale = mx.array(rng.normal(size=c_out).astype(np.float32))
+    shift = mx.array(rng.normal(size=c_out).astype(np.float32))
+    residual = mx.array(rng.normal(size=(n, c_out)).astype(np.float32))
+    concat = mx.array(rng.normal(size=(n, 12)).astype(np.float32))
+    epilogue = (scale, shift, residual, True, concat)
+
+    def run(shape):
+        if shape is not None:
+            monkeypatch.setattr(cuda_conv, "_mma_config", lambda *_: shape)
+        y = np.array(cuda_conv._conv_kernel(x_gpu.feats, w, nmap, order).astype(mx.float32))
+        if dtype != mx.float32:
+            return y, None
+        return y, np.array(cuda_conv._conv_kernel(x_gpu.feats, w, nmap, order, epilogue))
+
+    base, fused = run(None)
+    xf, wf, nm = np.array(x_gpu.feats.astype(mx.float32)), np.array(w.astype(mx.float32)), np.array(nmap)
+    ref, size = rconv.map_conv(xf, wf, nm), rconv.map_conv(np.abs(xf), np.abs(wf), nm)
+    rel_tol = 1e-3 if dtype == mx.float32 else 8e-3  # TF32 products, or a bfloat16 output
+    assert (np.abs(base - ref) <= rel_tol * size + 1e-6).all()
+    if fused is not None:
+        act = np.maximum(ref * np.array(scale) + np.array(shift) + np.array(residual), 0)
+        assert (np.abs(fused[:, :c_out] - act) <= 1e-3 * size * np.abs(np.array(scale)) + 1e-5).all()
+        np.testing.assert_array_equal(fused[:, c_out:], np.array(concat))
+    for shape in _MMA_SHAPES:
+        y, f = run(shape)
+        np.testing.assert_array_equal(y, base, err_msg=str(shape))
+        if f is not None:
+            np.testing.assert_array_equal(f, fused, err_msg=str(shape))
+
+
+def test_tensor_core_tile_shape_by_rows_and_its_shared_memory():
+    """128-row tiles from _MMA_WIDE_ROWS output rows, except for grouped narrow inputs (C_in a
+    divisor of 32 below it); stages: as many as fit _MMA_SMEM, 2 to 4; every shape the kernel
+    is built for fits sm_90's 227 KiB a group beside the static arrays."""
+    for c_in in (4, 8, 16):
+        assert cuda_conv._mma_config(4, c_in, 32, 10**6)[0] == 64
+    for itemsize in (2, 4):
+        for c_out in (16, 32, 64, 96, 128, 256):
+            small = cuda_conv._mma_config(itemsize, 32, c_out, cuda_conv._MMA_WIDE_ROWS - 1)
+            wide = cuda_conv._mma_config(itemsize, 40, c_out, cuda_conv._MMA_WIDE_ROWS)
+            assert small[0] == 64 and wide[0] == 128
+            for tm, tn, stages in (small, wide):
+                assert tn == cuda_conv.tile_n(c_out, True) and 2 <= stages <= 4
+                assert cuda_conv.mma_shared_bytes(itemsize, tm, tn, stages) <= max(
+                    cuda_conv._MMA_SMEM, cuda_conv.mma_shared_bytes(itemsize, tm, tn, 2)
+                )
+    for tm, tn, stages in _MMA_SHAPES:
+        static = 4 * tm + 2 * 1024 + 4 * 33
+        assert cuda_conv.mma_shared_bytes(4, tm, tn, stages) + static <= 227 * 1024
+    assert cuda_conv.mma_shared_bytes(4, 128, 96, 3) == 3 * (128 + 96) * 36 * 4
 
 
 @needs_cuda

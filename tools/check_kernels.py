@@ -55,8 +55,8 @@ of ``lattice/backends/cuda/*.py`` and every ``//@kernel`` of ``cuda/*.cu`` must 
 
 ``--source-root`` reads ``cuda/`` and ``kernels/`` of another folder (a copy: the test that
 breaks one) through the same ``lattice.backends.kernels`` functions. ``--resources``
-prints ptxas's registers / spills per variant. About 70 s of CPU for the 55 variants at
-sm_90 (``--jobs``, default 2, spreads them over processes).
+prints ptxas's registers / spills per variant. About 150 s of CPU for the 129 variants at
+sm_90 (``--jobs``, default 2, spreads them over processes: 76 s on two cores).
 
 Exit status: 0 when every variant compiles, 1 when one fails (each failure printed as
 ``FAIL cuda/<family>.cu:<kernel> [variant] <arch>`` with NVRTC's log, its line numbers
@@ -136,7 +136,8 @@ def _variants() -> dict[str, list[Variant]]:
         "invert_map": [Variant()],
         "row_masks": [Variant({"masks": "uint32"})],
         # conv.cu (_conv_kernel, _weight_grad): T = x.dtype, TW = w.dtype (any float dtype),
-        # TN = 32 or 64 by C_out (96 too on the tensor-core kernel: cuda.conv.tile_n),
+        # TN = 32 or 64 by C_out (96 and 128 too on the tensor-core kernel: cuda.conv.tile_n,
+        # with TM = 64 or 128 rows and P stages by both: cuda.conv._mma_config),
         # TT = 32 or 64 by min(C_in, C_out)
         "conv_implicit_gemm": [
             Variant({"x": t, "w": tw, "y": t}, (("T", t), ("TW", tw), ("TN", tn)))
@@ -145,9 +146,13 @@ def _variants() -> dict[str, list[Variant]]:
             for tn in (32, 64)
         ],
         "conv_implicit_gemm_mma": [
-            Variant({"x": t, "wt": t, "y": t}, (("T", t), ("TN", tn), ("P", _mma_stages(size[t], tn))))
+            Variant(
+                {"x": t, "wt": t, "y": t},
+                (("T", t), ("TM", tm), ("TN", tn), ("P", _mma_stages(size[t], tm, tn))),
+            )
             for t in FLOATS
-            for tn in (32, 64, 96)
+            for tm in (64, 128)
+            for tn in (32, 64, 96, 128)
         ],
         # the fused epilogue (cuda.fused_epilogue): float32 features, RES / RELU 0 or 1
         "conv_implicit_gemm_affine": [
@@ -163,9 +168,17 @@ def _variants() -> dict[str, list[Variant]]:
         "conv_implicit_gemm_mma_affine": [
             Variant(
                 _EPILOGUE_DTYPES | {"wt": "float32"},
-                (("T", "float32"), ("TN", tn), ("P", _mma_stages(4, tn)), ("RES", r), ("RELU", a)),
+                (
+                    ("T", "float32"),
+                    ("TM", tm),
+                    ("TN", tn),
+                    ("P", _mma_stages(4, tm, tn)),
+                    ("RES", r),
+                    ("RELU", a),
+                ),
             )
-            for tn in (32, 64, 96)
+            for tm in (64, 128)
+            for tn in (32, 64, 96, 128)
             for r in (0, 1)
             for a in (0, 1)
         ],

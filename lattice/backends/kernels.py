@@ -111,20 +111,25 @@ def header(dialect: str, uses: tuple[str, ...]) -> str:
 
 
 @functools.cache
-def kernel(dialect: str, family: str, name: str):
-    """The MLX custom kernel ``name`` of ``family`` in ``dialect`` ('cuda' or 'metal')."""
+def kernel(dialect: str, family: str, name: str, shared: int = 0):
+    """The MLX custom kernel ``name`` of ``family`` in ``dialect`` ('cuda' or 'metal');
+    ``shared``: bytes of dynamic shared memory a launch gets (CUDA only). The size is part
+    of the kernel's name: MLX raises a kernel's shared-memory limit when it first loads it,
+    so one name never runs with two sizes."""
     e = entries(dialect, family)[name]
     head = header(dialect, e.uses)
     digest = hashlib.sha256((head + e.source).encode()).hexdigest()[:12]
     common = {
-        "name": f"lattice_{name}_{digest}",
+        "name": f"lattice_{name}_{digest}" + (f"_s{shared}" if shared else ""),
         "input_names": list(e.inputs),
         "output_names": list(e.outputs),
         "source": e.source,
         "header": head,
     }
     if dialect == "cuda":
-        return mx.fast.cuda_kernel(**common)
+        return mx.fast.cuda_kernel(**common, shared_memory=shared)
+    if shared:
+        raise ValueError(f"[{name}] dynamic shared memory is a CUDA-only kernel feature")
     return mx.fast.metal_kernel(**common, atomic_outputs=name in _METAL_ATOMIC)
 
 

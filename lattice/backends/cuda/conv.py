@@ -25,12 +25,19 @@ from lattice.core.relation import RelationKind
 from lattice.routing import conv as routes
 from lattice.routing.registry import dispatch, implements
 
-_TM = 64  # output rows per threadgroup (kernels/conv.inc)
+_TM = 64  # output rows per threadgroup of the FMA kernel (LT_CONV_TM, kernels/conv.inc)
 _MMA_MAX_OFFSETS = 1024  # LT_CONV_KCAP: the tensor-core kernel's list of used offsets
 # C_in * C_out from which a map's rows are sorted on its first convolution (a 64 x 32 layer
 # and wider), not on its second
 _SORT_FIRST_WORK = 64 * 32
-_STATIC_SMEM = 44 * 1024  # static shared memory the tensor-core kernels' stages may fill
+_STATIC_SMEM = 44 * 1024  # static shared memory the tensor-core weight gradient's stages may fill
+# The tensor-core forward kernel's stages (dynamic shared memory): at most this much a group,
+# so that two groups of 256 threads share an SM (228 KiB on sm_90)
+_MMA_SMEM = 96 * 1024
+# Output rows from which the tensor-core forward kernel takes tiles of 128 rows instead of 64
+# (each weight fragment then feeds two products: half the shared-memory reads per product),
+# while there are still enough tiles to fill the GPU's SMs several times over
+_MMA_WIDE_ROWS = 65536
 
 
 def _tile_order(rel, key: str, nmap: mx.array, c_in: int, c_out: int) -> mx.array:
@@ -54,7 +61,7 @@ def _tile_order(rel, key: str, nmap: mx.array, c_in: int, c_out: int) -> mx.arra
 
 def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epilogue=None) -> mx.array:
     """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]; w (K, C_in, C_out); the
-    output rows taken in tiles of 64 in ``order`` (``row_order(nmap)``). ``epilogue``
+    output rows taken in tiles (64 or 128 rows) in ``order`` (``row_order(nmap)``). ``epilogue``
     (float32 features only; ``_fused_conv``): ``(scale, shift, residual | None, relu,
     concat | None)`` applied to the float32 sums before they are stored, ``concat``'s rows
     written after them (the ``*_affine`` entries: y (n_out, C_out + C_concat)).
@@ -82,16 +89,19 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epil
     )
     params = int_params(n_out, kv, c_in, c_out, *([c_out + c_cat, c_cat] if epilogue is not None else []))
     mma = kv <= _MMA_MAX_OFFSETS and uses_tensor_cores(x.dtype, c_in)
-    tn = tile_n(c_out, mma)
-    threads, tiles_n = -(-n_out // _TM) * THREADS, -(-c_out // tn)
+    shared = 0
     if mma:
+        tm, tn, stages = _mma_config(x.dtype.size, c_in, c_out, n_out)
+        shared = mma_shared_bytes(x.dtype.size, tm, tn, stages)
         # (C_out, K, C_in): a view of MLX's dense conv weight (no copy for those)
         wt = w.astype(x.dtype).transpose(2, 0, 1)
         name, inputs = "conv_implicit_gemm_mma", [x, wt, nmap, order, params]
-        template = [("T", x.dtype), ("TN", tn), ("P", _mma_stages(x.dtype.size, tn))]
+        template = [("T", x.dtype), ("TM", tm), ("TN", tn), ("P", stages)]
     else:
+        tm, tn = _TM, tile_n(c_out, False)
         name, inputs = "conv_implicit_gemm", [x, w, nmap, order, params]
         template = [("T", x.dtype), ("TW", w.dtype), ("TN", tn)]
+    threads, tiles_n = -(-n_out // tm) * THREADS, -(-c_out // tn)
     if epilogue is not None:
         unused = _one_float()  # the inputs a form does not read
         inputs += [
@@ -103,7 +113,15 @@ def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epil
         name += "_affine"
         template += [("RES", int(residual is not None)), ("RELU", int(relu))]
     (y,) = launch(
-        "conv", name, inputs, [(n_out, c_out + c_cat)], [x.dtype], threads, template=template, grid_y=tiles_n
+        "conv",
+        name,
+        inputs,
+        [(n_out, c_out + c_cat)],
+        [x.dtype],
+        threads,
+        template=template,
+        grid_y=tiles_n,
+        shared=shared,
     )
     return y
 
@@ -115,22 +133,40 @@ def _one_float() -> mx.array:
 
 def tile_n(c_out: int, mma: bool) -> int:
     """Output channels per tile: 32 up to 32 channels, else 64 — and on the tensor-core
-    kernel 96 where that computes fewer padded columns than tiles of 64 (65 to 96 channels:
-    one tile instead of two, the second half empty; the rows are gathered once, not twice),
-    with 2 pipeline stages (46 KiB of static shared memory)."""
+    kernel 96 or 128 where that computes no more padded columns than tiles of 64, the
+    widest of those (65 to 96 channels: one 96-wide tile instead of two, the second half
+    empty; 128 or 256: tiles of 128), so the rows are gathered fewer times."""
     if c_out <= 32:
         return 32
-    if mma and -(-c_out // 96) * 96 < -(-c_out // 64) * 64:
-        return 96
-    return 64
+    if not mma:
+        return 64
+    padded = {tn: -(-c_out // tn) * tn for tn in (64, 96, 128)}
+    least = min(padded.values())
+    return max(tn for tn, cols in padded.items() if cols == least)
 
 
-def _mma_stages(itemsize: int, tn: int) -> int:
-    """Pipeline stages of the tensor-core kernel: as many (64 + TN) x (32 + one 16-byte
-    pad) tiles as fit 44 KiB of static shared memory, at least 2 (TN = 96: 46 KiB), at
-    most 4 (kernels/conv.inc)."""
-    stage = (_TM + tn) * (32 + 16 // itemsize) * itemsize
-    return max(2, min(4, _STATIC_SMEM // stage))
+def _mma_config(itemsize: int, c_in: int, c_out: int, n_out: int) -> tuple[int, int, int]:
+    """(TM, TN, P) of the tensor-core forward kernel: tiles of 128 output rows from
+    ``_MMA_WIDE_ROWS`` rows (else 64) unless C_in is a divisor of 32 below it (offsets
+    grouped 32 / C_in a step: a 128-row tile reads more groups — the k=5 stem, 4 -> 32, took
+    0.97-1.18 ms with 128 rows against 0.88 with 64 on an H100), ``tile_n`` columns, and as
+    many pipeline stages as fit ``_MMA_SMEM`` (at least 2, at most 4)."""
+    grouped = c_in < 32 and 32 % c_in == 0
+    tm = 128 if n_out >= _MMA_WIDE_ROWS and not grouped else 64
+    tn = tile_n(c_out, True)
+    return tm, tn, _mma_stages(itemsize, tm, tn)
+
+
+def _mma_stages(itemsize: int, tm: int, tn: int) -> int:
+    """Pipeline stages of the tensor-core forward kernel with (TM, TN) tiles: as many as fit
+    ``_MMA_SMEM``, at least 2, at most 4."""
+    return max(2, min(4, _MMA_SMEM // mma_shared_bytes(itemsize, tm, tn, 1)))
+
+
+def mma_shared_bytes(itemsize: int, tm: int, tn: int, stages: int) -> int:
+    """Dynamic shared memory of the tensor-core forward kernel: ``stages`` stages of (TM +
+    TN) rows of 32 values and a 16-byte pad (lt_mma_shape in kernels/conv.inc)."""
+    return stages * (tm + tn) * (32 + 16 // itemsize) * itemsize
 
 
 def uses_tensor_cores(dtype, c_in: int) -> bool:

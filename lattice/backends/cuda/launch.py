@@ -15,8 +15,10 @@ __all__ = ["THREADS", "NotRepresentable", "check_index_range", "count_params", "
 THREADS = 256
 
 
-def launch(family, name, inputs, shapes, dtypes, threads, *, template=None, init=None, grid_y=1):
-    fn = kernels.kernel(kernels.dialect(), family, name)
+def launch(family, name, inputs, shapes, dtypes, threads, *, template=None, init=None, grid_y=1, shared=0):
+    """Run kernel ``name`` of ``family``: ``threads`` (rounded up to groups of ``THREADS``) x
+    ``grid_y`` groups, ``shared`` bytes of dynamic shared memory (LT_SHARED_DYNAMIC)."""
+    fn = kernels.kernel(kernels.dialect(), family, name, shared)
     return fn(
         inputs=inputs,
         output_shapes=shapes,
