@@ -35,8 +35,8 @@ _STATIC_SMEM = 44 * 1024  # static shared memory the tensor-core weight gradient
 # so that two groups of 256 threads share an SM (228 KiB on sm_90)
 _MMA_SMEM = 96 * 1024
 # Output rows from which the tensor-core forward kernel takes tiles of 128 rows instead of 64
-# (each weight fragment then feeds two products: half the shared-memory reads per product),
-# while there are still enough tiles to fill the GPU's SMs several times over
+# for float32 features (each weight fragment then feeds two products: half its shared-memory
+# reads per product), while there are still enough tiles to fill the GPU's SMs several times over
 _MMA_WIDE_ROWS = 65536
 
 
@@ -146,13 +146,14 @@ def tile_n(c_out: int, mma: bool) -> int:
 
 
 def _mma_config(itemsize: int, c_in: int, c_out: int, n_out: int) -> tuple[int, int, int]:
-    """(TM, TN, P) of the tensor-core forward kernel: tiles of 128 output rows from
-    ``_MMA_WIDE_ROWS`` rows (else 64) unless C_in is a divisor of 32 below it (offsets
-    grouped 32 / C_in a step: a 128-row tile reads more groups — the k=5 stem, 4 -> 32, took
-    0.97-1.18 ms with 128 rows against 0.88 with 64 on an H100), ``tile_n`` columns, and as
-    many pipeline stages as fit ``_MMA_SMEM`` (at least 2, at most 4)."""
+    """(TM, TN, P) of the tensor-core forward kernel: float32 (TF32) features take tiles of
+    128 output rows from ``_MMA_WIDE_ROWS`` rows unless C_in is a divisor of 32 below it
+    (offsets grouped 32 / C_in a step: a 128-row tile reads more groups — the k=5 stem, 4 ->
+    32, took 0.97-1.18 ms with 128 rows against 0.88 with 64 on an H100); everything else
+    64 rows (16-bit features: 128-row tiles not measured against 64 yet). ``tile_n``
+    columns, and as many pipeline stages as fit ``_MMA_SMEM`` (at least 2, at most 4)."""
     grouped = c_in < 32 and 32 % c_in == 0
-    tm = 128 if n_out >= _MMA_WIDE_ROWS and not grouped else 64
+    tm = 128 if itemsize == 4 and n_out >= _MMA_WIDE_ROWS and not grouped else 64
     tn = tile_n(c_out, True)
     return tm, tn, _mma_stages(itemsize, tm, tn)
 
