@@ -37,6 +37,7 @@ _MMA_SMEM = 96 * 1024
 # Output rows from which the tensor-core forward kernel takes tiles of 128 rows instead of 64
 # for float32 features (each weight fragment then feeds two products: half its shared-memory
 # reads per product), while there are still enough tiles to fill the GPU's SMs several times over
+# (a guess: timed at 484,637 rows only, docs/performance.md)
 _MMA_WIDE_ROWS = 65536
 
 
