@@ -21,6 +21,7 @@ shape of the kernel before tiles of 128 rows and dynamic shared memory (64 rows,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import statistics
 import time
@@ -56,6 +57,23 @@ LAYERS = [
 ]
 
 
+def _digest(y: mx.array) -> str:
+    """The first 16 hex digits of the SHA-256 of ``y``'s float32 bytes."""
+    return hashlib.sha256(np.array(y.astype(mx.float32)).tobytes()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def forced_shape(shape: tuple[int, int, int]):
+    """The tensor-core forward kernel at tile ``shape`` (TM, TN, P) instead of the one
+    ``cuda_conv._mma_config`` picks, inside the block."""
+    default = cuda_conv._mma_config
+    cuda_conv._mma_config = lambda *_: shape
+    try:
+        yield
+    finally:
+        cuda_conv._mma_config = default
+
+
 def _shapes(c_out: int, itemsize: int) -> list[tuple[int, int, int]]:
     """Tile shapes to time a layer at: the former kernel's (64 rows; TN 32, 64 or 96; the
     stages that fit 44 KiB of static memory), then at the default TN 64 rows with 4 stages
@@ -89,9 +107,7 @@ def layers(repeats: int, shapes: bool = False) -> None:
         x = mx.random.normal((n, c_in), key=kx).astype(dtype)
         w = (mx.random.normal((k**3, c_in, c_out), key=kw) * 0.05).astype(dtype)
         mx.eval(x, w)
-        y = cuda_conv._conv_kernel(x, w, nmap, order)
-        mx.eval(y)
-        digest = hashlib.sha256(np.array(y.astype(mx.float32)).tobytes()).hexdigest()[:16]
+        digest = _digest(cuda_conv._conv_kernel(x, w, nmap, order))
         ms = med(
             lambda x=x, w=w, nmap=nmap, order=order: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order)),
             repeats,
@@ -102,20 +118,13 @@ def layers(repeats: int, shapes: bool = False) -> None:
         print(f"layer {tag:<22} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s (useful)  digest {digest}", flush=True)
         if not shapes or dtype != mx.float32 or not cuda_conv.uses_tensor_cores(dtype, c_in):
             continue
-        default = cuda_conv._mma_config
-        try:
-            for shape in _shapes(c_out, dtype.size):
-                cuda_conv._mma_config = lambda *_, s=shape: s
-                y = cuda_conv._conv_kernel(x, w, nmap, order)
-                same = hashlib.sha256(np.array(y.astype(mx.float32)).tobytes()).hexdigest()[:16] == digest
+        for shape in _shapes(c_out, dtype.size):
+            with forced_shape(shape):
+                same = _digest(cuda_conv._conv_kernel(x, w, nmap, order)) == digest
                 ms = med(
                     lambda x=x, w=w, m=nmap, o=order: mx.eval(cuda_conv._conv_kernel(x, w, m, o)), repeats
                 )
-                print(
-                    f"  shape TM={shape[0]:<3} TN={shape[1]:<3} P={shape[2]}  {ms:8.3f} ms  same bits {same}"
-                )
-        finally:
-            cuda_conv._mma_config = default
+            print(f"  shape TM={shape[0]:<3} TN={shape[1]:<3} P={shape[2]}  {ms:8.3f} ms  same bits {same}")
 
 
 def main() -> None:
@@ -216,17 +225,13 @@ def op_path(coords, spec, nmap, order, c: int = 32, dtype=mx.float16) -> None:
 def stages_sweep(tag, x, w, nmap, order) -> None:
     """The tensor-core kernel at each pipeline depth from 2 to 4 at its default tile
     (cuda_conv._mma_config)."""
-    default = cuda_conv._mma_config
-    tm, tn, _ = default(x.dtype.size, int(w.shape[1]), int(w.shape[2]), int(nmap.shape[0]))
-    try:
-        for p in range(2, 5):
-            cuda_conv._mma_config = lambda *_, p=p: (tm, tn, p)
+    tm, tn, _ = cuda_conv._mma_config(x.dtype.size, int(w.shape[1]), int(w.shape[2]), int(nmap.shape[0]))
+    for p in range(2, 5):
+        with forced_shape((tm, tn, p)):
             print(
                 f"  conv kernel {tag} TM={tm} TN={tn} P={p}",
                 med(lambda: mx.eval(cuda_conv._conv_kernel(x, w, nmap, order))),
             )
-    finally:
-        cuda_conv._mma_config = default
 
 
 if __name__ == "__main__":
