@@ -1,7 +1,8 @@
-"""One MinkUNet14 training step on the GPU, for a per-kernel profile under Nsight Compute:
+"""One MinkUNet14 training step (or, with ``--forward``, one eval-mode forward) on the GPU,
+for a per-kernel profile under Nsight Compute:
 
     ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
-        python3 benchmarks/profile_step_gpu.py [--steps 2] [--rows N]
+        python3 benchmarks/profile_step_gpu.py [--steps 2] [--rows N] [--forward]
 
 (``tools/gpu_job.sh kernels`` runs exactly that and keeps the summary.) The input is
 bench_lazy_rows.py's (its ``_inputs``): the spconv shape (484,637 voxels on spherical shells, or its first
@@ -30,12 +31,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rows", type=int, default=None, help="the first ROWS voxels only")
+    ap.add_argument("--forward", action="store_true", help="eval-mode forwards (logits) instead of steps")
     args = ap.parse_args()
     coords = shells()[: args.rows]
     n = len(coords)
     mx.random.seed(0)
     model = minkunet(14, 4, 20, width=32)
-    model.train(True)
+    model.train(not args.forward)
     mx.eval(model.parameters())
     labels = mx.array(np.arange(n) % 20)
 
@@ -45,8 +47,11 @@ def main() -> None:
     grad = mnn.value_and_grad(model, loss)
     for step, x in enumerate(_inputs(coords, args.steps)):  # each on its own manager
         t0 = time.perf_counter()
-        mx.eval(grad(model, x))
-        print(f"step {step}: {(time.perf_counter() - t0) * 1e3:.1f} ms ({n} voxels)", flush=True)
+        mx.eval(model(x).feats if args.forward else grad(model, x))
+        print(
+            f"{'forward' if args.forward else 'step'} {step}: {(time.perf_counter() - t0) * 1e3:.1f} ms ({n} voxels)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

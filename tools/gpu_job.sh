@@ -25,8 +25,9 @@
 #                  build/base (carried; made here by `base REV`, with this tree's extension)
 #                  and in the tree, alternating, two rounds: build/results/ab_{base,tree}_R.json
 #   kernels [N]    Nsight Compute's per-kernel summary (gpu__time_duration.sum) of N (default
-#                  2) MinkUNet14 training steps at 484,637 voxels (profile_step_gpu.py; the
-#                  first step compiles): build/results/kernels.txt
+#                  2) MinkUNet14 eval forwards, then N training steps, at 484,637 voxels
+#                  (profile_step_gpu.py; the first of each compiles):
+#                  build/results/kernels_forward.txt, build/results/kernels.txt
 #   peer [N]       spconv: build/peer-wheels into build/peer-site (once), then on
 #                  build/shells.npy spconv_conv_gpu.py (float32 also with --tf32) and
 #                  spconv_unet.py --device cuda --classes 20 --stem-algo Native, forward
@@ -351,8 +352,11 @@ verb_kernels() {
   need_lattice || die "kernels"
   mkdir -p "$RESULTS"
   record_card kernels
+  step "ncu per-kernel summary of $n forwards" \
+    xlog "$RESULTS/kernels_forward.txt" ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+    "$PY" benchmarks/profile_step_gpu.py --steps "$n" --forward
   step "ncu per-kernel summary of $n training steps" \
-    xlog "$RESULTS/kernels.txt" ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+    xlog "$RESULTS/kernels.txt" ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
     "$PY" benchmarks/profile_step_gpu.py --steps "$n"
 }
 

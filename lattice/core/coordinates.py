@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -96,6 +97,9 @@ class CoordinateManager(DocumentedNames):
         self._keys: dict[int, CoordinateMapKey] = {}
         self._relations: dict[RelationCacheKey, KernelRelation] = {}
         self._downsampled: dict[tuple[int, Triple], Downsample] = {}
+        # downsamples a GPU builder queued ahead, their sizes not read yet: (key id, stride) of
+        # the first of a chain -> what registers the whole chain (``queue_downsample``)
+        self._queued: dict[tuple[int, Triple], Callable[[], None]] = {}
         self._interned: dict[tuple[str, int, Triple], CoordinateMapKey] = {}
         self._by_object: dict[tuple[int, int, Triple], tuple[mx.array, CoordinateMapKey]] = {}
         # the caller's (N, 4) int32 array of a set made by ``insert``: ``coords(key)`` returns
@@ -256,7 +260,7 @@ class CoordinateManager(DocumentedNames):
         return self._downsample(key, stride).out_key
 
     def _downsample(self, key: CoordinateMapKey, stride: Triple) -> Downsample:
-        hit = self._downsampled.get((key.id, stride))
+        hit = self.cached_downsample(key, stride)
         if hit is None:
             level = tuple(a * b for a, b in zip(key.stride, stride, strict=True))
             table, inverse, rows, out = _ext.downsample(self._cpu_table(key.id), stride)
@@ -266,8 +270,21 @@ class CoordinateManager(DocumentedNames):
         return hit
 
     def cached_downsample(self, key: CoordinateMapKey, stride: Triple) -> Downsample | None:
-        """The downsample of ``key`` by ``stride`` if the manager holds it."""
-        return self._downsampled.get((key.id, tuple(stride)))
+        """The downsample of ``key`` by ``stride`` if the manager holds it (a queued one is
+        registered first: ``queue_downsample``)."""
+        at = (key.id, tuple(stride))
+        settle = self._queued.pop(at, None)
+        if settle is not None:
+            settle()
+        return self._downsampled.get(at)
+
+    def queue_downsample(self, key: CoordinateMapKey, stride: Triple, settle: Callable[[], None]) -> None:
+        """Notes a downsample of ``key`` by ``stride`` that a GPU builder queued without reading
+        its size (with the levels below it, each from the one before): ``settle()`` registers
+        them all (``add_gpu_set``, ``store_downsample``) the first time one is asked for, so a
+        network's coarse levels cost one host read, made after their kernels ran, instead of
+        one per level between its stages (``lattice.routing.coords.queue_downsamples``)."""
+        self._queued[(key.id, tuple(stride))] = settle
 
     def store_downsample(
         self, key, stride: Triple, out_key: CoordinateMapKey, inverse: mx.array
@@ -428,7 +445,7 @@ class CoordinateManager(DocumentedNames):
         if kind is RelationKind.FORWARD:
             return target_key is None
         if kind in (RelationKind.TRANSPOSED, RelationKind.GENERATIVE) and target_key is not None:
-            hit = self._downsampled.get((target_key.id, spec.stride))
+            hit = self.cached_downsample(target_key, spec.stride)
             return hit is not None and hit.out_key == in_key
         return False
 

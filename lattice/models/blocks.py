@@ -32,6 +32,7 @@ from lattice.core.tensor import SparseTensor
 from lattice.nn.conv import Conv3d, GenerativeConvTranspose3d, SubmConv3d
 from lattice.nn.feature import BatchNorm, ReLU
 from lattice.ops import cat, conv_affine, sparse_add
+from lattice.routing.coords import queue_downsamples
 from lattice.routing.device import requested_device
 
 
@@ -243,6 +244,16 @@ def started(x: SparseTensor) -> SparseTensor:
     return x
 
 
+def queue_levels(x: SparseTensor, down) -> None:
+    """The coordinate sets the strided convolutions ``down`` (one per level, each on the
+    output of the one before, all of one stride: ``strided_levels``) will ask for, made or
+    queued ahead from ``x``'s set (``lattice.routing.coords.queue_downsamples``). On the GPU
+    their sizes then cost one host read, made once their kernels ran, instead of one per
+    level, each waiting for every stage queued before it. A network calls it first."""
+    if down:
+        queue_downsamples(x.coord_manager, x.coord_key, down[0].conv.spec.stride, len(down))
+
+
 def run_blocks(x: SparseTensor, blocks) -> SparseTensor:
     """``x`` through ``blocks`` in order."""
     for block in blocks:
@@ -290,4 +301,5 @@ __all__ = [
     "normed",
     "positive_int",
     "positive_ints",
+    "queue_levels",
 ]

@@ -21,6 +21,7 @@ from lattice.models.blocks import (
     NetConfig,
     StemNet,
     preset_fields,
+    queue_levels,
     run_blocks,
     strided_levels,
 )
@@ -62,6 +63,7 @@ class SparseResNet(StemNet):
 
     def features(self, x: SparseTensor) -> SparseTensor:
         """The last stage's sparse feature map (before pooling)."""
+        queue_levels(x, self.down)
         y = self.stem(x)
         for down, blocks in zip(self.down, self.stages, strict=True):
             y = run_blocks(down(y), blocks)

@@ -27,6 +27,7 @@ from lattice.models.blocks import (
     StemNet,
     UpBlock,
     preset_fields,
+    queue_levels,
     run_blocks,
     started,
     strided_levels,
@@ -93,6 +94,7 @@ class MinkUNet(StemNet):
         self.head = Linear(width, c.num_classes)
 
     def __call__(self, x: SparseTensor) -> SparseTensor:
+        queue_levels(x, self.down)
         y = started(self.stem(x))
         skips = [y]
         for down, blocks in zip(self.down, self.encoder, strict=True):

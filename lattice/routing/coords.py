@@ -1,12 +1,13 @@
 """Route selection for coordinate sets: hashing a new set (``insert``, which a coordinate
-manager asks through ``build_set``) and the set functions of ``lattice.core.coordsets``."""
+manager asks through ``build_set``), the set functions of ``lattice.core.coordsets``, and a
+network's coarse levels made ahead (``queue_downsamples``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from lattice.routing.device import Capability, capability, requested_device, take_kernels
-from lattice.routing.registry import RouteTable, dispatch_or_cpu
+from lattice.routing.registry import RouteTable, dispatch, dispatch_or_cpu
 from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, facts_of
 
 COORDS = RouteTable(
@@ -60,3 +61,59 @@ def build_set(coords, op: str):
     return dispatch_or_cpu(
         route_coordinates(req), lambda: route_coordinates(replace(req, device="cpu")), coords, op
     )[1]
+
+
+COARSE_SETS = RouteTable(
+    "coarse_sets",
+    "impl(manager, key, stride (3,), levels) -> None: the downsamples of a set by stride, stride^2, ... "
+    "made or queued ahead of the strided ops that will ask the manager for them",
+)
+ON_DEMAND = COARSE_SETS.route(
+    Backend.CPU,
+    "on_demand",
+    "nothing ahead: the relation that needs a downsample builds it (no read to save)",
+)
+QUEUED_CHAIN = COARSE_SETS.kernels(
+    "queued_chain", "lattice's kernels: the levels deduplicated one from another, sizes read together once"
+)
+
+
+@dataclass(frozen=True)
+class LevelsRequest:
+    op: str
+    n: int  # rows of the finest set
+    levels: int
+    device: str = "cpu"
+
+
+def route_coarse_sets(req: LevelsRequest, cap: Capability | None = None) -> Route:
+    """Where the strided relations of the levels will be built by lattice's GPU kernels (the
+    relations' own rule, ``route_relation``), the levels are queued there ahead: each GPU-made
+    set's size is a host read, which waits for everything queued before it, so one read for
+    all the levels, once their kernels ran, replaces one per level between a network's
+    stages. On the CPU each downsample costs the same made ahead or when asked: nothing."""
+    cap = cap or capability()
+    rb = RouteBuilder(req.op, facts_of(req, "n", "levels", "device"))
+    gpu = take_kernels(
+        rb,
+        req.device,
+        QUEUED_CHAIN,
+        cap,
+        "each level's first-occurrence dedup of the one before, queued on the GPU with lazy counts; "
+        "the first level asked for reads all the sizes in one read and registers every level, exactly sized "
+        "(a lazy_rows manager: at once, unread)",
+    )
+    if gpu is not None:
+        return gpu
+    return rb.take(ON_DEMAND, "the native core builds each downsample when a relation asks for it")
+
+
+def queue_downsamples(manager, key, stride, levels: int, device=None) -> Route:
+    """Makes or queues ahead the downsamples of ``manager``'s set ``key`` by ``stride``,
+    ``stride``², ... (``levels`` of them, each of the one before, as the strided
+    convolutions or poolings of a network's encoder ask for them), where the routing layer
+    says; returns the route taken. Levels the manager holds already are kept."""
+    req = LevelsRequest("queue_downsamples", manager.capacity(key), levels, requested_device(device))
+    route = route_coarse_sets(req)
+    dispatch(route, manager, key, tuple(stride), levels)
+    return route

@@ -20,6 +20,12 @@ def hash_set(coords: mx.array, op: str):
     return _ext.build_table(coords, op)
 
 
+@implements(set_routes.ON_DEMAND)
+def coarse_on_demand(manager, key, stride, levels: int) -> None:
+    """Nothing ahead: each downsample is built by the relation that first needs it, the same
+    work then as now, and on the CPU no read to spare."""
+
+
 @implements(set_routes.MORTON)
 def morton_rows(coords: mx.array, op: str) -> mx.array:
     """The Morton functions read the rows themselves (no table)."""

@@ -139,8 +139,25 @@ def first_occurrences(coords: mx.array, count: mx.array | None = None) -> tuple[
     lazy ``count`` take no part (owner -1)."""
     t = build_table(coords, count)
     owner = _owners(t, count)
-    rank = mx.cumsum((owner == arange(t.size, dtype=mx.int32)).astype(mx.int32))
+    rank = block_cumsum((owner == arange(t.size, dtype=mx.int32)).astype(mx.int32))
     return t, owner, rank
+
+
+_SCAN_BLOCK = 1024
+
+
+def block_cumsum(a: mx.array) -> mx.array:
+    """Inclusive prefix sum of a 1-D int32 array, as ``mx.cumsum`` gives it: the rows
+    scanned in blocks of 1024 side by side, then the blocks' totals (MLX's CUDA scan of one
+    long row runs in a single thread block: 96 us a scan of 484,637 rows on an H100)."""
+    n = int(a.shape[0])
+    if n <= _SCAN_BLOCK:
+        return mx.cumsum(a)
+    rows = -(-n // _SCAN_BLOCK)
+    inner = mx.cumsum(mx.pad(a, (0, rows * _SCAN_BLOCK - n)).reshape(rows, _SCAN_BLOCK), axis=1)
+    totals = inner[:, -1]
+    before = mx.cumsum(totals) - totals
+    return (inner + before[:, None]).reshape(-1)[:n]
 
 
 def compact(
@@ -227,19 +244,60 @@ def downsample_set(manager, key, stride):
     """Key of ``unique(floor(coords / stride))`` of ``manager``'s set ``key``, deduplicated
     with the GPU hash table and cached by the manager like its own downsamples (the new
     set's CPU table is built only if a CPU route asks; where the manager has ``lazy_rows``
-    its count is not read)."""
-    if tuple(stride) == (1, 1, 1):
+    its count is not read): one level of ``queue_downsamples``, unless it queued this one."""
+    stride = tuple(stride)
+    if stride == (1, 1, 1):
         return key
     hit = manager.cached_downsample(key, stride)
     if hit is None:
-        count = manager.row_count(key)
-        coords, inverse, out_count = downsample(
-            manager.coords(key), stride, None if count is None else count.array, lazy=manager.lazy_rows
-        )
-        level = tuple(a * b for a, b in zip(key.stride, stride, strict=True))
-        out_key = manager.add_gpu_set(coords, level, None if out_count is None else RowCount(out_count))
-        hit = manager.store_downsample(key, stride, out_key, inverse)
+        queue_downsamples(manager, key, stride, 1)
+        hit = manager.cached_downsample(key, stride)  # registered: one host read, or none
     return hit.out_key
+
+
+@implements(routes.QUEUED_CHAIN.cuda)
+def queue_downsamples(manager, key, stride, levels: int) -> None:
+    """The downsamples of ``manager``'s set ``key`` by ``stride``, ``stride``², ... (``levels``,
+    each of the one before, in first-occurrence order: the sets ``downsample_set`` makes one
+    at a time), queued on the GPU as upper-bound buffers with lazy counts (``downsample(...,
+    lazy=True)``: no read). A ``lazy_rows`` manager registers them so. Otherwise the counts
+    are queued (``mx.async_eval``) and the manager notes the chain (``queue_downsample``):
+    the first level asked for reads all the counts in one host read — by then their kernels,
+    queued before the network's next stages, have run — and registers every level as the
+    live prefix of its buffer. Levels the manager holds already are skipped."""
+    stride = tuple(stride)
+    while levels > 0 and (hit := manager.cached_downsample(key, stride)) is not None:
+        key, levels = hit.out_key, levels - 1
+    if levels <= 0 or stride == (1, 1, 1):
+        return
+    count = manager.row_count(key)
+    coords, live = manager.coords(key), None if count is None else count.array
+    chain, level = [], key.stride
+    for _ in range(levels):
+        coords, inverse, live = downsample(coords, stride, live, lazy=True)
+        level = tuple(a * b for a, b in zip(level, stride, strict=True))
+        chain.append((coords, inverse, live, level))
+    if manager.lazy_rows:
+        parent = key
+        for coords, inverse, live, level in chain:
+            out_key = manager.add_gpu_set(coords, level, RowCount(live))
+            parent = manager.store_downsample(parent, stride, out_key, inverse).out_key
+        return
+    with mx.stream(mx.gpu):
+        counts = mx.stack([live for _, _, live, _ in chain])
+    try:
+        mx.async_eval(counts)  # the read below then waits for these kernels only
+    except ValueError:  # inside a graph transformation (mx.grad): evaluated at the read
+        pass
+
+    def settle() -> None:
+        parent, rows = key, manager.size(key)
+        for (coords, inverse, _, level), n in zip(chain, host_read(counts), strict=True):
+            out_key = manager.add_gpu_set(coords[:n], level)
+            manager.store_downsample(parent, stride, out_key, inverse[:rows])
+            parent, rows = out_key, n
+
+    manager.queue_downsample(key, stride, settle)
 
 
 def gpu_table(manager, key) -> GpuTable:
