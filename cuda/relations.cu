@@ -12,6 +12,18 @@ lt_subm_map(coords, slots, offsets, params, map, LT_THREAD_ID);
 //@uses coords relations
 lt_target_map(in_coords, slots, out_coords, offsets, params, map, LT_THREAD_ID);
 
+//@kernel cell_map_down
+//@inputs fine inverse params
+//@outputs map
+//@uses coords relations
+lt_cell_map_down(fine, inverse, params, map, LT_THREAD_ID);
+
+//@kernel cell_map_up
+//@inputs fine inverse params
+//@outputs map
+//@uses coords relations
+lt_cell_map_up(fine, inverse, params, map, LT_THREAD_ID);
+
 //@kernel invert_map
 //@inputs map params
 //@outputs inv

@@ -13,6 +13,18 @@ lt_subm_map(coords, slots, offsets, params, map, (int)thread_position_in_grid.x)
 //@uses coords relations
 lt_target_map(in_coords, slots, out_coords, offsets, params, map, (int)thread_position_in_grid.x);
 
+//@kernel cell_map_down
+//@inputs fine inverse params
+//@outputs map
+//@uses coords relations
+lt_cell_map_down(fine, inverse, params, map, (int)thread_position_in_grid.x);
+
+//@kernel cell_map_up
+//@inputs fine inverse params
+//@outputs map
+//@uses coords relations
+lt_cell_map_up(fine, inverse, params, map, (int)thread_position_in_grid.x);
+
 //@kernel invert_map
 //@inputs map params
 //@outputs inv

@@ -212,6 +212,40 @@ def test_gpu_relation_onto_an_explicit_target():
     assert _edge_set(rels[0]) == _edge_set(rels[1])
 
 
+@needs_cuda
+@pytest.mark.parametrize("stride", [(2, 2, 2), (2, 1, 4), (4, 4, 4)])
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("n", [0, 2000])
+def test_cell_maps_equal_the_probed_maps_both_ways(stride, lazy, n):
+    """Kernel == stride between a set and its downsample: the map from the downsample's
+    inverse (cuda.cell_map) equals the map probing the table (probe_map), forward onto the
+    downsample and back onto the set (transposed and generative); exact and lazily counted
+    sets (spare rows stay -1), a batch with an empty member, an empty set."""
+    from lattice.core.coordinates import CoordinateManager
+
+    c = _coords(7, n=n, span=12) if n else np.zeros((0, 4), np.int32)
+    m = CoordinateManager(lazy_rows=lazy)
+    key = m.insert(mx.array(c))
+    spec = KernelSpec(stride, stride, 0, 1, op="cell_map")
+    down = m.relation("forward", key, spec, device="gpu")
+    up = m.relation("transposed", down.out_key, spec, key, device="gpu")
+    gen = m.relation("generative", down.out_key, spec, key, device="gpu")
+    assert down.route.name == up.route.name == gen.route.name == "cuda.cell_map"
+    assert (m.row_count(down.out_key) is not None) == (lazy and n > 0 or lazy)
+    fine, coarse = cuda_coords.gpu_table(m, key), cuda_coords.gpu_table(m, down.out_key)
+    offsets, pad = spec.offsets(), (0, 0, 0)
+    probe_down = cuda_relations.probe_map(
+        fine, m.coords(down.out_key), offsets, stride, pad, transposed=False
+    )
+    probe_up = cuda_relations.probe_map(coarse, m.coords(key), offsets, stride, pad, transposed=True)
+    np.testing.assert_array_equal(np.asarray(down.neighbor_map), np.asarray(probe_down))
+    np.testing.assert_array_equal(np.asarray(up.neighbor_map), np.asarray(probe_up))
+    np.testing.assert_array_equal(np.asarray(gen.neighbor_map), np.asarray(probe_up))
+    if n:
+        assert int(mx.sum(down.neighbor_map >= 0)) == len(c)  # every fine row in one cell
+        assert int(mx.sum(up.neighbor_map >= 0)) == len(c)
+
+
 CONVS = {
     "subm": lambda x, w, d: subm_conv3d(x, w["k3"], device=d),
     "subm c_out 40": lambda x, w, d: subm_conv3d(x, w["k3_40"], device=d),

@@ -619,17 +619,19 @@ def test_restriction_takes_the_smallest_covering_relation_and_only_a_covering_on
     assert ops.submanifold_kernel_relation(y, kernel_size=5).route.name != "cpu.restricted"
 
 
-def test_restriction_of_a_dense_map_gives_its_columns(cloud):
+@pytest.mark.parametrize("big,small,dilation", RESTRICTIONS, ids=_ids(RESTRICTIONS))
+def test_restriction_of_a_dense_map_gives_its_columns(cloud, big, small, dilation):
     """A covering relation held as a dense (N, K) map only (as the GPU builder makes it) gives
-    the restricted relation as the same map's columns: the map a fresh build gives."""
+    the restricted relation as the same map's columns (a strided slice of the map seen as
+    (N, *kernel)): the map a fresh build gives."""
     from lattice.core.coordinates import RelationCacheKey
     from lattice.core.kernel import KernelSpec
     from lattice.core.relation import KernelRelation
 
     x = SparseTensor(cloud, mx.ones((len(cloud), 1)))
     manager, key = x.coord_manager, x.coord_key
-    built = ops.submanifold_kernel_relation(cloud, kernel_size=5)
-    spec = KernelSpec(5)
+    built = ops.submanifold_kernel_relation(cloud, kernel_size=big, dilation=dilation)
+    spec = KernelSpec(big, dilation=dilation)
     manager._relations[RelationCacheKey(key, None, spec, RelationKind.SUBMANIFOLD)] = KernelRelation(
         kind=RelationKind.SUBMANIFOLD,
         spec=spec,
@@ -640,11 +642,11 @@ def test_restriction_of_a_dense_map_gives_its_columns(cloud):
         in_count=len(cloud),
         built_map=built.neighbor_map,
     )
-    rel = ops.submanifold_kernel_relation(x, kernel_size=3)
+    rel = ops.submanifold_kernel_relation(x, kernel_size=small, dilation=dilation)
     assert rel.route.name == "cpu.restricted" and rel.built_edges is None
-    want = ops.submanifold_kernel_relation(cloud, kernel_size=3).neighbor_map
+    want = ops.submanifold_kernel_relation(cloud, kernel_size=small, dilation=dilation).neighbor_map
     np.testing.assert_array_equal(np.asarray(rel.neighbor_map), np.asarray(want))
-    assert rel.neighbor_map.shape == (len(cloud), 27)
+    assert rel.neighbor_map.shape == (len(cloud), KernelSpec(small).volume)
 
 
 def test_explain_names_the_restricted_route_and_why_not():

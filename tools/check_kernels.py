@@ -133,6 +133,8 @@ def _variants() -> dict[str, list[Variant]]:
         # relations.cu
         "subm_map": [Variant()],
         "target_map": [Variant()],
+        "cell_map_down": [Variant()],
+        "cell_map_up": [Variant()],
         "invert_map": [Variant()],
         "row_masks": [Variant({"masks": "uint32"})],
         # conv.cu (_conv_kernel, _weight_grad): T = x.dtype, TW = w.dtype (any float dtype),

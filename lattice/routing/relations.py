@@ -70,6 +70,10 @@ HASH_MAP_SUBMANIFOLD = RELATIONS.kernels(
 HASH_MAP_PROBE = RELATIONS.kernels(
     "hash_map_probe", "lattice's kernels: output set on the GPU, one probe per pair"
 )
+CELL_MAP = RELATIONS.kernels(
+    "cell_map",
+    "lattice's kernels: kernel == stride between a set and its downsample, the map from its inverse",
+)
 
 
 # The merge builder takes submanifold kernels of at least MERGE_MIN_VOLUME offsets (on a scan
@@ -110,6 +114,18 @@ def route_relation(req: RelationRequest, cap: Capability | None = None) -> Route
                 "GPU hash table over the input rows; one thread per (row, offset) probes: dense "
                 "(N, K) neighbour map, no host round trip",
             )
+        if req.exclusive:
+            return rb.take(
+                CELL_MAP[backend],
+                "non-overlapping windows (even kernel == stride) between a set and its downsample: one "
+                "thread per fine row writes its coarse row (the downsample's inverse) at its offset in the "
+                "cell, no table probed",
+            )
+        rb.reject(
+            CELL_MAP[backend],
+            "kernel_size == stride (even or 1), padding 0, dilation 1, onto the downsample or back onto "
+            "the set it was made from",
+        )
         return rb.take(
             HASH_MAP_PROBE[backend],
             "output set on the GPU (given, or first-occurrence dedup of the downsample / generated "

@@ -1,6 +1,7 @@
 """Relations on the GPU (``cuda/relations.cu``, ``kernels/relations.inc``): dense
 out-major neighbour maps over the input's GPU hash table and their inverse, registered
-as the ``hash_map_submanifold`` / ``hash_map_probe`` relation builders."""
+as the ``hash_map_submanifold`` / ``hash_map_probe`` relation builders, and the maps of
+non-overlapping windows from a downsample's inverse (``cell_map``)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,29 @@ def probe_map(
             [(n, kv)],
             [mx.int32],
             n * kv,
+        )
+        return m
+
+
+def cell_map(fine: mx.array, inverse: mx.array, rows: int, stride, *, up: bool) -> mx.array:
+    """The (rows, K) map of kernel == stride (K = the stride's volume) between the set
+    ``fine`` and its downsample, whose row each fine row is in ``inverse`` (-1: a spare row of
+    a lazily counted buffer): forward (``up`` False, ``rows`` the downsample's) coarse row p,
+    offset k -> the fine row in p's cell at k; transposed (``rows`` the fine set's) fine row
+    o -> its coarse row at its own offset, -1 at the others."""
+    with mx.stream(mx.gpu):
+        n, kv = int(inverse.shape[0]), stride[0] * stride[1] * stride[2]
+        check_index_range("cell_map", neighbor_map=rows * kv)
+        if n == 0 or rows == 0:
+            return mx.full((rows, kv), -1, dtype=mx.int32)
+        (m,) = launch(
+            "relations",
+            "cell_map_up" if up else "cell_map_down",
+            [i32(fine), i32(inverse), int_params(n, kv, *stride)],
+            [(rows, kv)],
+            [mx.int32],
+            n,
+            init=-1,
         )
         return m
 
@@ -122,4 +146,19 @@ def build_probe(manager, kind, in_key, spec, target_key, op):
     nmap = probe_map(
         table, manager.coords(out_key), offsets, spec.stride, spec.padding, transposed=transposed
     )
+    return out_key, None, nmap
+
+
+@implements(routes.CELL_MAP.cuda)
+def build_cell_map(manager, kind, in_key, spec, target_key, op):
+    """(out_key, None, the map) of an exclusive relation (``manager.exclusive``): forward onto
+    the input's downsample (made on the GPU), or transposed back onto the set ``in_key`` was
+    downsampled from; the map from that downsample's inverse, no table probed."""
+    if kind is RelationKind.FORWARD:
+        fine_key, out_key = in_key, downsample_set(manager, in_key, spec.stride)
+    else:
+        fine_key = out_key = target_key
+    inverse = manager.cached_downsample(fine_key, spec.stride).inverse
+    up = kind is not RelationKind.FORWARD
+    nmap = cell_map(manager.coords(fine_key), inverse, manager.capacity(out_key), spec.stride, up=up)
     return out_key, None, nmap
