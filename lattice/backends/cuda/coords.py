@@ -264,7 +264,7 @@ def queue_downsamples(manager, key, stride, levels: int) -> None:
     are queued (``mx.async_eval``) and the manager notes the chain (``queue_downsample``):
     the first level asked for reads all the counts in one host read — by then their kernels,
     queued before the network's next stages, have run — and registers every level as the
-    live prefix of its buffer. Levels the manager holds already are skipped."""
+    live prefix of its buffer, copied out. Levels the manager holds already are skipped."""
     stride = tuple(stride)
     while levels > 0 and (hit := manager.cached_downsample(key, stride)) is not None:
         key, levels = hit.out_key, levels - 1
@@ -291,11 +291,14 @@ def queue_downsamples(manager, key, stride, levels: int) -> None:
         pass
 
     def settle() -> None:
+        # the live prefixes copied out (mx.contiguous copies a view of a larger buffer), so
+        # the manager does not keep every level's input-sized buffer alive
         parent, rows = key, manager.size(key)
-        for (coords, inverse, _, level), n in zip(chain, host_read(counts), strict=True):
-            out_key = manager.add_gpu_set(coords[:n], level)
-            manager.store_downsample(parent, stride, out_key, inverse[:rows])
-            parent, rows = out_key, n
+        with mx.stream(mx.gpu):
+            for (coords, inverse, _, level), n in zip(chain, host_read(counts), strict=True):
+                out_key = manager.add_gpu_set(mx.contiguous(coords[:n]), level)
+                manager.store_downsample(parent, stride, out_key, mx.contiguous(inverse[:rows]))
+                parent, rows = out_key, n
 
     manager.queue_downsample(key, stride, settle)
 
