@@ -61,6 +61,8 @@ def test_levels_are_queued_where_the_strided_relations_use_the_gpu_kernels(cap, 
     assert route.facts == {"n": 1000, "levels": 4, "device": device}
     if name == "cpu.on_demand" and device == "gpu":
         assert route.rejected, "the GPU route's rejection is recorded"
+    if name.endswith("queued_chain"):  # the strided relations' own route decides
+        assert f"{name.split('.')[0]}.cell_map" in route.reason
 
 
 # ---- the manager's protocol (any device) -----------------------------------------------------

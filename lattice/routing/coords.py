@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from lattice.routing.device import Capability, capability, requested_device, take_kernels
-from lattice.routing.registry import RouteTable, dispatch, dispatch_or_cpu
+from lattice.routing.registry import KERNEL_BACKENDS, RouteTable, dispatch, dispatch_or_cpu
+from lattice.routing.relations import RelationRequest, route_relation
 from lattice.routing.types import Backend, Route, RouteBuilder, RouteId, facts_of
 
 COORDS = RouteTable(
@@ -84,27 +85,30 @@ class LevelsRequest:
     n: int  # rows of the finest set
     levels: int
     device: str = "cpu"
+    kernel_volume: int = 8  # of the strided relations the levels serve (kernel == stride)
 
 
 def route_coarse_sets(req: LevelsRequest, cap: Capability | None = None) -> Route:
-    """Where the strided relations of the levels will be built by lattice's GPU kernels (the
-    relations' own rule, ``route_relation``), the levels are queued there ahead: each GPU-made
-    set's size is a host read, which waits for everything queued before it, so one read for
-    all the levels, once their kernels ran, replaces one per level between a network's
-    stages. On the CPU each downsample costs the same made ahead or when asked: nothing."""
+    """The levels are queued ahead where the strided relations they serve (forward, kernel ==
+    stride onto the downsample: ``route_relation``'s own choice) are built by lattice's GPU
+    kernels, which make each new set on the GPU: its size is then a host read, which waits
+    for everything queued before it, so one read for all the levels, once their kernels ran,
+    replaces one per level between a network's stages. Where the CPU core builds them, a
+    downsample costs the same made ahead or when asked: nothing ahead."""
     cap = cap or capability()
     rb = RouteBuilder(req.op, facts_of(req, "n", "levels", "device"))
-    gpu = take_kernels(
-        rb,
-        req.device,
-        QUEUED_CHAIN,
-        cap,
-        "each level's first-occurrence dedup of the one before, queued on the GPU with lazy counts; "
-        "the first level asked for reads all the sizes in one read and registers every level, exactly sized "
-        "(a lazy_rows manager: at once, unread)",
+    strided = route_relation(
+        RelationRequest(req.op, "forward", req.n, req.kernel_volume, device=req.device, exclusive=True), cap
     )
-    if gpu is not None:
-        return gpu
+    if strided.backend in KERNEL_BACKENDS:
+        return rb.take(
+            QUEUED_CHAIN[strided.backend],
+            f"the strided relations take {strided.name}: each level's first-occurrence dedup of the one "
+            "before queued on the GPU with lazy counts; the first level asked for reads all the sizes in one "
+            "read and registers every level, exactly sized (a lazy_rows manager: at once, unread)",
+        )
+    if req.device == "gpu":
+        rb.reject(RouteId(Backend.GPU, QUEUED_CHAIN.algorithm), f"the strided relations take {strided.name}")
     return rb.take(ON_DEMAND, "the native core builds each downsample when a relation asks for it")
 
 
@@ -113,7 +117,9 @@ def queue_downsamples(manager, key, stride, levels: int, device=None) -> Route:
     ``stride``², ... (``levels`` of them, each of the one before, as the strided
     convolutions or poolings of a network's encoder ask for them), where the routing layer
     says; returns the route taken. Levels the manager holds already are kept."""
-    req = LevelsRequest("queue_downsamples", manager.capacity(key), levels, requested_device(device))
+    stride = tuple(stride)
+    volume = stride[0] * stride[1] * stride[2]
+    req = LevelsRequest("queue_downsamples", manager.capacity(key), levels, requested_device(device), volume)
     route = route_coarse_sets(req)
-    dispatch(route, manager, key, tuple(stride), levels)
+    dispatch(route, manager, key, stride, levels)
     return route

@@ -266,9 +266,11 @@ def queue_downsamples(manager, key, stride, levels: int) -> None:
     queued before the network's next stages, have run — and registers every level as the
     live prefix of its buffer, copied out. Levels the manager holds already are skipped."""
     stride = tuple(stride)
+    if stride == (1, 1, 1):
+        return
     while levels > 0 and (hit := manager.cached_downsample(key, stride)) is not None:
         key, levels = hit.out_key, levels - 1
-    if levels <= 0 or stride == (1, 1, 1):
+    if levels <= 0:
         return
     count = manager.row_count(key)
     coords, live = manager.coords(key), None if count is None else count.array
