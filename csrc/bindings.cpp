@@ -87,7 +87,7 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_
 // A GEMM kernel by name ("blas", or one of lattice's: "avx2", "avx512").
 lattice::gemm::Kernel gemm_kernel(const std::string& name) {
   using lattice::gemm::Kernel;
-  constexpr Kernel all[] = {Kernel::blas, Kernel::avx2, Kernel::avx512, Kernel::avx512_bf16};
+  constexpr Kernel all[] = {Kernel::blas, Kernel::avx2, Kernel::avx512, Kernel::avx512_bf16, Kernel::amx_bf16};
   std::string names;
   for (size_t i = 0; i < std::size(all); ++i) {
     if (name == lattice::gemm::name(all[i])) return all[i];
@@ -390,7 +390,8 @@ NB_MODULE(_ext, m) {
         "identity_k"_a = -1, "distinct"_a = false, "kernel"_a = "blas", "stream"_a = nb::none(),
         "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset: gather -> BLAS GEMM -> scatter-add (kernel "
         "'blas'), or lattice's register-tiled kernel that reads the gathered rows and adds into the scattered "
-        "ones directly ('avx2', 'avx512'; 'avx512_bf16' rounds the operands to bfloat16: see conv_kernels()). "
+        "ones directly ('avx2', 'avx512'; 'avx512_bf16' and 'amx_bf16' round the operands to bfloat16: see "
+        "conv_kernels()). "
         "Row indices, offsets and counts are checked (ValueError). `distinct`: the caller vouches that within each kernel offset no two edges share an "
         "input row or an output row (lattice's relations do); without it the kernel checks that itself and "
         "scatters serially where it does not hold.");
@@ -429,8 +430,8 @@ NB_MODULE(_ext, m) {
           for (const auto& k : lattice::gemm::available()) names.push_back(k.name);
           return names;
         },
-        "lattice's GEMM kernels this CPU runs, the float32 ones best first, then 'avx512_bf16' where it runs "
-        "(products of bfloat16-rounded operands; empty: the convolutions take the BLAS).");
+        "lattice's GEMM kernels this CPU runs, the float32 ones best first, then 'avx512_bf16' and 'amx_bf16' "
+        "where they run (products of bfloat16-rounded operands; empty: the convolutions take the BLAS).");
   m.def("blas_gemm", &lattice::blas_gemm, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false,
         "stream"_a = nb::none(), "op(A) @ op(B) through the linked BLAS, differentiable.");
   m.def("blas_sgemm", &blas_sgemm, "a"_a, "b"_a, release,

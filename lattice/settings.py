@@ -12,10 +12,11 @@ each saying when it is read; ``lattice.settings.current()`` gives each with its 
   16384, at least 1024: the tile stays in L2). Read once, at import.
 - ``LATTICE_CPU_GEMM``: which GEMM kernel the CPU convolutions take: ``auto`` (default: the
   best of lattice's float32 kernels this CPU runs, else the BLAS), ``blas``, ``avx2``,
-  ``avx512``, or ``avx512_bf16`` — products of operands rounded to bfloat16, sums in float32,
-  about twice the multiply-adds per second where the CPU has AVX-512 BF16; never chosen by
-  ``auto`` (a kernel this CPU cannot run is an error at the first routing decision). Read
-  once, with the device capability.
+  ``avx512``, ``avx512_bf16`` — products of operands rounded to bfloat16, sums in float32,
+  about twice the multiply-adds per second where the CPU has AVX-512 BF16 — or ``amx_bf16``,
+  the same products with the forward on AMX tiles (Intel Sapphire Rapids and later, Linux 5.16
+  and later); the two rounding kernels are never chosen by ``auto`` (a kernel this CPU cannot
+  run is an error at the first routing decision). Read once, with the device capability.
 - ``LATTICE_MALLOC_TUNING``: ``0`` keeps glibc's allocator thresholds as they are (default:
   large buffers stay on the heap, docs/performance.md); glibc's own
   ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` win where set. Read once, at import.
@@ -42,7 +43,7 @@ NUM_THREADS = "LATTICE_NUM_THREADS"
 CONV_TILE_FLOATS = "LATTICE_CONV_TILE_FLOATS"
 MALLOC_TUNING = "LATTICE_MALLOC_TUNING"
 CPU_GEMM = "LATTICE_CPU_GEMM"
-CPU_GEMM_CHOICES = ("auto", "blas", "avx2", "avx512", "avx512_bf16")
+CPU_GEMM_CHOICES = ("auto", "blas", "avx2", "avx512", "avx512_bf16", "amx_bf16")
 METAL_KERNELS = "LATTICE_METAL_KERNELS"
 MAX_POINTS = "LATTICE_MAX_POINTS"
 TF32 = "MLX_ENABLE_TF32"
@@ -104,8 +105,8 @@ def malloc_tuning() -> tuple[bool, bool]:
 
 
 def cpu_gemm() -> str:
-    """``LATTICE_CPU_GEMM``: ``auto`` (default), ``blas``, ``avx2``, ``avx512`` or
-    ``avx512_bf16``; any other value is a ``ValueError`` naming the variable."""
+    """``LATTICE_CPU_GEMM``: ``auto`` (default), ``blas``, ``avx2``, ``avx512``, ``avx512_bf16``
+    or ``amx_bf16``; any other value is a ``ValueError`` naming the variable."""
     value = _get(CPU_GEMM).lower() or "auto"
     if value not in CPU_GEMM_CHOICES:
         raise ValueError(f"{CPU_GEMM} must be one of {', '.join(CPU_GEMM_CHOICES)}, got {value!r}")

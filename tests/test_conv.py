@@ -500,23 +500,24 @@ def test_pointwise_is_a_matmul_keeping_coordinates(op_name, dtype):
     assert_close(y.feats, f @ w[0].astype(np.float64) + b, dtype)
 
 
-def test_pointwise_on_the_rounding_kernel_is_the_sum_of_rounded_products(monkeypatch):
-    """``LATTICE_CPU_GEMM=avx512_bf16``: the 1x1x1 convolution takes ``cpu.pointwise_tiled``
+@pytest.mark.parametrize("rounder", ["avx512_bf16", "amx_bf16"])
+def test_pointwise_on_the_rounding_kernel_is_the_sum_of_rounded_products(monkeypatch, rounder):
+    """``LATTICE_CPU_GEMM=avx512_bf16`` (or ``amx_bf16``): the 1x1x1 convolution takes ``cpu.pointwise_tiled``
     (lattice's kernel, every row its own edge), forward and both gradients of
     bfloat16-rounded operands, against a float64 oracle of the rounded values."""
     from lattice import _ext
     from lattice.routing.device import capability
 
-    if "avx512_bf16" not in _ext.conv_kernels():
-        pytest.skip("this CPU has no AVX-512 BF16")
-    monkeypatch.setenv("LATTICE_CPU_GEMM", "avx512_bf16")
+    if rounder not in _ext.conv_kernels():
+        pytest.skip(f"this CPU runs no {rounder} kernel")
+    monkeypatch.setenv("LATTICE_CPU_GEMM", rounder)
     capability.cache_clear()
     try:
         coords = make_cloud("random_sparse")
         x, f = make_input(coords, 33)
         w, _ = make_weight(1, 33, 16)
         route = lattice.explain(ops.subm_conv3d, x, as_layout(w, 1, "dense"), kernel_size=1)
-        assert route.name == "cpu.pointwise_tiled" and route.facts["cpu_gemm"] == "avx512_bf16"
+        assert route.name == "cpu.pointwise_tiled" and route.facts["cpu_gemm"] == rounder
         y = ops.subm_conv3d(x, as_layout(w, 1, "dense"), kernel_size=1)
         dy = np.random.default_rng(2).normal(size=(len(f), 16)).astype(np.float32)
 

@@ -25,7 +25,13 @@ from lattice import _ext
 KERNELS = [k for k in ("avx2", "avx512") if k in _ext.conv_kernels()]
 pytestmark = pytest.mark.skipif(not KERNELS, reason="this CPU runs none of lattice's GEMM kernels")
 BF16 = "avx512_bf16"
+AMX = "amx_bf16"
 needs_bf16 = pytest.mark.skipif(BF16 not in _ext.conv_kernels(), reason="this CPU has no AVX-512 BF16")
+needs_amx = pytest.mark.skipif(
+    AMX not in _ext.conv_kernels(), reason="this CPU (or its Linux) gives lattice no AMX-BF16 tiles"
+)
+# the kernels that round: each test of the rounded products runs once per kernel this CPU has
+ROUNDERS = [pytest.param(BF16, marks=needs_bf16), pytest.param(AMX, marks=needs_amx)]
 
 
 @pytest.fixture(autouse=True)
@@ -161,7 +167,7 @@ def test_blas_gemm_reads_transposed_views(dtype):
             )
 
 
-@pytest.mark.parametrize("kernel", [*KERNELS, pytest.param(BF16, marks=needs_bf16)])
+@pytest.mark.parametrize("kernel", [*KERNELS, *ROUNDERS])
 @pytest.mark.parametrize("distinct", [True, False])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_conv_in_output_row_blocks(kernel, distinct, transpose):
@@ -186,7 +192,7 @@ def test_conv_in_output_row_blocks(kernel, distinct, transpose):
     )
     args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n, transpose, ident, distinct)
     got = np.asarray(_ext.sparse_conv(*args, kernel=kernel))
-    if kernel == BF16:
+    if kernel in (BF16, AMX):
         x, w = round_bf16(x), round_bf16(w)
     want = _oracle_conv(x, w, ir, orr, bounds, n, transpose)
     scale = np.abs(want).max() + 1
@@ -247,7 +253,7 @@ def test_kernel_names_are_checked():
     x, w = mx.ones((3, 2)), mx.ones((1, 2, 2))
     rows = mx.array([0, 1], dtype=mx.int32)
     with pytest.raises(
-        ValueError, match="kernel must be 'blas', 'avx2', 'avx512' or 'avx512_bf16', got 'sse'"
+        ValueError, match="kernel must be 'blas', 'avx2', 'avx512', 'avx512_bf16' or 'amx_bf16', got 'sse'"
     ):
         _ext.sparse_conv(x, w, rows, rows, [0, 2], 3, kernel="sse")
     with pytest.raises(ValueError, match="kernel must be"):
@@ -280,7 +286,7 @@ _THREADS = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kernel", [*KERNELS, pytest.param(BF16, marks=needs_bf16)])
+@pytest.mark.parametrize("kernel", [*KERNELS, *ROUNDERS])
 def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
     out = {}
     for threads in ("1", "2"):
@@ -294,17 +300,18 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path, kernel):
     np.testing.assert_array_equal(out["1"]["yb"], out["1"]["y"])
 
 
-# ---- avx512_bf16: products of bfloat16-rounded operands, float32 sums ---------------------
+# ---- avx512_bf16, amx_bf16: products of bfloat16-rounded operands, float32 sums ----------
 
 
-@needs_bf16
-@pytest.mark.parametrize("c_in,c_out", SHAPES)
+@pytest.mark.parametrize("kernel", ROUNDERS)
+@pytest.mark.parametrize("c_in,c_out", [*SHAPES, (600, 40), (1030, 20)])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_bf16_conv_is_the_sum_of_rounded_products(c_in, c_out, transpose):
+def test_bf16_conv_is_the_sum_of_rounded_products(kernel, c_in, c_out, transpose):
     """Against a float64 oracle of the rounded operands (the float32 sums' error only), and
-    visibly apart from the exact products (it does round), within bfloat16's 2^-8."""
+    visibly apart from the exact products (it does round), within bfloat16's 2^-8. Rows of
+    more than 512 input channels: the AMX kernel stages them in slabs of 256 pairs."""
     x, w, ir, orr, bounds, n_out, args = _conv_case(c_in * 17 + c_out, c_in, c_out, transpose)
-    got = np.asarray(_ext.sparse_conv(*args, kernel=BF16))
+    got = np.asarray(_ext.sparse_conv(*args, kernel=kernel))
     rounded = _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n_out, transpose)
     exact = _oracle_conv(x, w, ir, orr, bounds, n_out, transpose)
     scale = np.abs(exact).max() + 1
@@ -312,16 +319,18 @@ def test_bf16_conv_is_the_sum_of_rounded_products(c_in, c_out, transpose):
     assert 1e-5 * scale < np.abs(got - exact).max() < 2e-2 * scale
 
 
-@needs_bf16
+@pytest.mark.parametrize("kernel", ROUNDERS)
 @pytest.mark.parametrize("ca,cb", SHAPES)
-def test_bf16_weight_gradient_is_the_sum_of_rounded_products(ca, cb):
+def test_bf16_weight_gradient_is_the_sum_of_rounded_products(kernel, ca, cb):
     """Pairs of edges: offsets of 0, 1 and odd edge counts (the last edge pairs with zeros)."""
     rng = np.random.default_rng(ca * 5 + cb)
     ra, rb, bounds = _relation(rng, 500, 480, [0, 301, 1, 129, 0, 400])
     a = rng.normal(size=(500, ca)).astype(np.float32)
     b = rng.normal(size=(480, cb)).astype(np.float32)
     got = np.asarray(
-        _ext.sparse_conv_weight_grad(mx.array(a), mx.array(b), mx.array(ra), mx.array(rb), bounds, True, BF16)
+        _ext.sparse_conv_weight_grad(
+            mx.array(a), mx.array(b), mx.array(ra), mx.array(rb), bounds, True, kernel
+        )
     )
     parts = [slice(bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
     rounded = np.stack([round_bf16(a[ra[s]]).T @ round_bf16(b[rb[s]]) for s in parts])
@@ -331,8 +340,8 @@ def test_bf16_weight_gradient_is_the_sum_of_rounded_products(ca, cb):
     assert 1e-5 * scale < np.abs(got - exact).max() < 2e-2 * scale
 
 
-@needs_bf16
-def test_bf16_rounds_to_nearest_ties_to_even_and_keeps_specials():
+@pytest.mark.parametrize("kernel", ROUNDERS)
+def test_bf16_rounds_to_nearest_ties_to_even_and_keeps_specials(kernel):
     """One input channel, weight 1: the output is the input as bfloat16 rounded it. 1 + 2^-8
     is half way between 1 and 1 + 2^-7 (goes to 1, the even one), 1 + 3 * 2^-8 between
     1 + 2^-7 and 1 + 2^-6 (goes up); a hair past a tie goes up; inf and NaN stay."""
@@ -345,16 +354,16 @@ def test_bf16_rounds_to_nearest_ties_to_even_and_keeps_specials():
     w = mx.ones((1, 1, 1))
     for transpose in (False, True):
         got = _ext.sparse_conv(mx.array(vals[:, None].astype(np.float32)), w, rows, rows, [0, n], n, transpose,
-                               -1, True, kernel=BF16)  # fmt: skip
+                               -1, True, kernel=kernel)  # fmt: skip
         np.testing.assert_array_equal(np.asarray(got)[:, 0], want.astype(np.float32))
     # and the weight side: W = vals, input 1
     got = _ext.sparse_conv(mx.ones((1, 1)), mx.array(vals.astype(np.float32))[:, None, None],
-                           mx.zeros(n, mx.int32), rows, list(range(n + 1)), n, kernel=BF16)  # fmt: skip
+                           mx.zeros(n, mx.int32), rows, list(range(n + 1)), n, kernel=kernel)  # fmt: skip
     np.testing.assert_array_equal(np.asarray(got)[:, 0], want.astype(np.float32))
 
 
-@needs_bf16
-def test_bf16_rounds_the_submanifold_centre_too():
+@pytest.mark.parametrize("kernel", ROUNDERS)
+def test_bf16_rounds_the_submanifold_centre_too(kernel):
     """With a centre offset (identity_k) the float32 route takes it as one BLAS GEMM; the
     rounding kernel runs it first, storing its rounded products into the output (nothing
     zeroed first), then adds the other offsets': the whole sum is of rounded products, the
@@ -373,8 +382,8 @@ def test_bf16_rounds_the_submanifold_centre_too():
         b2 = [*bounds[: at + 1], *(b + n for b in bounds[at:])]
         w = rng.normal(size=(len(b2) - 1, 40, 24)).astype(np.float32)
         args = (mx.array(x), mx.array(w), mx.array(ir2), mx.array(or2), b2, n, False)
-        centre = np.asarray(_ext.sparse_conv(*args, at, True, kernel=BF16))
-        plain = np.asarray(_ext.sparse_conv(*args, -1, True, kernel=BF16))
+        centre = np.asarray(_ext.sparse_conv(*args, at, True, kernel=kernel))
+        plain = np.asarray(_ext.sparse_conv(*args, -1, True, kernel=kernel))
         rounded = _oracle_conv(round_bf16(x), round_bf16(w), ir2, or2, b2, n, False)
         exact_centre = rounded + _oracle_conv(
             x, w[at : at + 1] - round_bf16(w[at : at + 1]), ident, ident, [0, n], n, False
@@ -388,7 +397,7 @@ def test_bf16_rounds_the_submanifold_centre_too():
     # offset 1 of this relation has no edges: not the identity, so the output is zeroed and added into
     w = rng.normal(size=(len(bounds) - 1, 40, 24)).astype(np.float32)
     args = (mx.array(x), mx.array(w), mx.array(ir), mx.array(orr), bounds, n, False)
-    got = np.asarray(_ext.sparse_conv(*args, 1, True, kernel=BF16))
+    got = np.asarray(_ext.sparse_conv(*args, 1, True, kernel=kernel))
     np.testing.assert_allclose(
         got, _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n, False), rtol=1e-5, atol=1e-4
     )

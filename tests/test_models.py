@@ -198,8 +198,10 @@ def test_minkunet_starting_its_stages_early_changes_no_bit(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
-def test_minkunet_on_the_bfloat16_kernel_stays_near_float32(monkeypatch):
-    """``LATTICE_CPU_GEMM=avx512_bf16`` through a whole network against the float32 kernel: the
+@pytest.mark.parametrize("rounder", ["avx512_bf16", "amx_bf16"])
+def test_minkunet_on_the_bfloat16_kernel_stays_near_float32(monkeypatch, rounder):
+    """``LATTICE_CPU_GEMM=avx512_bf16`` (and ``amx_bf16``, the same products with the forward on
+    AMX tiles) through a whole network against the float32 kernel: the
     eval forward and the loss within bfloat16's rounding (and not equal: it did round), the
     head's gradients within a few percent. The gradients of the early layers of this small
     random network are ill-conditioned in train mode — scaling its float32 weights by
@@ -208,8 +210,8 @@ def test_minkunet_on_the_bfloat16_kernel_stays_near_float32(monkeypatch):
     from lattice import _ext
     from lattice.routing.device import capability
 
-    if "avx512_bf16" not in _ext.conv_kernels():
-        pytest.skip("this CPU has no AVX-512 BF16")
+    if rounder not in _ext.conv_kernels():
+        pytest.skip(f"this CPU runs no {rounder} kernel")
     mx.random.seed(4)
     x = scene(2500)
     model = minkunet(14, 2, 3, width=8)
@@ -231,7 +233,7 @@ def test_minkunet_on_the_bfloat16_kernel_stays_near_float32(monkeypatch):
         return np.array(out), float(loss), dict((k, np.array(g)) for k, g in tree_flatten(grads))
 
     try:
-        (out, loss, grads), (out_r, loss_r, grads_r) = run("avx512"), run("avx512_bf16")
+        (out, loss, grads), (out_r, loss_r, grads_r) = run("avx512"), run(rounder)
     finally:
         capability.cache_clear()
 

@@ -85,9 +85,11 @@ def test_rounding_cpu_kernel_is_named_in_the_route_and_never_chosen_by_auto(monk
     assert route_conv(pointwise, AVX2_CPU).name == "cpu.pointwise_gemm"
     monkeypatch.delenv("LATTICE_CPU_GEMM", raising=False)
     assert cpu_gemm_kernel()[0] not in ROUNDING_KERNELS
-    if "avx512_bf16" in _ext.conv_kernels():
-        monkeypatch.setenv("LATTICE_CPU_GEMM", "avx512_bf16")
-        assert cpu_gemm_kernel() == ("avx512_bf16", "LATTICE_CPU_GEMM=avx512_bf16")
+    for rounder in ("avx512_bf16", "amx_bf16"):
+        assert rounder in ROUNDING_KERNELS
+        if rounder in _ext.conv_kernels():
+            monkeypatch.setenv("LATTICE_CPU_GEMM", rounder)
+            assert cpu_gemm_kernel() == (rounder, f"LATTICE_CPU_GEMM={rounder}")
 
 
 def test_pointwise_route_only_on_identity_relations():

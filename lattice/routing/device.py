@@ -96,15 +96,17 @@ def capability() -> Capability:
 # lattice's CPU GEMM kernels that round float32 operands, with what they do: taken only where
 # LATTICE_CPU_GEMM names them.
 ROUNDING_KERNELS = {
-    "avx512_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32"
+    "avx512_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32",
+    "amx_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32, "
+    "the forward on AMX tiles",
 }
 
 
 def cpu_gemm_kernel() -> tuple[str, str]:
     """The GEMM kernel of the CPU convolutions and why: ``LATTICE_CPU_GEMM`` where it names
     one (a kernel this CPU cannot run is a ``ValueError``), else the best of lattice's float32
-    kernels this CPU runs (``lattice._ext.conv_kernels()``; ``avx512_bf16`` rounds the
-    operands to bfloat16 and is taken only when named), else the BLAS."""
+    kernels this CPU runs (``lattice._ext.conv_kernels()``; ``avx512_bf16`` and ``amx_bf16`` round
+    the operands to bfloat16 and are taken only when named), else the BLAS."""
     from lattice import _ext
 
     available = list(_ext.conv_kernels())

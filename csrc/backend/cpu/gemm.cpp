@@ -14,6 +14,7 @@ const char* name(Kernel k) {
     case Kernel::avx2: return "avx2";
     case Kernel::avx512: return "avx512";
     case Kernel::avx512_bf16: return "avx512_bf16";
+    case Kernel::amx_bf16: return "amx_bf16";
     default: return "blas";
   }
 }
@@ -57,10 +58,10 @@ void KernelInfo::pack(const TileKernel& t, const float* w, int64_t s_row, int64_
     // panel (a few tens of KB, in cache) with a stride; otherwise row by row. (The float32
     // packing below measured no faster in that order: 2.2-2.4 ms either way for 27 x 256 x 256.)
     const bool by_column = s_row == 1 && s_col != 1;
-    const int rows = (c_in + 1) / 2;
+    const int rows = packed_rows(c_in);
     auto* dst = reinterpret_cast<uint32_t*>(out);
     const auto word = [&](int i, int j) -> uint32_t {  // W(2i, j), W(2i + 1, j): zero past c_in / c_out
-      if (j >= c_out) return 0u;
+      if (j >= c_out || 2 * i >= c_in) return 0u;
       const float* src = w + static_cast<int64_t>(j) * s_col + static_cast<int64_t>(2 * i) * s_row;
       const uint32_t lo = to_bf16(src[0]);
       return 2 * i + 1 < c_in ? lo | (static_cast<uint32_t>(to_bf16(src[s_row])) << 16) : lo;

@@ -9,9 +9,12 @@
 // other platforms have none (gemm_portable.cpp) and the routes take the BLAS. A kernel comes
 // in register-tile shapes (TileKernel), one picked per product by its output width
 // (KernelInfo::for_columns): AVX-512F 12 rows x 32 columns, 8 x 48 and 6 x 64 of
-// accumulators (24 of the 32 zmm registers each), AVX2 + FMA 6 x 16. One kernel rounds:
+// accumulators (24 of the 32 zmm registers each), AVX2 + FMA 6 x 16. Two kernels round:
 // avx512_bf16 (gemm_avx512bf16.cpp) multiplies bfloat16-rounded operands into float32 sums,
-// twice the multiply-adds per instruction; it runs only where LATTICE_CPU_GEMM names it.
+// twice the multiply-adds per instruction, and amx_bf16 (gemm_amx.cpp) takes the same
+// products on AMX tiles in the forward (16 rows x 32 input channels x 16 output channels an
+// instruction; its weight gradient is avx512_bf16's); they run only where LATTICE_CPU_GEMM
+// names them.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +25,9 @@ namespace lattice::gemm {
 
 // What runs a convolution's products: the linked BLAS (gather -> sgemm -> scatter-add) or
 // one of lattice's kernels. The values travel through the Python bindings.
-enum class Kernel : int { blas = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3 };
+enum class Kernel : int { blas = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3, amx_bf16 = 4 };
 
-// The kernel's name ("blas", "avx2", "avx512", "avx512_bf16").
+// The kernel's name ("blas", "avx2", "avx512", "avx512_bf16", "amx_bf16").
 const char* name(Kernel k);
 
 // Y[out_rows[e]] (+)= X[in_rows[e]] @ W for e in [0, m) (added where accumulate, else stored:
@@ -65,6 +68,14 @@ struct KernelInfo {
   // words a row, word j holding elements 2j (low half) and 2j + 1 (zero past c): the forward's
   // X as gather_gemm_scatter reads it.
   void (*round_rows)(const float* x, int64_t ld, int64_t n, int c, float* out) = nullptr;
+  // Where bf16: the packed W's pair rows per panel, (c_in + 1) / 2 rounded up to a multiple of
+  // this (zeros past c_in): 16 for the AMX kernel, whose tiles take 16 pair rows at a time.
+  int pair_align = 1;
+
+  // Rows of a packed panel: pairs of input channels (bf16, padded to pair_align) or channels.
+  int packed_rows(int c_in) const {
+    return bf16 ? ((c_in + 1) / 2 + pair_align - 1) / pair_align * pair_align : c_in;
+  }
 
   // The tile for a product of `columns` output columns: the one that pads the fewest
   // columns (panels * panel - columns), the widest of those. A broadcast operand feeds
@@ -76,14 +87,13 @@ struct KernelInfo {
   // Floats of W (c_in x c_out) packed for tile t (4-byte words where bf16: a pair of rows per
   // word row).
   int64_t packed_size(const TileKernel& t, int c_in, int c_out) const {
-    const int rows = bf16 ? (c_in + 1) / 2 : c_in;
-    return static_cast<int64_t>((c_out + t.panel - 1) / t.panel) * t.panel * rows;
+    return static_cast<int64_t>((c_out + t.panel - 1) / t.panel) * t.panel * packed_rows(c_in);
   }
 
   // Packs W (c_in x c_out, element (i, j) at w + i * s_row + j * s_col) for tile t into
   // panels: panel p holds columns [p * panel, p * panel + panel), zeros past c_out, as c_in
-  // rows of `panel` floats, or (bf16) as (c_in + 1) / 2 rows of `panel` words, word j of row
-  // i holding W(2i, j) in its low half and W(2i + 1, j) (zero past c_in) in its high half.
+  // rows of `panel` floats, or (bf16) as packed_rows(c_in) rows of `panel` words, word j of
+  // row i holding W(2i, j) in its low half and W(2i + 1, j) in its high half (zero past c_in).
   void pack(const TileKernel& t, const float* w, int64_t s_row, int64_t s_col, int c_in, int c_out, float* out) const;
 };
 

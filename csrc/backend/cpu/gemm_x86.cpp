@@ -1,9 +1,15 @@
 // The kernels of gemm.h on x86-64: AVX-512F where the CPU has it and the OS saves the zmm
 // state, AVX2 + FMA where it has those, the bfloat16-product kernel where it has AVX-512 BF16
 // and BW (GCC's __builtin_cpu_supports checks both the CPUID bits and XGETBV's OS-enabled
-// state).
+// state), and its AMX forward where the CPU has AMX-BF16 and Linux grants the tiles (built
+// where the compiler takes -mamx-tile: LATTICE_AMX).
 #include <cstdint>
 #include <vector>
+
+#if defined(LATTICE_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "backend/cpu/gemm.h"
 
@@ -27,6 +33,26 @@ LATTICE_TILE_DECLS(avx512_bf16, 8, 3)
 LATTICE_TILE_DECLS(avx512_bf16, 6, 4)
 #undef LATTICE_TILE_DECLS
 void round_rows_avx512_bf16(const float* x, int64_t ld, int64_t n, int c, float* out);
+#if defined(LATTICE_AMX)
+void gather_gemm_scatter_amx_bf16_2(const float*, int64_t, const int32_t*, const int32_t*, int64_t, const float*, int,
+                                    int, float*, int64_t, bool);
+void gather_gemm_scatter_amx_bf16_3(const float*, int64_t, const int32_t*, const int32_t*, int64_t, const float*, int,
+                                    int, float*, int64_t, bool);
+void gather_gemm_scatter_amx_bf16_4(const float*, int64_t, const int32_t*, const int32_t*, int64_t, const float*, int,
+                                    int, float*, int64_t, bool);
+
+// Whether this process may use AMX tiles: the CPU has AMX-BF16 (and the AVX-512 the kernel's
+// staging uses), and Linux grants the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XTILEDATA, Linux 5.16 and later; refused, or an older kernel, means no AMX here).
+bool amx_usable() {
+  if (!(__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512bf16")))
+    return false;
+  constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+}
+#endif
 
 #define LATTICE_TILE(isa, mr, nv, width)                                                                     \
   TileKernel {                                                                                               \
@@ -52,6 +78,22 @@ const std::vector<KernelInfo>& available() {
                     LATTICE_TILE(avx512_bf16, 6, 4, 16)},
                    true,
                    round_rows_avx512_bf16});
+#if defined(LATTICE_AMX)
+    // The AMX forward with avx512_bf16's weight gradient (the same tile widths: a panel of
+    // 32, 48 or 64 columns), W's pair rows padded to whole tiles.
+    if (amx_usable())
+      k.push_back({Kernel::amx_bf16,
+                   "amx_bf16",
+                   {TileKernel{32, 16, gather_gemm_scatter_amx_bf16_2, gather_at_b_avx512_bf16_12x2,
+                               gather_at_b_scratch_avx512_bf16_12x2},
+                    TileKernel{48, 16, gather_gemm_scatter_amx_bf16_3, gather_at_b_avx512_bf16_8x3,
+                               gather_at_b_scratch_avx512_bf16_8x3},
+                    TileKernel{64, 16, gather_gemm_scatter_amx_bf16_4, gather_at_b_avx512_bf16_6x4,
+                               gather_at_b_scratch_avx512_bf16_6x4}},
+                   true,
+                   round_rows_avx512_bf16,
+                   16});
+#endif
     return k;
   }();
   return kernels;
