@@ -7,6 +7,7 @@
 #include <vector>
 
 #if defined(LATTICE_AMX)
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -43,10 +44,14 @@ void gather_gemm_scatter_amx_bf16_4(const float*, int64_t, const int32_t*, const
 
 // Whether this process may use AMX tiles: the CPU has AMX-BF16 (and the AVX-512 the kernel's
 // staging uses), and Linux grants the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XTILEDATA, Linux 5.16 and later; refused, or an older kernel, means no AMX here).
-bool amx_usable() {
-  if (!(__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
-        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+// XTILEDATA, Linux 5.16 and later: it fails where the OS does not enable the tile state, and
+// a refusal or an older kernel means no AMX here).
+static bool amx_usable() {
+  // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (read directly: not every compiler's
+  // __builtin_cpu_supports knows the AMX names)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512bf16")))
     return false;
   constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
