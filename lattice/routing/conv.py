@@ -28,7 +28,7 @@ TILED_GEMM = CONV.route(
 # How each rounding CPU kernel takes its products, for the route's reason.
 _ROUNDING_PRODUCTS = {
     "avx512_bf16": "VDPBF16PS on register tiles",
-    "amx_bf16": "TDPBF16PS on AMX tiles of 16 rows; the weight gradient on avx512_bf16's VDPBF16PS",
+    "amx_bf16": "TDPBF16PS on AMX tiles of 16 rows, the weight gradient's too",
 }
 POINTWISE_TILED = CONV.route(
     CPU,

@@ -98,7 +98,7 @@ def capability() -> Capability:
 ROUNDING_KERNELS = {
     "avx512_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32",
     "amx_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32, "
-    "the forward on AMX tiles",
+    "on AMX tiles",
 }
 
 

@@ -12,9 +12,8 @@
 // accumulators (24 of the 32 zmm registers each), AVX2 + FMA 6 x 16. Two kernels round:
 // avx512_bf16 (gemm_avx512bf16.cpp) multiplies bfloat16-rounded operands into float32 sums,
 // twice the multiply-adds per instruction, and amx_bf16 (gemm_amx.cpp) takes the same
-// products on AMX tiles in the forward (16 rows x 32 input channels x 16 output channels an
-// instruction; its weight gradient is avx512_bf16's); they run only where LATTICE_CPU_GEMM
-// names them.
+// products on AMX tiles (16 rows x 32 input channels x 16 output channels an instruction);
+// they run only where LATTICE_CPU_GEMM names them.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,11 @@
-// The bfloat16-product forward kernel on AMX tiles (compiled with -mamx-tile -mamx-bf16
-// -mavx512f -mavx512bw; called only where gemm_x86.cpp found AMX-BF16 on the CPU and Linux
+// The bfloat16-product kernel on AMX tiles (compiled with -mamx-tile -mamx-bf16 -mavx512f
+// -mavx512bw -mavx512bf16; called only where gemm_x86.cpp found AMX-BF16 on the CPU and Linux
 // granted the process the tile data state, and only where LATTICE_CPU_GEMM names it: it
 // rounds). The products are those of avx512_bf16 (gemm_avx512bf16.cpp): operands rounded to
 // bfloat16 (nearest, ties to even), sums in float32; TDPBF16PS takes a 16 x 32 block of
 // rounded input channels against a 32 x 16 block of W in one instruction where VDPBF16PS
-// takes 32 pairs. The weight gradient stays on avx512_bf16's register tiles.
+// takes 32 pairs. The weight gradient too: its steps of 128 edges packed as avx512_bf16
+// packs them (gemm_bf16.h), A's strips transposed into tile rows.
 //
 // Per 16 edges of one offset: the gathered rows (already rounded, KernelInfo::round_rows:
 // a pair of channels a word) are copied into a staging block of whole 16-word tile rows,
@@ -16,11 +17,13 @@
 
 #include <cstdint>
 
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/gemm_tile.h"
 
 namespace {
 
 constexpr int T = 16;  // rows of a tile; 64-byte tile rows: 16 float32 or 16 words of bfloat16 pairs
+static_assert(T == W, "a tile row is one register");
 
 // The tile configuration every tile of this file uses: palette 1, all eight tiles 16 rows of
 // 64 bytes (LDTILECFG's 64-byte layout).
@@ -40,10 +43,6 @@ inline void configure_tiles() {
   static const TileConfig config;
   _tile_loadconfig(&config);
   configured = true;
-}
-
-inline __mmask16 first(int n) {
-  return n >= T ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
 }
 
 // The accumulator tiles 0..NV-1 += the A tile (4) times the chunk of W at wc (rows of nr
@@ -157,6 +156,84 @@ void gather_gemm_scatter_amx(const float* xf, int64_t ldx, const int32_t* in_row
   }
 }
 
+// ---- the weight gradient: G = sum over edges of A[ra[e]]^T B[rb[e]] ----------------------
+
+constexpr int kPairs = kAtbEdges / 2;  // pairs of edges per step
+
+// Words of gather_at_b_amx's buffers: A's strips of 16 columns as pack_step writes them
+// (pair-major) and again transposed (column-major: a tile's rows), B's panels of NR columns.
+template <int NV>
+inline int64_t atb_scratch_amx(int ca, int cb) {
+  constexpr int NR = NV * T;
+  const int64_t strips = (ca + T - 1) / T, panels = (cb + NR - 1) / NR;
+  return strips * (static_cast<int64_t>(kPairs) * T + T) + panels * kPairs * NR + strips * T * kPairs;
+}
+
+// G (ca x cb, row stride cb) = (accumulate ? G : 0) + sum over e in [0, m) of
+// A[ra[e]]^T B[rb[e]] of bfloat16-rounded operands, float32 sums. Per step of 128 edges the
+// gathered rows are packed as avx512_bf16 packs them (pack_step: pairs of edges), the pairs
+// past the step's last one zeroed up to a whole tile of 16 pairs, each strip of 16 columns of A
+// transposed (a tile row is one column of A over 16 pairs of edges: one gather per row), and
+// for each 16 x NR block of G its accumulator tiles take every 16 pairs of the step in one
+// TDPBF16PS per 16 columns, then are added into G.
+template <int NV>
+void gather_at_b_amx(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb, const int32_t* rb,
+                     int64_t m, int ca, int cb, float* g, bool accumulate, float* scratch) {
+  constexpr int NR = NV * T;
+  constexpr int64_t nr_bytes = NR * 4, SS = static_cast<int64_t>(kPairs) * T + T;
+  configure_tiles();
+  const int strips = (ca + T - 1) / T, panels = (cb + NR - 1) / NR;
+  auto* ap = reinterpret_cast<uint32_t*>(scratch);  // strips x SS, pair-major
+  uint32_t* bp = ap + strips * SS;                  // panels x kPairs x NR
+  uint32_t* at = bp + static_cast<int64_t>(panels) * kPairs * NR;  // strips x 16 x kPairs, column-major
+  const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(T));
+  alignas(64) float c[T * NR];
+  for (int64_t e0 = 0; e0 < m; e0 += kAtbEdges) {
+    const int ne = m - e0 < kAtbEdges ? static_cast<int>(m - e0) : kAtbEdges;
+    const int pairs = (ne + 1) / 2, padded = (pairs + T - 1) / T * T;
+    pack_step<T, NR, kPairs>(a, lda, ra, b, ldb, rb, e0, m, ne, ca, cb, ap, SS, bp);
+    for (int q = pairs; q < padded; ++q) {  // whole tiles of pairs: zeros past the step's last
+      for (int s = 0; s < strips; ++s)
+        _mm512_storeu_si512(ap + s * SS + static_cast<int64_t>(q) * T, _mm512_setzero_si512());
+      for (int p = 0; p < panels; ++p)
+        for (int v = 0; v < NR; v += T)
+          _mm512_storeu_si512(bp + (static_cast<int64_t>(p) * kPairs + q) * NR + v, _mm512_setzero_si512());
+    }
+    for (int s = 0; s < strips; ++s)  // at row r of strip s: column s * 16 + r of A over the pairs
+      for (int r = 0; r < T; ++r)
+        for (int q = 0; q < padded; q += T) {
+          const uint32_t* src = ap + s * SS + static_cast<int64_t>(q) * T + r;
+          _mm512_storeu_si512(at + (static_cast<int64_t>(s) * T + r) * kPairs + q,
+                              _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xFFFF, column, src, 4));
+        }
+    const bool add = accumulate || e0 > 0;
+    for (int s = 0; s < strips; ++s) {
+      const int rows = ca - s * T < T ? ca - s * T : T;
+      for (int p = 0; p < panels; ++p) {
+        zero_accumulators<NV>();
+        for (int q = 0; q < padded; q += T) {
+          _tile_loadd(4, at + static_cast<int64_t>(s) * T * kPairs + q, static_cast<int64_t>(kPairs) * 4);
+          products<NV>(bp + (static_cast<int64_t>(p) * kPairs + q) * NR, nr_bytes);
+        }
+        store_accumulators<NV>(c, nr_bytes);
+        const int col = p * NR, cols = cb - col < NR ? cb - col : NR;
+        for (int r = 0; r < rows; ++r) {
+          float* o = g + static_cast<int64_t>(s * T + r) * cb + col;
+          for (int v = 0; v < NV; ++v) {
+            const int n = cols - v * T;
+            if (n <= 0) break;
+            const __mmask16 km = first(n);
+            const __m512 sum = _mm512_maskz_loadu_ps(km, c + r * NR + v * T);
+            _mm512_mask_storeu_ps(o + v * T, km,
+                                  add ? _mm512_add_ps(_mm512_maskz_loadu_ps(km, o + v * T), sum) : sum);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 namespace lattice::gemm {
@@ -176,5 +253,17 @@ void gather_gemm_scatter_amx_bf16_4(const float* x, int64_t ldx, const int32_t* 
                                     bool accumulate) {
   gather_gemm_scatter_amx<4>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy, accumulate);
 }
+
+#define LATTICE_AMX_AT_B(nv)                                                                                        \
+  int64_t gather_at_b_scratch_amx_bf16_##nv(int ca, int cb) { return atb_scratch_amx<nv>(ca, cb); }               \
+  void gather_at_b_amx_bf16_##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,      \
+                                 const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,         \
+                                 float* scratch) {                                                                \
+    gather_at_b_amx<nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                               \
+  }
+LATTICE_AMX_AT_B(2)
+LATTICE_AMX_AT_B(3)
+LATTICE_AMX_AT_B(4)
+#undef LATTICE_AMX_AT_B
 
 }  // namespace lattice::gemm

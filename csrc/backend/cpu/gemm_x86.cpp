@@ -41,6 +41,15 @@ void gather_gemm_scatter_amx_bf16_3(const float*, int64_t, const int32_t*, const
                                     int, float*, int64_t, bool);
 void gather_gemm_scatter_amx_bf16_4(const float*, int64_t, const int32_t*, const int32_t*, int64_t, const float*, int,
                                     int, float*, int64_t, bool);
+#define LATTICE_AMX_AT_B_DECL(nv)                                                                                    \
+  int64_t gather_at_b_scratch_amx_bf16_##nv(int ca, int cb);                                                       \
+  void gather_at_b_amx_bf16_##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,       \
+                                 const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,        \
+                                 float* scratch);
+LATTICE_AMX_AT_B_DECL(2)
+LATTICE_AMX_AT_B_DECL(3)
+LATTICE_AMX_AT_B_DECL(4)
+#undef LATTICE_AMX_AT_B_DECL
 
 // Whether this process may use AMX tiles: the CPU has AMX-BF16 (and the AVX-512 the kernel's
 // staging uses), and Linux grants the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for
@@ -84,17 +93,17 @@ const std::vector<KernelInfo>& available() {
                    true,
                    round_rows_avx512_bf16});
 #if defined(LATTICE_AMX)
-    // The AMX forward with avx512_bf16's weight gradient (the same tile widths: a panel of
-    // 32, 48 or 64 columns), W's pair rows padded to whole tiles.
+    // The AMX forward and weight gradient (panels of 32, 48 or 64 columns: 2 to 4 accumulator
+    // tiles), W's pair rows padded to whole tiles.
     if (amx_usable())
       k.push_back({Kernel::amx_bf16,
                    "amx_bf16",
-                   {TileKernel{32, 16, gather_gemm_scatter_amx_bf16_2, gather_at_b_avx512_bf16_12x2,
-                               gather_at_b_scratch_avx512_bf16_12x2},
-                    TileKernel{48, 16, gather_gemm_scatter_amx_bf16_3, gather_at_b_avx512_bf16_8x3,
-                               gather_at_b_scratch_avx512_bf16_8x3},
-                    TileKernel{64, 16, gather_gemm_scatter_amx_bf16_4, gather_at_b_avx512_bf16_6x4,
-                               gather_at_b_scratch_avx512_bf16_6x4}},
+                   {TileKernel{32, 16, gather_gemm_scatter_amx_bf16_2, gather_at_b_amx_bf16_2,
+                               gather_at_b_scratch_amx_bf16_2},
+                    TileKernel{48, 16, gather_gemm_scatter_amx_bf16_3, gather_at_b_amx_bf16_3,
+                               gather_at_b_scratch_amx_bf16_3},
+                    TileKernel{64, 16, gather_gemm_scatter_amx_bf16_4, gather_at_b_amx_bf16_4,
+                               gather_at_b_scratch_amx_bf16_4}},
                    true,
                    round_rows_avx512_bf16,
                    16});
