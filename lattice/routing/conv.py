@@ -25,17 +25,11 @@ TILED_GEMM = CONV.route(
     "per offset: lattice's register-tiled GEMM kernel reading the gathered rows, adding into the "
     "scattered ones",
 )
-# How each rounding CPU kernel takes its products, for the route's reason.
-_ROUNDING_PRODUCTS = {
-    "avx512_bf16": "VDPBF16PS on register tiles",
-    "amx_bf16": "TDPBF16PS on AMX tiles of 16 rows, the weight gradient's too",
-}
 POINTWISE_TILED = CONV.route(
     CPU,
     "pointwise_tiled",
     "1x1x1 on the input support, where the CPU GEMM rounds (LATTICE_CPU_GEMM=avx512_bf16 or amx_bf16): "
-    "lattice's "
-    "kernel over all rows as one offset",
+    "lattice's kernel over all rows as one offset",
 )
 DEQUANT_POINTWISE_GEMM = CONV.route(
     CPU, "dequant_pointwise_gemm", "packed weight dequantized, then pointwise_gemm"
@@ -143,10 +137,9 @@ def _take_gather_route(rb: RouteBuilder, cap: Capability, tiled, blas, how: str)
             return rb.take(
                 tiled,
                 f"{how}per kernel offset: W[k] packed once as bfloat16 and the input rounded once, then "
-                f"lattice's {cap.cpu_gemm} kernel multiplies the gathered rows' pairs of channels into float32 "
-                f"sums ({_ROUNDING_PRODUCTS.get(cap.cpu_gemm, 'VDPBF16PS')}) and adds them into the scattered "
-                f"output rows (tiles over all cores); every product rounds, the submanifold centre's too "
-                f"({cap.cpu_gemm_reason})",
+                f"lattice's {cap.cpu_gemm} kernel multiplies the gathered rows' pairs of channels "
+                f"({ROUNDING_KERNELS[cap.cpu_gemm]}) and adds them into the scattered output rows (tiles over "
+                f"all cores); every product rounds, the submanifold centre's too ({cap.cpu_gemm_reason})",
             )
         return rb.take(
             tiled,

@@ -96,9 +96,10 @@ def capability() -> Capability:
 # lattice's CPU GEMM kernels that round float32 operands, with what they do: taken only where
 # LATTICE_CPU_GEMM names them.
 ROUNDING_KERNELS = {
-    "avx512_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32",
+    "avx512_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32, "
+    "VDPBF16PS on register tiles",
     "amx_bf16": "products of operands rounded to bfloat16 (nearest, ties to even), sums in float32, "
-    "on AMX tiles",
+    "TDPBF16PS on AMX tiles",
 }
 
 

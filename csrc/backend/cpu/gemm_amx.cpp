@@ -186,8 +186,8 @@ void gather_at_b_amx(const float* a, int64_t lda, const int32_t* ra, const float
   auto* ap = reinterpret_cast<uint32_t*>(scratch);  // strips x SS, pair-major
   uint32_t* bp = ap + strips * SS;                  // panels x kPairs x NR
   uint32_t* at = bp + static_cast<int64_t>(panels) * kPairs * NR;  // strips x 16 x kPairs, column-major
-  const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(T));
+  // word offsets of one column over 16 pairs in a pair-major strip (16 words a pair)
+  const __m512i column = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
   alignas(64) float c[T * NR];
   for (int64_t e0 = 0; e0 < m; e0 += kAtbEdges) {
     const int ne = m - e0 < kAtbEdges ? static_cast<int>(m - e0) : kAtbEdges;
@@ -238,32 +238,23 @@ void gather_at_b_amx(const float* a, int64_t lda, const int32_t* ra, const float
 
 namespace lattice::gemm {
 
-void gather_gemm_scatter_amx_bf16_2(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
-                                    int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy,
-                                    bool accumulate) {
-  gather_gemm_scatter_amx<2>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy, accumulate);
-}
-void gather_gemm_scatter_amx_bf16_3(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
-                                    int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy,
-                                    bool accumulate) {
-  gather_gemm_scatter_amx<3>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy, accumulate);
-}
-void gather_gemm_scatter_amx_bf16_4(const float* x, int64_t ldx, const int32_t* in_rows, const int32_t* out_rows,
-                                    int64_t m, const float* wp, int c_in, int c_out, float* y, int64_t ldy,
-                                    bool accumulate) {
-  gather_gemm_scatter_amx<4>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy, accumulate);
-}
-
-#define LATTICE_AMX_AT_B(nv)                                                                                        \
-  int64_t gather_at_b_scratch_amx_bf16_##nv(int ca, int cb) { return atb_scratch_amx<nv>(ca, cb); }               \
-  void gather_at_b_amx_bf16_##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,      \
-                                 const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,         \
-                                 float* scratch) {                                                                \
-    gather_at_b_amx<nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                               \
+// The entry points gemm_x86.cpp declares with LATTICE_TILE_DECLS (names isa_MRxNV: 16 rows a
+// tile, NV accumulator tiles of 16 columns).
+#define LATTICE_AMX_ENTRIES(nv)                                                                                    \
+  void gather_gemm_scatter_amx_bf16_16x##nv(const float* x, int64_t ldx, const int32_t* in_rows,                 \
+                                            const int32_t* out_rows, int64_t m, const float* wp, int c_in,      \
+                                            int c_out, float* y, int64_t ldy, bool accumulate) {                 \
+    gather_gemm_scatter_amx<nv>(x, ldx, in_rows, out_rows, m, wp, c_in, c_out, y, ldy, accumulate);              \
+  }                                                                                                               \
+  int64_t gather_at_b_scratch_amx_bf16_16x##nv(int ca, int cb) { return atb_scratch_amx<nv>(ca, cb); }           \
+  void gather_at_b_amx_bf16_16x##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,  \
+                                    const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,     \
+                                    float* scratch) {                                                             \
+    gather_at_b_amx<nv>(a, lda, ra, b, ldb, rb, m, ca, cb, g, accumulate, scratch);                              \
   }
-LATTICE_AMX_AT_B(2)
-LATTICE_AMX_AT_B(3)
-LATTICE_AMX_AT_B(4)
-#undef LATTICE_AMX_AT_B
+LATTICE_AMX_ENTRIES(2)
+LATTICE_AMX_ENTRIES(3)
+LATTICE_AMX_ENTRIES(4)
+#undef LATTICE_AMX_ENTRIES
 
 }  // namespace lattice::gemm

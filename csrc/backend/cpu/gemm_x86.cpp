@@ -1,8 +1,8 @@
 // The kernels of gemm.h on x86-64: AVX-512F where the CPU has it and the OS saves the zmm
 // state, AVX2 + FMA where it has those, the bfloat16-product kernel where it has AVX-512 BF16
 // and BW (GCC's __builtin_cpu_supports checks both the CPUID bits and XGETBV's OS-enabled
-// state), and its AMX forward where the CPU has AMX-BF16 and Linux grants the tiles (built
-// where the compiler takes -mamx-tile: LATTICE_AMX).
+// state), and the same products on AMX tiles where the CPU has AMX-BF16 and Linux grants the
+// tiles (built where the compiler takes -mamx-tile: LATTICE_AMX).
 #include <cstdint>
 #include <vector>
 
@@ -32,24 +32,11 @@ LATTICE_TILE_DECLS(avx2, 6, 2)
 LATTICE_TILE_DECLS(avx512_bf16, 12, 2)
 LATTICE_TILE_DECLS(avx512_bf16, 8, 3)
 LATTICE_TILE_DECLS(avx512_bf16, 6, 4)
-#undef LATTICE_TILE_DECLS
 void round_rows_avx512_bf16(const float* x, int64_t ld, int64_t n, int c, float* out);
 #if defined(LATTICE_AMX)
-void gather_gemm_scatter_amx_bf16_2(const float*, int64_t, const int32_t*, const int32_t*, int64_t, const float*, int,
-                                    int, float*, int64_t, bool);
-void gather_gemm_scatter_amx_bf16_3(const float*, int64_t, const int32_t*, const int32_t*, int64_t, const float*, int,
-                                    int, float*, int64_t, bool);
-void gather_gemm_scatter_amx_bf16_4(const float*, int64_t, const int32_t*, const int32_t*, int64_t, const float*, int,
-                                    int, float*, int64_t, bool);
-#define LATTICE_AMX_AT_B_DECL(nv)                                                                                    \
-  int64_t gather_at_b_scratch_amx_bf16_##nv(int ca, int cb);                                                       \
-  void gather_at_b_amx_bf16_##nv(const float* a, int64_t lda, const int32_t* ra, const float* b, int64_t ldb,       \
-                                 const int32_t* rb, int64_t m, int ca, int cb, float* g, bool accumulate,        \
-                                 float* scratch);
-LATTICE_AMX_AT_B_DECL(2)
-LATTICE_AMX_AT_B_DECL(3)
-LATTICE_AMX_AT_B_DECL(4)
-#undef LATTICE_AMX_AT_B_DECL
+LATTICE_TILE_DECLS(amx_bf16, 16, 2)
+LATTICE_TILE_DECLS(amx_bf16, 16, 3)
+LATTICE_TILE_DECLS(amx_bf16, 16, 4)
 
 // Whether this process may use AMX tiles: the CPU has AMX-BF16 (and the AVX-512 the kernel's
 // staging uses), and Linux grants the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for
@@ -67,6 +54,7 @@ static bool amx_usable() {
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
 }
 #endif
+#undef LATTICE_TILE_DECLS
 
 #define LATTICE_TILE(isa, mr, nv, width)                                                                     \
   TileKernel {                                                                                               \
@@ -98,12 +86,8 @@ const std::vector<KernelInfo>& available() {
     if (amx_usable())
       k.push_back({Kernel::amx_bf16,
                    "amx_bf16",
-                   {TileKernel{32, 16, gather_gemm_scatter_amx_bf16_2, gather_at_b_amx_bf16_2,
-                               gather_at_b_scratch_amx_bf16_2},
-                    TileKernel{48, 16, gather_gemm_scatter_amx_bf16_3, gather_at_b_amx_bf16_3,
-                               gather_at_b_scratch_amx_bf16_3},
-                    TileKernel{64, 16, gather_gemm_scatter_amx_bf16_4, gather_at_b_amx_bf16_4,
-                               gather_at_b_scratch_amx_bf16_4}},
+                   {LATTICE_TILE(amx_bf16, 16, 2, 16), LATTICE_TILE(amx_bf16, 16, 3, 16),
+                    LATTICE_TILE(amx_bf16, 16, 4, 16)},
                    true,
                    round_rows_avx512_bf16,
                    16});
