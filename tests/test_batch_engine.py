@@ -214,6 +214,40 @@ def test_interrupted_batch_reruns_only_what_is_left(tmp_path, workers):
     assert r.returncode == 0 and (s["skipped"], s["done"], s["redone"]) == (len(made), n - len(made), 0)
 
 
+# A worker as ``_start_worker`` starts one (SIGINT ignored), running ``_serve``; then SIGINTs
+# at the moments the parent's may land: after the loop ended, or two while it waits for a task.
+_WORKER = """
+import os, pickle, signal, sys, threading, time
+from multiprocessing import Pipe
+from lattice.pipeline.executors import _serve
+stopping = threading.Event()
+parent, child = Pipe()
+if sys.argv[1] == "after":
+    stopping.set()
+    _serve(child, pickle.dumps(None), stopping)
+    os.kill(os.getpid(), signal.SIGINT)
+else:
+    def twice():
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=twice).start()
+    _serve(child, pickle.dumps(None), stopping)
+    os.kill(os.getpid(), signal.SIGINT)
+time.sleep(0.2)
+print("exited cleanly", signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+@pytest.mark.parametrize("when", ["after", "waiting"])
+def test_worker_sigint_never_prints_a_traceback(when):
+    """Stop 42's CI: the parent's SIGINT reached a worker that had already left its loop (it saw
+    ``stopping``), and multiprocessing's exit printed a KeyboardInterrupt traceback."""
+    r = subprocess.run([sys.executable, "-c", _WORKER, when], capture_output=True, text=True, timeout=60,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+    assert (r.returncode, r.stdout, r.stderr) == (0, "exited cleanly True\n", "")
+
+
 def test_scheduler_usage_and_missing_extra(tmp_path, inputs, monkeypatch):
     from typer.testing import CliRunner
 

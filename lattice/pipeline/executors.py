@@ -63,32 +63,50 @@ def death_reason(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
+def _interrupted(signum, frame) -> None:  # noqa: ARG001
+    """A worker's SIGINT handler: KeyboardInterrupt once, every later SIGINT ignored (a
+    terminal's Ctrl-C reaches the whole process group and the parent sends its own too)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _serve(conn, job_bytes: bytes, stopping) -> None:
     """A worker process: run the tasks that come down ``conn`` until None, the pipe closes, or
     ``stopping`` (an Event) is set.
 
     It starts with SIGINT ignored (``_start_worker``), so a Ctrl-C during its start-up (the
-    imports) cannot print a traceback; Ctrl-C is enabled first thing here, then ``stopping``
-    is checked before each task: a parent interrupted meanwhile set it before signalling."""
+    imports) cannot print a traceback; Ctrl-C is enabled first thing here (``_interrupted``:
+    one KeyboardInterrupt at most), then ``stopping`` is checked before each task: a parent
+    interrupted meanwhile set it before signalling. On the way out SIGINT is ignored again,
+    so one that comes after the tasks are done (the parent's, racing a worker that saw
+    ``stopping``) cannot interrupt the process's exit with a traceback; the parent reports
+    the interrupt."""
     try:
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        job = pickle.loads(job_bytes)
-        while not stopping.is_set():
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                return
-            if message is None or stopping.is_set():
-                return
-            k, task = message
-            result = run_one(job, task)
-            try:
-                conn.send((k, result))
-            except OSError:  # the parent is gone (killed): nobody to answer
-                return
-    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the parent reports it
+        try:
+            if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+                signal.signal(signal.SIGINT, _interrupted)
+            _serve_tasks(conn, pickle.loads(job_bytes), stopping)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:  # raised at most once (``_interrupted``), wherever it landed
         return
+
+
+def _serve_tasks(conn, job: Job, stopping) -> None:
+    """``_serve``'s loop: answer each ``(k, task)`` with ``(k, run_one(job, task))``."""
+    while not stopping.is_set():
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None or stopping.is_set():
+            return
+        k, task = message
+        result = run_one(job, task)
+        try:
+            conn.send((k, result))
+        except OSError:  # the parent is gone (killed): nobody to answer
+            return
 
 
 def _start_worker(context, job_bytes: bytes, stopping) -> _Worker:
