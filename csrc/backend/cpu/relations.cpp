@@ -96,6 +96,34 @@ RelationArrays bin_edges(int64_t n, int32_t K, int64_t expected_per_row, Gen&& g
   return edge_arrays(std::move(in_rows), std::move(out_rows), totals);
 }
 
+// A submanifold relation's mirrored offsets (those after the centre) each put in ascending
+// output row, as the first half's come: then every offset runs through the output in order
+// and the convolution takes the relation in output-row blocks (conv.cpp, out_block_rows). One
+// stable counting sort by output row over the mirrored edges; each offset keeps its edges.
+void mirrors_by_out_row(int32_t* ir, int32_t* orow, const std::vector<int64_t>& counts, int64_t n) {
+  const int32_t K = static_cast<int32_t>(counts.size()), center = K / 2;
+  std::vector<int64_t> base(K + 1, 0);
+  for (int32_t k = 0; k < K; ++k) base[k + 1] = base[k] + counts[k];
+  const int64_t b0 = base[center + 1], m = base[K] - b0;
+  if (m == 0) return;
+  std::vector<int64_t> at(n + 1, 0);
+  for (int64_t e = b0; e < base[K]; ++e) ++at[orow[e] + 1];
+  for (int64_t o = 0; o < n; ++o) at[o + 1] += at[o];
+  std::vector<int32_t> order(m), kid(m);  // the mirrored edges by output row, offsets in order within a row
+  for (int32_t k = center + 1; k < K; ++k)
+    for (int64_t e = base[k]; e < base[k + 1]; ++e) {
+      order[at[orow[e]]++] = static_cast<int32_t>(e - b0);
+      kid[e - b0] = k;
+    }
+  const std::vector<int32_t> ti(ir + b0, ir + base[K]), to(orow + b0, orow + base[K]);
+  std::vector<int64_t> cur(base.begin(), base.end() - 1);
+  for (const int32_t j : order) {
+    const int64_t a = cur[kid[j]]++;
+    ir[a] = ti[j];
+    orow[a] = to[j];
+  }
+}
+
 struct AxisOffsets {
   int32_t size[3];
   int32_t off[3][64];  // offsets already multiplied by dilation
@@ -142,8 +170,8 @@ namespace {
 // sorted rows with a second cursor on the shifted column, which only moves forward; no hash
 // probe. The half's edges are then put in the order the probing builder emits them — per
 // offset, by output row — by two stable counting sorts, the centre is every (r, r), and each
-// mirrored offset is its half twin swapped: the same arrays as the probing builder, bit for
-// bit. On the KITTI scan at 0.05 m, one thread: a 5^3 map 55-75 -> 24-26 ms, 3^3 at 68,642
+// mirrored offset is its half twin swapped, put by output row too (mirrors_by_out_row): the
+// same arrays as the probing builder, bit for bit. On the KITTI scan at 0.05 m, one thread: a 5^3 map 55-75 -> 24-26 ms, 3^3 at 68,642
 // rows 32-38 -> 7-9 ms (the probing builder read the set's occupancy in 8^3 bricks first,
 // then probed the occupied points; both are in docs/performance.md).
 RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax, const Int3& size, const char* op) {
@@ -259,6 +287,7 @@ RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax,
     orow[b] = ti[e];
   }
   for (int64_t r = 0; r < n; ++r) ir[base[center] + r] = orow[base[center] + r] = static_cast<int32_t>(r);
+  mirrors_by_out_row(ir, orow, counts, n);
   return edge_arrays(std::move(in_rows), std::move(out_rows), counts);
 }
 
@@ -282,7 +311,7 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
       for (int32_t z = 0; z < size[2]; ++z, ++k) offs[k] = {ax.off[0][x], ax.off[1][y], ax.off[2][z]};
   const int32_t* c = in.data();
   const HashTable& table = in.table;
-  return bin_edges(
+  RelationArrays r = bin_edges(
       in.n, K, K,
       [&](int64_t o, Emitter& emit) {
         const int32_t* r = c + 4 * o;
@@ -319,6 +348,9 @@ RelationArrays relation_submanifold(const CoordTable& in, const Int3& size, cons
         flush();
       },
       op);
+  const int32_t* cnt = r.counts.data<int32_t>();
+  mirrors_by_out_row(r.in_rows.data<int32_t>(), r.out_rows.data<int32_t>(), std::vector<int64_t>(cnt, cnt + K), in.n);
+  return r;
 }
 
 RelationArrays relation_forward(const CoordTable& in, const CoordTable& out, const Int3& size,
