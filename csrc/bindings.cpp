@@ -381,39 +381,42 @@ NB_MODULE(_ext, m) {
   m.def("sparse_conv",
         [](const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
            const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, bool distinct,
-           const std::string& kernel, mx::StreamOrDevice s) {
+           const std::string& kernel, bool mirrored, mx::StreamOrDevice s) {
           return lattice::sparse_conv(x, w, in_rows, out_rows, std::make_shared<const std::vector<int64_t>>(bounds),
-                                      n_out, transpose_w, identity_k, lattice::EdgeFacts{distinct},
+                                      n_out, transpose_w, identity_k, lattice::EdgeFacts{distinct, false, mirrored},
                                       gemm_kernel(kernel), s);
         },
         "x"_a, "w"_a, "in_rows"_a, "out_rows"_a, "bounds"_a, "n_out"_a, "transpose_w"_a = false,
-        "identity_k"_a = -1, "distinct"_a = false, "kernel"_a = "blas", "stream"_a = nb::none(),
+        "identity_k"_a = -1, "distinct"_a = false, "kernel"_a = "blas", "mirrored"_a = false, "stream"_a = nb::none(),
         "Y[out_rows] += X[in_rows] @ op(W[k]) per kernel offset: gather -> BLAS GEMM -> scatter-add (kernel "
         "'blas'), or lattice's register-tiled kernel that reads the gathered rows and adds into the scattered "
         "ones directly ('avx2', 'avx512'; 'avx512_bf16' and 'amx_bf16' round the operands to bfloat16: see "
         "conv_kernels()). "
         "Row indices, offsets and counts are checked (ValueError). `distinct`: the caller vouches that within each kernel offset no two edges share an "
         "input row or an output row (lattice's relations do); without it the kernel checks that itself and "
-        "scatters serially where it does not hold.");
+        "scatters serially where it does not hold. `mirrored`: the caller vouches that offset K-1-k's edges are "
+        "offset k's reversed (lattice's submanifold relations): the input gradient then runs over the same "
+        "edges with W's offsets reversed.");
   m.def("sparse_conv_affine",
         [](const mx::array& x, const mx::array& w, const mx::array& in_rows, const mx::array& out_rows,
            const std::vector<int64_t>& bounds, int n_out, bool transpose_w, int identity_k, bool distinct,
            const std::string& kernel, const mx::array& scale, const mx::array& shift,
            const std::optional<mx::array>& residual, bool relu, const std::optional<mx::array>& append,
-           mx::StreamOrDevice s) {
+           bool mirrored, mx::StreamOrDevice s) {
           return lattice::sparse_conv_affine(x, w, in_rows, out_rows,
                                              std::make_shared<const std::vector<int64_t>>(bounds), n_out, transpose_w,
-                                             identity_k, lattice::EdgeFacts{distinct}, gemm_kernel(kernel), scale,
-                                             shift, residual, relu, append, s);
+                                             identity_k, lattice::EdgeFacts{distinct, false, mirrored},
+                                             gemm_kernel(kernel), scale, shift, residual, relu, append, s);
         },
         "x"_a, "w"_a, "in_rows"_a, "out_rows"_a, "bounds"_a, "n_out"_a, "transpose_w"_a = false,
         "identity_k"_a = -1, "distinct"_a = false, "kernel"_a = "blas", "scale"_a, "shift"_a,
-        "residual"_a = nb::none(), "relu"_a = false, "append"_a = nb::none(), "stream"_a = nb::none(),
+        "residual"_a = nb::none(), "relu"_a = false, "append"_a = nb::none(), "mirrored"_a = false,
+        "stream"_a = nb::none(),
         "sparse_conv followed by affine_act's map, fused: act(Y * scale + shift + residual) applied to the "
         "output rows as the convolution finishes them (in output-row blocks, while they are in cache). "
         "float32 features; scale and shift (C_out,), residual (n_out, C_out) float32 or None; append "
         "(n_out, C_a) float32 or None: its columns follow each row's C_out (a channel concatenation); "
-        "differentiable (as the two ops one after the other).");
+        "`mirrored` as sparse_conv's; differentiable (as the two ops one after the other).");
   m.def("sparse_conv_weight_grad",
         [](const mx::array& a, const mx::array& b, const mx::array& ra, const mx::array& rb,
            const std::vector<int64_t>& bounds, bool distinct, const std::string& kernel, mx::StreamOrDevice s) {

@@ -127,11 +127,15 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
   std::vector<mx::array> grads;
   for (int arg : argnums) {
     if (arg == 0) {
-      // dX[in] += dY[out] @ op(W)^T: the same relation walked backwards.
-      grads.push_back(mx::astype(
-          sparse_conv(dy, w, out_rows, in_rows, bounds_, x.shape(0), !transpose_w_, identity_k_, facts_, kernel_,
-                      stream()), x.dtype(),
-          stream()));
+      // dX[in] += dY[out] @ op(W)^T: the same relation walked backwards, or where it is mirrored
+      // (EdgeFacts) forwards with W's offsets reversed — sum over offset k's edges (i, o) of
+      // dY[o] W[k]^T is the sum over offset K-1-k's edges (o, i) — in its output-row order.
+      const bool mirrored = facts_.mirrored && x.shape(0) == n_out_;
+      const int K = w.shape(0);
+      const auto wd = mirrored ? mx::take(w, mx::arange(K - 1, -1, -1, mx::int32, stream()), 0, stream()) : w;
+      grads.push_back(mx::astype(sparse_conv(dy, wd, mirrored ? in_rows : out_rows, mirrored ? out_rows : in_rows,
+                                             bounds_, x.shape(0), !transpose_w_, identity_k_, facts_, kernel_, stream()),
+                                 x.dtype(), stream()));
     } else if (arg == 1) {
       auto g = transpose_w_ ? sparse_conv_weight_grad(dy, x, out_rows, in_rows, bounds_, facts_, kernel_, stream())
                             : sparse_conv_weight_grad(x, dy, in_rows, out_rows, bounds_, facts_, kernel_, stream());

@@ -30,10 +30,14 @@ using EdgeBounds = std::shared_ptr<const std::vector<int64_t>>;
 // `distinct` vouched for can make sums race, never read or write out of bounds: the
 // ranges of the row indices are always checked. `checked` (set by the op, not the
 // caller): the op found the row indices computed and checked their values when it built
-// the graph, so the CPU task need not read them again.
+// the graph, so the CPU task need not read them again. `mirrored` (lattice's submanifold
+// relations, KernelRelation.mirrored): offset K-1-k's edges are offset k's reversed, so the
+// input gradient runs over the same edges with W's offsets reversed (SparseConv::vjp), in
+// their output-row order, rather than over the edges swapped.
 struct EdgeFacts {
   bool distinct = false;
   bool checked = false;
+  bool mirrored = false;
   bool operator==(const EdgeFacts&) const = default;
 };
 

@@ -401,3 +401,60 @@ def test_bf16_rounds_the_submanifold_centre_too(kernel):
     np.testing.assert_allclose(
         got, _oracle_conv(round_bf16(x), round_bf16(w), ir, orr, bounds, n, False), rtol=1e-5, atol=1e-4
     )
+
+
+def _subm_edges(rows: int, batches: tuple[int, ...] = (0,)):
+    """A manager's 3^3 submanifold relation of ``rows`` random voxels in each of ``batches``
+    (the empty set where rows is 0): its edges, bounds, row count, and whether it is mirrored."""
+    from lattice import SparseTensor
+    from lattice.core.kernel import KernelSpec
+
+    rng = np.random.default_rng(rows)
+    parts = []
+    for b in batches:
+        v = np.unique(rng.integers(0, 9, size=(rows, 3)), axis=0).astype(np.int32)
+        parts.append(np.concatenate([np.full((len(v), 1), b, np.int32), v], axis=1))
+    c = np.concatenate(parts) if parts else np.zeros((0, 4), np.int32)
+    x = SparseTensor(c, np.zeros((len(c), 1), np.float32))
+    rel = x.coord_manager.relation("submanifold", x.coord_key, KernelSpec(3), device="cpu")
+    e = rel.grouped_edges
+    return np.asarray(e.in_rows), np.asarray(e.out_rows), list(rel.edge_offsets_host), len(c), rel.mirrored
+
+
+@pytest.mark.parametrize("kernel", ["blas", *KERNELS, *ROUNDERS])
+@pytest.mark.parametrize("rows,batches", [(0, (0,)), (1, (0,)), (300, (0,)), (200, (1, 3))])
+def test_mirrored_input_gradient_is_the_swapped_one(kernel, rows, batches):
+    """``mirrored=True`` (a manager's submanifold relation: offset K-1-k's edges are offset k's
+    reversed) takes the input gradient over the relation's own edges with W's offsets reversed;
+    it equals the gradient over the edges swapped and the float64 oracle's, with the fused
+    epilogue too, on an empty set, one voxel, one batch and a batch whose first member is empty."""
+    ir, orr, bounds, n, mirrored = _subm_edges(rows, batches)
+    assert mirrored
+    rng = np.random.default_rng(rows + 7)
+    x = rng.normal(size=(n, 20)).astype(np.float32)
+    w = rng.normal(size=(27, 20, 24)).astype(np.float32)
+    dy = rng.normal(size=(n, 24)).astype(np.float32)
+    args = (mx.array(ir), mx.array(orr), bounds, n, False, 13, True)
+
+    def grads(flag, affine):
+        def f(xa, wa):
+            if affine:
+                ones, zeros = mx.ones((24,)), mx.zeros((24,))
+                return _ext.sparse_conv_affine(
+                    xa, wa, *args, kernel=kernel, scale=ones, shift=zeros, mirrored=flag
+                )
+            return _ext.sparse_conv(xa, wa, *args, kernel=kernel, mirrored=flag)
+
+        _, (gx, gw) = mx.vjp(f, [mx.array(x), mx.array(w)], [mx.array(dy)])
+        return np.asarray(gx), np.asarray(gw)
+
+    rounds = kernel in (BF16, AMX)
+    xo, wo, dyo = (round_bf16(a) for a in (x, w, dy)) if rounds else (x, w, dy)
+    want = _oracle_conv(dyo, wo, orr, ir, bounds, n, True)  # dX[in] += dY[out] W[k]^T
+    scale = np.abs(want).max() + 1 if n else 1
+    for affine in (False, True):
+        gx, gw = grads(True, affine)
+        gx0, gw0 = grads(False, affine)
+        np.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-4 * scale)
+        np.testing.assert_allclose(gx, gx0, rtol=1e-5, atol=1e-4 * scale)
+        np.testing.assert_array_equal(gw, gw0)  # the weight gradient is not touched

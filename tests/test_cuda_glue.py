@@ -246,10 +246,10 @@ def test_conv_input_gradient_of_a_submanifold_relation_runs_over_its_own_map(
 
 
 def test_only_a_managers_submanifold_relation_counts_as_mirrored(cpu_device):
-    """The mirrored input gradient rests on the manager's rule for submanifold relations; a
-    forward relation, and a relation of given edges labelled "submanifold" (mlx-lattice's
-    constructor: here a one-sided, asymmetric edge list), are not taken as mirrored."""
-    from lattice.backends.cuda import conv as cuda_conv
+    """The mirrored input gradient (CUDA and CPU routes) rests on the manager's rule for
+    submanifold relations; a forward relation, and a relation of given edges labelled
+    "submanifold" (mlx-lattice's constructor: here a one-sided, asymmetric edge list), are not
+    taken as mirrored."""
     from mlx_lattice.core import KernelRelation as GivenRelation
 
     x = _tensor()
@@ -266,4 +266,4 @@ def test_only_a_managers_submanifold_relation_counts_as_mirrored(cpu_device):
         kind="submanifold",
     )
     assert given.kind == RelationKind.SUBMANIFOLD
-    assert [cuda_conv._mirrored(r) for r in (sub, fwd, given)] == [True, False, False]
+    assert [r.mirrored for r in (sub, fwd, given)] == [True, False, False]

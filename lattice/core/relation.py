@@ -112,6 +112,17 @@ class KernelRelation:
         if self.built_edges is None and self.built_map is None:
             raise ValueError("KernelRelation needs its edges or its neighbour map")
 
+    @property
+    def mirrored(self) -> bool:
+        """True where offset K-1-k's edges are offset k's reversed (map[o, k] = i exactly when
+        map[i, K-1-k] = o): a submanifold relation a coordinate manager built. The manager
+        makes every one of them on its input set with an odd kernel, stride 1 and no padding,
+        whose offsets are symmetric (offset K-1-k is -offset k, ``KernelSpec.offsets`` order).
+        A relation holding given edges (mlx-lattice's ``KernelRelation`` constructor: no set
+        keys) promises no such symmetry whatever its kind. The input gradient of a convolution
+        over a mirrored relation runs over its own edges with W's offsets reversed."""
+        return self.kind == RelationKind.SUBMANIFOLD and self.in_key is not None
+
     # ---- edge-list form (CPU routes) -------------------------------------------------
 
     @property

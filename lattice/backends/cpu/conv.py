@@ -16,7 +16,9 @@ from lattice.routing.device import capability
 from lattice.routing.registry import dispatch, implements
 
 
-def _native_conv(feats, weight, in_rows, out_rows, bounds, n_out, identity_k, kernel, epilogue) -> mx.array:
+def _native_conv(
+    feats, weight, in_rows, out_rows, bounds, n_out, identity_k, kernel, epilogue, mirrored=False
+) -> mx.array:
     """The native SparseConv primitive on the CPU stream (differentiable); ``epilogue`` None, or
     ``(scale, shift, residual | None, relu, concat | None)`` applied by it
     (``_ext.sparse_conv_affine``: ``concat``'s columns written after each output row's).
@@ -24,10 +26,13 @@ def _native_conv(feats, weight, in_rows, out_rows, bounds, n_out, identity_k, ke
     ``distinct=True``: the relation comes from lattice's coordinate manager, whose kernel
     relations never repeat an input or an output row within one kernel offset, so the
     native scatter runs in parallel without re-checking that (it still checks the ranges).
+    ``mirrored`` (``KernelRelation.mirrored``): the input gradient runs over the same edges
+    with W's offsets reversed, in their output-row order (every offset of a submanifold
+    relation comes by output row, so the backward takes it in output-row blocks too).
     """
     args = (feats, weight, in_rows, out_rows, bounds, n_out, False, identity_k)
     if epilogue is None:
-        return _ext.sparse_conv(*args, distinct=True, kernel=kernel, stream=mx.cpu)
+        return _ext.sparse_conv(*args, distinct=True, kernel=kernel, mirrored=mirrored, stream=mx.cpu)
     scale, shift, residual, relu, concat = epilogue
     return _ext.sparse_conv_affine(
         *args,
@@ -38,6 +43,7 @@ def _native_conv(feats, weight, in_rows, out_rows, bounds, n_out, identity_k, ke
         residual=residual,
         relu=relu,
         append=concat,
+        mirrored=mirrored,
         stream=mx.cpu,
     )
 
@@ -49,7 +55,16 @@ def _relation_conv(feats: mx.array, weight: mx.array, rel: KernelRelation, kerne
     edges = rel.grouped_edges
     bounds = list(rel.edge_offsets_host)
     return _native_conv(
-        feats, weight, edges.in_rows, edges.out_rows, bounds, rel.n_out, identity_k, kernel, epilogue
+        feats,
+        weight,
+        edges.in_rows,
+        edges.out_rows,
+        bounds,
+        rel.n_out,
+        identity_k,
+        kernel,
+        epilogue,
+        rel.mirrored,
     )
 
 

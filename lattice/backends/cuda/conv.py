@@ -21,7 +21,6 @@ from lattice.backends.cuda.relations import in_major_map, row_order
 from lattice.backends.gpu.features import affine_then_concat
 from lattice.core.buffers import arange
 from lattice.core.quantized import dequantized
-from lattice.core.relation import RelationKind
 from lattice.routing import conv as routes
 from lattice.routing.registry import dispatch, implements
 
@@ -254,16 +253,6 @@ def _weight_grad(x: mx.array, dy: mx.array, nmap: mx.array, order: mx.array) -> 
     return dw
 
 
-def _mirrored(rel) -> bool:
-    """True where ``rel``'s inverse map is its own map with the offsets reversed: a
-    submanifold relation a coordinate manager built. The manager makes every one of them on
-    its input set with an odd kernel, stride 1 and no padding (``_check_relation``), whose
-    offsets are symmetric (offset K-1-k is -offset k, ``KernelSpec.offsets`` order), so
-    map[o, k] = i exactly when map[i, K-1-k] = o. A relation holding given edges (mlx-lattice's
-    ``KernelRelation`` constructor: no set keys) promises no such symmetry whatever its kind."""
-    return rel.kind == RelationKind.SUBMANIFOLD and rel.in_key is not None
-
-
 def _conv_over(rel, transposed: bool):
     """The differentiable convolution (x, w) -> y over ``rel``'s map, or its inverse map
     (``transposed``). Over a mirrored relation the inverse-map convolution is the forward
@@ -273,7 +262,7 @@ def _conv_over(rel, transposed: bool):
     (0.35 ms) per relation and backward pass, and no (N, K) inverse held. (Each row sums
     its offsets in the other order than over the inverse map: equal up to float32
     rounding.)"""
-    if transposed and _mirrored(rel):
+    if transposed and rel.mirrored:
         forward = _conv_fn(rel)
         return lambda x, w: forward(x, w[::-1])
     return _conv_fn(rel, transposed)
