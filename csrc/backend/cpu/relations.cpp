@@ -211,7 +211,7 @@ RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax,
   std::vector<uint64_t>().swap(key2);
   std::vector<int32_t>().swap(row2);
   // 2. Per (dx, dy) of the half kernel, one sweep: edges (k, in, out) in sweep order.
-  const int32_t sz = size[2], cz = sz / 2;
+  const int32_t sz = size[2];
   const int64_t zlo = ax.off[2][0], zhi = ax.off[2][sz - 1], dz = sz > 1 ? ax.off[2][1] - ax.off[2][0] : 1;
   std::vector<std::pair<int32_t, int32_t>> columns;  // (i, j) with k0 = (i * Sy + j) * Sz < center + 1
   for (int32_t i = 0; i < size[0]; ++i)
