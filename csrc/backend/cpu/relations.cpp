@@ -171,9 +171,10 @@ namespace {
 // probe. The half's edges are then put in the order the probing builder emits them — per
 // offset, by output row — by two stable counting sorts, the centre is every (r, r), and each
 // mirrored offset is its half twin swapped, put by output row too (mirrors_by_out_row): the
-// same arrays as the probing builder, bit for bit. On the KITTI scan at 0.05 m, one thread: a 5^3 map 55-75 -> 24-26 ms, 3^3 at 68,642
-// rows 32-38 -> 7-9 ms (the probing builder read the set's occupancy in 8^3 bricks first,
-// then probed the occupied points; both are in docs/performance.md).
+// same arrays as the probing builder, bit for bit. On the KITTI scan at 0.05 m, one thread:
+// a 5^3 map 55-75 -> 24-26 ms, 3^3 at 68,642 rows 32-38 -> 7-9 ms (the probing builder read
+// the set's occupancy in 8^3 bricks first, then probed the occupied points; both are in
+// docs/performance.md).
 RelationArrays submanifold_by_merge(const CoordTable& in, const AxisOffsets& ax, const Int3& size, const char* op) {
   const int64_t n = in.n;
   const int32_t K = size[0] * size[1] * size[2], center = K / 2;
