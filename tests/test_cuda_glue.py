@@ -267,3 +267,39 @@ def test_only_a_managers_submanifold_relation_counts_as_mirrored(cpu_device):
     )
     assert given.kind == RelationKind.SUBMANIFOLD
     assert [r.mirrored for r in (sub, fwd, given)] == [True, False, False]
+
+
+def test_start_queues_outside_transformations_and_is_inert_inside():
+    """``lattice.core.buffers.start`` (the GPU routes queue coarse-level counts and network
+    stages with it): values unchanged; inside ``mx.grad`` and ``mx.compile``,
+    where MLX refuses ``async_eval``, nothing is raised and the result is the same."""
+    from lattice.core.buffers import start
+
+    a = mx.array(np.arange(6, dtype=np.float32)) * 2
+    start(a)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(6) * 2.0)
+
+    def f(x):
+        y = x * x
+        start(y)
+        return y.sum()
+
+    x = mx.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(np.asarray(mx.grad(f)(x)), [2.0, 4.0, 6.0])
+    assert float(mx.compile(f)(x)) == 14.0
+
+
+def test_no_raw_async_eval_in_the_library():
+    """One way to queue work early: ``lattice.core.buffers.start``."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = [
+        f"{p.relative_to(root)}:{i}"
+        for pkg in ("lattice", "mlx_lattice")
+        for p in sorted((root / pkg).rglob("*.py"))
+        if not (p.name == "buffers.py" and p.parent.name == "core")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "mx.async_eval(" in line and not line.lstrip().startswith(("#", '"', "``"))
+    ]
+    assert not found, found

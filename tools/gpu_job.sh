@@ -21,9 +21,11 @@
 #                  LATTICE_TEST_DEVICE=gpu python3 -m pytest FILE... ARGS
 #   bench [N]      bench_conv_gpu.py (which saves build/shells.npy), bench_lazy_rows.py
 #                  --repeats N (default 5), profile_cuda.py
-#   ab [N]         before / after on this card: bench_lazy_rows.py --repeats N (default 5) in
+#   ab [N] [conv]  before / after on this card: bench_lazy_rows.py --repeats N (default 5) in
 #                  build/base (carried; made here by `base REV`, with this tree's extension)
-#                  and in the tree, alternating, two rounds: build/results/ab_{base,tree}_R.json
+#                  and in the tree, alternating, two rounds: build/results/ab_{base,tree}_R.json;
+#                  with `conv`, bench_conv_gpu.py --repeats N instead (one convolution, fresh
+#                  and reused): build/results/ab_conv_{base,tree}_R.json
 #   kernels [N]    Nsight Compute's per-kernel summary (gpu__time_duration.sum) of N (default
 #                  2) MinkUNet14 eval forwards, then N training steps, at 484,637 voxels
 #                  (profile_step_gpu.py; the first of each compiles):
@@ -330,7 +332,8 @@ verb_bench() {
 }
 
 verb_ab() {
-  local n=$1 r ext
+  local n=$1 what=${2:-} r ext bench=bench_lazy_rows.py tag=ab
+  [ "$what" = conv ] && bench=bench_conv_gpu.py tag=ab_conv
   need_lattice || die "ab"
   [ -f build/base/REV ] || [ "$DRY" = 1 ] || die "ab: no build/base: make it here with 'base REV' and carry build/base"
   ext=$(compgen -G "lattice/_ext*.so" | head -n1)
@@ -340,10 +343,10 @@ verb_ab() {
   record_card ab
   for r in 1 2; do
     step "ab round $r: base ($(cat build/base/REV 2>/dev/null | cut -c1-10))" \
-      x env PYTHONPATH="$PWD/build/site:$PWD/build/base" "$PY" build/base/benchmarks/bench_lazy_rows.py \
-      --repeats "$n" --json "$PWD/$RESULTS/ab_base_$r.json"
+      x env PYTHONPATH="$PWD/build/site:$PWD/build/base" "$PY" "build/base/benchmarks/$bench" \
+      --repeats "$n" --json "$PWD/$RESULTS/${tag}_base_$r.json"
     step "ab round $r: tree" \
-      x "$PY" benchmarks/bench_lazy_rows.py --repeats "$n" --json "$RESULTS/ab_tree_$r.json"
+      x "$PY" "benchmarks/$bench" --repeats "$n" --json "$RESULTS/${tag}_tree_$r.json"
   done
 }
 
@@ -441,7 +444,7 @@ print("torch", torch.__version__, "| spconv", spconv.__version__, "|", torch.cud
 is_verb() { [[ $VERBS == *" $1 "* ]]; }
 
 walk() { # walk RUN ARGS...: parses the verbs (a typo fails before anything runs); runs them if RUN=1
-  local run=$1 verb n prev
+  local run=$1 verb n prev what
   shift
   while (($#)); do
     verb=$1
@@ -461,7 +464,12 @@ walk() { # walk RUN ARGS...: parses the verbs (a typo fails before anything runs
           shift
         fi
         [ "$n" -ge 1 ] || { log "error: $verb N must be at least 1, got $n"; exit 2; }
-        [ "$run" = 1 ] && "verb_$verb" "$n"
+        what=""
+        if [ "$verb" = ab ] && (($#)) && [ "$1" = conv ]; then
+          what=conv
+          shift
+        fi
+        [ "$run" = 1 ] && "verb_$verb" "$n" $what
         ;;
       test)
         local files=() args=()

@@ -177,3 +177,15 @@ class CountedRows:
 
     def __len__(self) -> int:
         return self._count
+
+
+def start(*arrays: mx.array) -> None:
+    """Queue ``arrays`` for evaluation now (``mx.async_eval``), so the device computes them
+    while Python builds what comes next instead of waiting for the whole graph. Inside a
+    graph transformation (``mx.grad``, ``mx.compile``, ``mx.vmap``) MLX refuses
+    ``async_eval``; they then evaluate with the rest, as without it. Callers pass no empty
+    array (MLX 0.32.4's CUDA backend mishandles evaluated empty results: ``arange``)."""
+    try:
+        mx.async_eval(*arrays)
+    except ValueError:  # inside a graph transformation
+        pass

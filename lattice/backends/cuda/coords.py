@@ -17,7 +17,7 @@ from lattice.backends.cuda.launch import (
     int_params,
     launch,
 )
-from lattice.core.buffers import arange
+from lattice.core.buffers import arange, start
 from lattice.core.rows import RowCount, host_read
 from lattice.routing import coords as routes
 from lattice.routing.registry import implements
@@ -287,10 +287,7 @@ def queue_downsamples(manager, key, stride, levels: int) -> None:
         return
     with mx.stream(mx.gpu):
         counts = mx.stack([live for _, _, live, _ in chain])
-    try:
-        mx.async_eval(counts)  # the read below then waits for these kernels only
-    except ValueError:  # inside a graph transformation (mx.grad): evaluated at the read
-        pass
+    start(counts)  # the read below then waits for these kernels only (in mx.grad: at the read)
 
     def settle() -> None:
         # the live prefixes copied out (mx.contiguous copies a view of a larger buffer), so
