@@ -25,7 +25,8 @@ from lattice.routing.explain import plan_of
 
 HAS_CUDA = hasattr(mx, "cuda") and mx.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device in this process")
-GEMMS = ("blas", "avx2", "avx512", "avx512_bf16")
+GEMMS = ("blas", "avx2", "avx512", "avx512_bf16", "amx_bf16")
+ROUNDING = ("avx512_bf16", "amx_bf16")  # the kernels whose products round to bfloat16
 KINDS = {  # op, keyword arguments, the reference's kind
     "subm3": (C.subm_conv3d, {"kernel_size": 3}, "submanifold"),
     "pointwise": (C.subm_conv3d, {"kernel_size": 1}, "submanifold"),
@@ -83,7 +84,7 @@ def test_fused_epilogue_is_the_two_ops_bit_for_bit_and_the_oracle(gemm, cloud, k
     keywords = {"residual": residual, "activation": activation, "concat": concat}
     route = lattice.explain(conv_affine, plan, scale, shift, **keywords)
     # a float32 1x1x1 convolution is one BLAS GEMM (cpu.pointwise_gemm), outside SparseConv
-    fusable = kind != "pointwise" or gemm == "avx512_bf16"
+    fusable = kind != "pointwise" or gemm in ROUNDING
     assert route.name == ("cpu.fused_epilogue" if fusable else "cpu.conv_then_affine"), route.as_dict()
     assert route.facts["conv_route"] == plan.route.name
     assert route.facts["concat"] == (3 if with_concat else 0)
@@ -96,7 +97,7 @@ def test_fused_epilogue_is_the_two_ops_bit_for_bit_and_the_oracle(gemm, cloud, k
     assert got.coord_key == conv.coord_key and got.feats.dtype == mx.float32
     np.testing.assert_array_equal(np.asarray(got.feats), np.asarray(want.feats))  # the same bits
     # the float64 oracle (operands rounded to bfloat16 where the kernel rounds them)
-    _check_oracle(got, x, w, kind, kwargs, scale, shift, residual, relu, concat, gemm == "avx512_bf16", 1e-5)
+    _check_oracle(got, x, w, kind, kwargs, scale, shift, residual, relu, concat, gemm in ROUNDING, 1e-5)
 
 
 def _check_oracle(got, x, w, kind, kwargs, scale, shift, residual, relu, concat, rounds, rtol):
@@ -278,7 +279,7 @@ def test_unet_eval_forward_takes_the_fused_epilogue_with_the_same_bits(monkeypat
     got = model(x).feats
     # every convolution fuses but the float32 1x1x1 projections (one BLAS GEMM each)
     projections = sum(isinstance(m, blocks.BasicBlock) and "proj" in m for _, m in model.named_modules())
-    unfused = 0 if gemm == "avx512_bf16" else projections
+    unfused = 0 if gemm in ROUNDING else projections
     assert projections > 0 and routes.count("cpu.conv_then_affine") == unfused
     assert routes.count("cpu.fused_epilogue") == len(routes) - unfused > 20
 
@@ -431,3 +432,47 @@ def test_cuda_unet_eval_forward_takes_the_fused_epilogue(monkeypatch, kitti_coor
     assert set(routes) <= {"cuda.fused_epilogue", "gpu.conv_then_affine"}
     assert np.abs(want).max() > 0
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.usefixtures("cpu_device")
+def test_subm_on_rows_in_any_order_takes_blocks_both_ways(gemm, kitti_coords):
+    """The KITTI voxels in random row order (batch 1 empty), an output over 2 MiB: every offset
+    of the submanifold relation comes by output row (mirrored offsets too), so the forward with
+    its epilogue and the mirrored input gradient run in output-row blocks; forward, dX and dW
+    against the float64 map oracle (operands rounded to bfloat16 where the kernel rounds)."""
+    rng = np.random.default_rng(11)
+    n = len(kitti_coords)
+    x = SparseTensor(kitti_coords, mx.array(rng.normal(size=(n, 16)).astype(np.float32)))
+    w = mx.array((rng.normal(size=(96, 3, 3, 3, 16)) * 0.2).astype(np.float32))
+    dy = mx.array(rng.normal(size=(n, 96)).astype(np.float32))
+    scale = mx.array(rng.uniform(0.5, 2.0, size=96).astype(np.float32))
+    shift = mx.array(rng.normal(size=96).astype(np.float32))
+    plan = plan_of(C.subm_conv3d, x, w)
+    rel = plan.relation
+    assert rel.mirrored and rel.n_out * 96 * 4 > 2 << 20
+    outs, b = np.asarray(rel.grouped_edges.out_rows), rel.edge_offsets_host
+    assert all((np.diff(outs[b[k] : b[k + 1]]) > 0).all() for k in range(27))
+
+    rounds = gemm in ROUNDING
+    r = rconv.round_bf16 if rounds else (lambda a: np.asarray(a, np.float64))
+    nmap = np.asarray(rel.neighbor_map)
+    wm = rconv.dense_to_mapped(np.asarray(w))  # (K, C_in, C_out)
+    bound = lambda y: 2e-5 * (1 + np.abs(y).max()) * (1 + n**0.5)  # noqa: E731
+
+    y = rconv.map_conv(r(x.feats), r(wm), nmap)
+    got = conv_affine(plan, scale, shift, activation="relu")
+    want = np.maximum(y * np.asarray(scale, np.float64) + np.asarray(shift, np.float64), 0.0)
+    np.testing.assert_allclose(np.asarray(got.feats), want, rtol=2e-5, atol=bound(want))
+
+    def loss(f, wt):
+        return (C.subm_conv3d(x.replace(feats=f), wt).feats * dy).sum()
+
+    gx, gw = mx.grad(loss, argnums=(0, 1))(x.feats, w)
+    want_dx = np.zeros((n, 16))
+    dyr, wr = r(dy), r(wm)
+    for k in range(27):
+        hit = nmap[:, k] >= 0
+        np.add.at(want_dx, nmap[hit, k], dyr[hit] @ wr[k].T)
+    np.testing.assert_allclose(np.asarray(gx), want_dx, rtol=2e-5, atol=bound(want_dx))
+    want_dw = rconv.mapped_to_dense(rconv.map_weight_grad(r(x.feats), dyr, nmap), 3)
+    np.testing.assert_allclose(np.asarray(gw), want_dw, rtol=2e-5, atol=bound(want_dw))
