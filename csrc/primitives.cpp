@@ -131,8 +131,10 @@ std::vector<mx::array> SparseConv::vjp(const std::vector<mx::array>& primals, co
       // (EdgeFacts) forwards with W's offsets reversed — sum over offset k's edges (i, o) of
       // dY[o] W[k]^T is the sum over offset K-1-k's edges (o, i) — in its output-row order.
       const bool mirrored = facts_.mirrored && x.shape(0) == n_out_;
+      // W's offsets reversed as a view (a negative offset stride: weight_view in conv.cpp reads
+      // it in place, no copy of the weight per backward pass)
       const int K = w.shape(0);
-      const auto wd = mirrored ? mx::take(w, mx::arange(K - 1, -1, -1, mx::int32, stream()), 0, stream()) : w;
+      const auto wd = mirrored ? mx::slice(w, {K - 1, 0, 0}, {-K - 1, w.shape(1), w.shape(2)}, {-1, 1, 1}, stream()) : w;
       grads.push_back(mx::astype(sparse_conv(dy, wd, mirrored ? in_rows : out_rows, mirrored ? out_rows : in_rows,
                                              bounds_, x.shape(0), !transpose_w_, identity_k_, facts_, kernel_, stream()),
                                  x.dtype(), stream()));

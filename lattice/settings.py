@@ -14,8 +14,9 @@ each saying when it is read; ``lattice.settings.current()`` gives each with its 
   best of lattice's float32 kernels this CPU runs, else the BLAS), ``blas``, ``avx2``,
   ``avx512``, ``avx512_bf16`` — products of operands rounded to bfloat16, sums in float32,
   about twice the multiply-adds per second where the CPU has AVX-512 BF16 — or ``amx_bf16``,
-  the same products on AMX tiles (Intel Sapphire Rapids and later, Linux 5.16 and later); the two rounding kernels are never chosen by ``auto`` (a kernel this CPU cannot
-  run is an error at the first routing decision). Read once, with the device capability.
+  the same products on AMX tiles (Intel Sapphire Rapids and later, Linux 5.16 and later); the
+  two rounding kernels are never chosen by ``auto`` (a kernel this CPU cannot run is an error
+  at the first routing decision). Read once, with the device capability.
 - ``LATTICE_MALLOC_TUNING``: ``0`` keeps glibc's allocator thresholds as they are (default:
   large buffers stay on the heap, docs/performance.md); glibc's own
   ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` win where set. Read once, at import.

@@ -81,6 +81,19 @@ inline __attribute__((always_inline)) void zero_accumulators() {
   if constexpr (NV > 3) _tile_zero(3);
 }
 
+// One row of stored accumulator sums (`cols` of its NV x 16 columns) into o: added to what
+// is there where `add`, else stored.
+template <int NV>
+inline __attribute__((always_inline)) void write_sums(const float* sums, float* o, int cols, bool add) {
+  for (int v = 0; v < NV; ++v) {
+    const int n = cols - v * T;
+    if (n <= 0) break;
+    const __mmask16 km = first(n);
+    const __m512 sum = _mm512_maskz_loadu_ps(km, sums + v * T);
+    _mm512_mask_storeu_ps(o + v * T, km, add ? _mm512_add_ps(_mm512_maskz_loadu_ps(km, o + v * T), sum) : sum);
+  }
+}
+
 // Words of a gathered row staged at once: rows of more than 2 x 256 input channels are taken
 // in slabs of this many words (the staging block on the stack, 16 KB; no C++ library type in
 // this file, see gemm_tile.h).
@@ -140,18 +153,8 @@ void gather_gemm_scatter_amx(const float* xf, int64_t ldx, const int32_t* in_row
       }
       store_accumulators<NV>(c, nr_bytes);
       const int col = p * NR, cols = c_out - col < NR ? c_out - col : NR;
-      for (int r = 0; r < rows; ++r) {
-        float* o = y + static_cast<int64_t>(out_rows[e0 + r]) * ldy + col;
-        const float* sum_row = c + r * NR;
-        for (int v = 0; v < NV; ++v) {
-          const int n = cols - v * T;
-          if (n <= 0) break;
-          const __mmask16 km = first(n);
-          const __m512 sum = _mm512_maskz_loadu_ps(km, sum_row + v * T);
-          _mm512_mask_storeu_ps(o + v * T, km,
-                                accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(km, o + v * T), sum) : sum);
-        }
-      }
+      for (int r = 0; r < rows; ++r)
+        write_sums<NV>(c + r * NR, y + static_cast<int64_t>(out_rows[e0 + r]) * ldy + col, cols, accumulate);
     }
   }
 }
@@ -218,17 +221,8 @@ void gather_at_b_amx(const float* a, int64_t lda, const int32_t* ra, const float
         }
         store_accumulators<NV>(c, nr_bytes);
         const int col = p * NR, cols = cb - col < NR ? cb - col : NR;
-        for (int r = 0; r < rows; ++r) {
-          float* o = g + static_cast<int64_t>(s * T + r) * cb + col;
-          for (int v = 0; v < NV; ++v) {
-            const int n = cols - v * T;
-            if (n <= 0) break;
-            const __mmask16 km = first(n);
-            const __m512 sum = _mm512_maskz_loadu_ps(km, c + r * NR + v * T);
-            _mm512_mask_storeu_ps(o + v * T, km,
-                                  add ? _mm512_add_ps(_mm512_maskz_loadu_ps(km, o + v * T), sum) : sum);
-          }
-        }
+        for (int r = 0; r < rows; ++r)
+          write_sums<NV>(c + r * NR, g + static_cast<int64_t>(s * T + r) * cb + col, cols, add);
       }
     }
   }
