@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import lattice
-from lattice_cli.main import app
+from lattice_cli.main import COMMANDS, app, app_for
 
 runner = CliRunner()
 
@@ -56,6 +56,27 @@ def test_backend_text():
 def test_unknown_command_is_a_usage_error():
     result = runner.invoke(app, ["no-such-command"])
     assert result.exit_code == 2
+
+
+def _names(cli) -> list[str]:
+    return [info.name for info in cli.registered_commands]
+
+
+def test_a_named_command_runs_in_an_app_of_its_own():
+    # typer makes a click command of every command an app holds on each call: the console
+    # script gives it only the one asked for (lattice_cli.main.app_for)
+    assert _names(app) == [name for name, _ in COMMANDS]
+    assert _names(app_for(["info", "x.ply"])) == ["info"]
+    assert _names(app_for(["model-run", "--help"])) == ["model-run"]
+    for argv in ([], ["--version"], ["--help"], ["no-such-command"], ["inf"]):
+        assert app_for(argv) is app
+    one = app_for(["backend", "--json"])
+    result = runner.invoke(one, ["backend", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["version"] == lattice.__version__
+    result = runner.invoke(app_for(["backend", "--help"]), ["backend", "--help"])
+    assert result.exit_code == 0 and "--json" in result.output
+    assert "Usage: lattice backend" in " ".join(result.output.split())
 
 
 @pytest.mark.skipif(shutil.which("lattice") is None, reason="console script not installed on PATH")
