@@ -146,7 +146,15 @@ CUDA_ONLY = frozenset(
 
 # Metal kernels whose outputs are atomics (mx.fast.metal_kernel makes all outputs atomic or none).
 _METAL_ATOMIC = frozenset(
-    {"table_insert", "global_sum", "global_max_key", "global_argmax", "conv_weight_grad"}
+    {
+        "table_insert",
+        "global_sum",
+        "global_max_key",
+        "global_argmax",
+        "conv_weight_grad",
+        "row_keys",
+        "key_order",
+    }
 )
 
 
