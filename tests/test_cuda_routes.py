@@ -10,6 +10,8 @@ sum |x| |dy|; integer results (maps, coordinate sets, argmax rows) exactly.
 
 from __future__ import annotations
 
+import re
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -65,6 +67,60 @@ def test_every_entry_file_parses_and_names_its_shared_bodies():
         a, b = kernels.entries("cuda", stem), kernels.entries("metal", stem)
         cuda_side = {k: (v.inputs, v.outputs) for k, v in a.items() if k not in kernels.CUDA_ONLY}
         assert cuda_side == {k: (v.inputs, v.outputs) for k, v in b.items()}
+
+
+def _call_args(text: str, start: int) -> list[str]:
+    """The top-level comma-separated arguments of the call whose "(" is at ``start``."""
+    depth, args, cur = 0, [], ""
+    for ch in text[start:]:
+        if ch == "(":
+            depth += 1
+            if depth == 1:
+                continue
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return [*args, cur.strip()]
+        if ch == "," and depth == 1:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    raise AssertionError("unbalanced call")
+
+
+def test_metal_entries_pass_outputs_as_their_bodies_take_them():
+    """mx.fast.metal_kernel makes every output of a kernel atomic or none
+    (``kernels._METAL_ATOMIC``): an output a shared body takes as an ``lt_atomic_*`` pointer
+    needs its kernel in that set, and there an output the body takes as a plain pointer is
+    cast back (``reinterpret_cast``) in the entry. Read from the sources (Metal entries are
+    never compiled here)."""
+    root = kernels.source_root()
+    bodies = "\n".join(p.read_text() for p in (root / "kernels").glob("*.inc"))
+    params = {}
+    for m in re.finditer(r"LT_FN\s+[\w ]+?\s+(lt_\w+)\(([^)]*)\)\s*\{", bodies):
+        params[m.group(1)] = [" ".join(a.split()) for a in m.group(2).split(",")]
+    checked = 0
+    for stem in ("conv", "coords", "points", "pool", "relations"):
+        for name, e in kernels.entries("metal", stem).items():
+            atomic = name in kernels._METAL_ATOMIC
+            for call in re.finditer(r"\b(lt_\w+)\(", e.source):
+                if call.group(1) not in params:
+                    continue
+                args = _call_args(e.source, call.end() - 1)
+                assert len(args) == len(params[call.group(1)]), (name, call.group(1))
+                for arg, param in zip(args, params[call.group(1)], strict=True):
+                    cast = re.fullmatch(r"reinterpret_cast<.*>\((\w+)\)", arg)
+                    out = cast.group(1) if cast else arg
+                    if out not in e.outputs:
+                        continue
+                    takes_atomic = "lt_atomic_" in param
+                    if cast:
+                        assert atomic and not takes_atomic, (name, arg, param)
+                    else:
+                        assert takes_atomic == atomic, (name, arg, param)
+                    checked += 1
+    assert checked >= 20
 
 
 def test_entry_parser_rejects_malformed_blocks():

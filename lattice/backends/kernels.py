@@ -148,6 +148,7 @@ CUDA_ONLY = frozenset(
 _METAL_ATOMIC = frozenset(
     {
         "table_insert",
+        "table_insert_checked",
         "global_sum",
         "global_max_key",
         "global_argmax",
