@@ -272,7 +272,7 @@ def test_only_a_managers_submanifold_relation_counts_as_mirrored(cpu_device):
     assert [r.mirrored for r in (sub, fwd, given)] == [True, False, False]
 
 
-def test_start_queues_outside_transformations_and_is_inert_inside():
+def test_start_queues_outside_transformations_and_is_inert_inside(monkeypatch):
     """``lattice.core.buffers.start`` (the GPU routes queue coarse-level counts and network
     stages with it): values unchanged; inside ``mx.grad`` and ``mx.compile``,
     where MLX refuses ``async_eval``, nothing is raised and the result is the same."""
@@ -290,6 +290,15 @@ def test_start_queues_outside_transformations_and_is_inert_inside():
     x = mx.array([1.0, 2.0, 3.0])
     np.testing.assert_array_equal(np.asarray(mx.grad(f)(x)), [2.0, 4.0, 6.0])
     assert float(mx.compile(f)(x)) == 14.0
+
+    # empty arrays are not queued (MLX 0.32.4's CUDA backend mishandles evaluated empty
+    # results), the others are
+    queued = []
+    monkeypatch.setattr(mx, "async_eval", lambda *arrays: queued.append([int(v.size) for v in arrays]))
+    empty, full = mx.zeros((0, 4)), mx.ones((3,))
+    start(empty)
+    start(empty, full)
+    assert queued == [[3]]
 
 
 def test_no_raw_async_eval_in_the_library():

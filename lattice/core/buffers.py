@@ -183,9 +183,13 @@ def start(*arrays: mx.array) -> None:
     """Queue ``arrays`` for evaluation now (``mx.async_eval``), so the device computes them
     while Python builds what comes next instead of waiting for the whole graph. Inside a
     graph transformation (``mx.grad``, ``mx.compile``, ``mx.vmap``) MLX refuses
-    ``async_eval``; they then evaluate with the rest, as without it. Callers pass no empty
-    array (MLX 0.32.4's CUDA backend mishandles evaluated empty results: ``arange``)."""
+    ``async_eval``; they then evaluate with the rest, as without it. Empty arrays are left
+    to evaluate with the rest too (MLX 0.32.4's CUDA backend mishandles evaluated empty
+    results: ``arange``)."""
+    queued = [a for a in arrays if a.size]
+    if not queued:
+        return
     try:
-        mx.async_eval(*arrays)
+        mx.async_eval(*queued)
     except ValueError:  # inside a graph transformation
         pass

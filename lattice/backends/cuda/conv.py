@@ -42,8 +42,9 @@ def _tile_order(rel, key: str, nmap: mx.array) -> mx.array:
     their mask's low 12 bits (``grouped_order``, a counting sort), from the second on
     sorted by the whole mask (``row_order``, made once). On the spconv shape (32 -> 32
     float32, H100) the grouped rows took the kernel 0.69 ms against 0.65-0.68 sorted and
-    0.84 as they are; the grouping costs about a fifth of the sort's 0.25 ms, so a one-off
-    convolution pays little for it and a reused map gets the full sort. The results are the
+    0.84 as they are (a prototype's order); the grouping is meant to cost far less than the
+    sort's 0.25 ms (its two kernels are not timed on a GPU yet), so a one-off convolution
+    pays little for it and a reused map gets the full sort. The results are the
     same bits in any order (each row sums its offsets in order in any tile; the weight
     gradient's float32 atomics round as they do run to run)."""
     state = rel.cached(key, dict)

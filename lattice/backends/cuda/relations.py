@@ -136,8 +136,9 @@ def row_keys(nmap: mx.array) -> tuple[mx.array, mx.array]:
 def grouped_order(keys: tuple[mx.array, mx.array]) -> mx.array:
     """The rows grouped by their mask's low 12 bits (``row_keys``), int32: a counting sort in
     one launch, rows of one key consecutive in no set order. On the spconv shape a tile of
-    64 rows reads 17.2 of the 27 offsets (14.6 fully sorted, 26.8 as they are) at about a
-    fifth of the full sort's cost."""
+    64 rows reads 17.2 of the 27 offsets (14.6 fully sorted, 26.8 as they are). Two launches
+    and their output fills, no scan by MLX operations (not timed on a GPU yet; a prototype
+    whose scan was MLX operations took 0.18-0.24 ms, the full sort 0.25-0.30)."""
     masks, counts = keys
     n = int(masks.shape[0])
     if n == 0:
