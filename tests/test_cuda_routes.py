@@ -1044,3 +1044,17 @@ def test_checked_insert_group_matches_the_kernel_source():
     src = (kernels.source_root() / "kernels" / "coords.inc").read_text()
     assert f"#define LT_CHECK_GROUP {cuda_coords._CHECK_GROUP}\n" in src
     assert cuda_launch.THREADS == cuda_coords._CHECK_GROUP
+
+
+def test_counting_sort_sizes_match_the_kernel_source():
+    """row_keys / key_order: the launches' groups of rows and the key count are the kernel
+    source's LT_ORDER_ROWS and LT_ORDER_KEYS, their threads LT_ORDER_THREADS (a launch sized
+    on other numbers would leave rows unplaced)."""
+    from lattice.backends import kernels
+
+    src = (kernels.source_root() / "kernels" / "relations.inc").read_text()
+    assert f"#define LT_ORDER_ROWS {cuda_relations._ORDER_ROWS}\n" in src
+    assert f"#define LT_ORDER_THREADS {cuda_launch.THREADS}\n" in src
+    bits = int(re.search(r"#define LT_ORDER_KEY_BITS (\d+)\n", src).group(1))
+    assert "#define LT_ORDER_KEYS (1 << LT_ORDER_KEY_BITS)\n" in src
+    assert cuda_relations._ORDER_KEYS == 1 << bits
