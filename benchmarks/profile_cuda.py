@@ -96,7 +96,7 @@ def layers(repeats: int, shapes: bool = False) -> None:
         offsets = spec.offsets()
         mx.eval(coords, offsets)
         nmap = cuda_relations.submanifold_map(cuda_coords.build_table(coords), offsets)
-        order = cuda_relations.row_order(cuda_relations.row_keys(nmap))
+        order = cuda_relations.row_order(nmap)
         mx.eval(nmap, order)
         maps[k] = (nmap, order)
     n = coords.shape[0]
@@ -161,23 +161,13 @@ def main() -> None:
     inv = cuda_relations.invert_map(nmap, coords.shape[0])
     print("invert_map", med(lambda: mx.eval(cuda_relations.invert_map(nmap, coords.shape[0]))))
     n = coords.shape[0]
-    keys = cuda_relations.row_keys(nmap)
-    order, inv_order, unsorted, grouped = (
-        cuda_relations.row_order(keys),
-        cuda_relations.row_order(cuda_relations.row_keys(inv)),
+    order, inv_order, unsorted = (
+        cuda_relations.row_order(nmap),
+        cuda_relations.row_order(inv),
         mx.arange(n, dtype=mx.int32),
-        cuda_relations.grouped_order(keys),
     )
-    mx.eval(order, inv_order, unsorted, grouped)
-    print("row_keys", med(lambda: mx.eval(cuda_relations.row_keys(nmap))))
-    print(
-        "row_keys + row_order (the sort)",
-        med(lambda: mx.eval(cuda_relations.row_order(cuda_relations.row_keys(nmap)))),
-    )
-    print(
-        "row_keys + grouped_order (the counting sort)",
-        med(lambda: mx.eval(cuda_relations.grouped_order(cuda_relations.row_keys(nmap)))),
-    )
+    mx.eval(order, inv_order, unsorted)
+    print("row_order", med(lambda: mx.eval(cuda_relations.row_order(nmap))))
     op_path(coords, spec, nmap, order)
     for c in (32, 64):
         for dtype in (mx.float32, mx.float16):
@@ -191,10 +181,6 @@ def main() -> None:
             print(
                 f"  conv kernel {tag} rows unsorted",
                 med(lambda x=x, w=w: mx.eval(cuda_conv._conv_kernel(x, w, nmap, unsorted))),
-            )
-            print(
-                f"  conv kernel {tag} rows grouped",
-                med(lambda x=x, w=w: mx.eval(cuda_conv._conv_kernel(x, w, nmap, grouped))),
             )
             wt = w.swapaxes(1, 2)
             print(

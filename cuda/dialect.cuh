@@ -37,12 +37,6 @@ LT_FN void lt_atomic_min(lt_atomic_int* p, int v) { atomicMin(p, v); }
 LT_FN void lt_atomic_max_u32(lt_atomic_uint* p, lt_uint v) { atomicMax(p, v); }
 LT_FN void lt_atomic_min_u32(lt_atomic_uint* p, lt_uint v) { atomicMin(p, v); }
 LT_FN void lt_atomic_add_f32(float* p, float v) { atomicAdd(p, v); }
-LT_FN lt_uint lt_atomic_add_u32(lt_atomic_uint* p, lt_uint v) { return atomicAdd(p, v); }
-// Shared-memory counters (an LT_SHARED_ARRAY of lt_atomic_uint): plain loads and stores
-// between barriers, atomic adds returning the value before.
-LT_FN lt_uint lt_local_load(LT_SHARED lt_atomic_uint* p) { return *p; }
-LT_FN void lt_local_store(LT_SHARED lt_atomic_uint* p, lt_uint v) { *p = v; }
-LT_FN lt_uint lt_local_add(LT_SHARED lt_atomic_uint* p, lt_uint v) { return atomicAdd(p, v); }
 
 // ---- tensor cores (CUDA only; LT_HAS_MMA guards the bodies that use them) -------------
 // D = A (16x16, row) * B (16x8, col) + D, half or bfloat16 inputs, float32 accumulate.

@@ -30,18 +30,8 @@ lt_cell_map_up(fine, inverse, params, map, LT_THREAD_ID);
 //@uses coords relations
 lt_invert_map(map, params, inv, LT_THREAD_ID);
 
-//@kernel row_keys
+//@kernel row_masks
 //@inputs map params
-//@outputs masks counts
+//@outputs masks
 //@uses coords relations
-LT_SHARED_ARRAY(lt_atomic_uint, h, LT_ORDER_KEYS);
-lt_row_keys(map, params, masks, counts, h, LT_GROUP_ID, LT_LOCAL_ID);
-
-//@kernel key_order
-//@inputs masks counts params
-//@outputs order taken
-//@uses coords relations
-LT_SHARED_ARRAY(lt_atomic_uint, h, LT_ORDER_KEYS);
-LT_SHARED_ARRAY(lt_atomic_uint, at, LT_ORDER_KEYS);
-LT_SHARED_ARRAY(lt_uint, part, LT_ORDER_THREADS);
-lt_key_order(masks, counts, params, order, taken, h, at, part, LT_GROUP_ID, LT_LOCAL_ID);
+lt_row_masks(map, params, masks, LT_THREAD_ID);

@@ -57,15 +57,3 @@ LT_FN void lt_atomic_min_u32(device atomic_uint* p, uint v) {
 LT_FN void lt_atomic_add_f32(device atomic_float* p, float v) {
   atomic_fetch_add_explicit(p, v, memory_order_relaxed);
 }
-LT_FN uint lt_atomic_add_u32(device atomic_uint* p, uint v) {
-  return atomic_fetch_add_explicit(p, v, memory_order_relaxed);
-}
-// Threadgroup counters (an LT_SHARED_ARRAY of lt_atomic_uint): loads and stores between
-// barriers, atomic adds returning the value before.
-LT_FN uint lt_local_load(threadgroup atomic_uint* p) { return atomic_load_explicit(p, memory_order_relaxed); }
-LT_FN void lt_local_store(threadgroup atomic_uint* p, uint v) {
-  atomic_store_explicit(p, v, memory_order_relaxed);
-}
-LT_FN uint lt_local_add(threadgroup atomic_uint* p, uint v) {
-  return atomic_fetch_add_explicit(p, v, memory_order_relaxed);
-}

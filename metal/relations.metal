@@ -31,22 +31,8 @@ lt_cell_map_up(fine, inverse, params, map, (int)thread_position_in_grid.x);
 //@uses coords relations
 lt_invert_map(map, params, inv, (int)thread_position_in_grid.x);
 
-// row_keys and key_order are launched with atomic outputs (kernels._METAL_ATOMIC: all or
-// none), so their plain outputs are cast back to the plain type.
-//@kernel row_keys
+//@kernel row_masks
 //@inputs map params
-//@outputs masks counts
+//@outputs masks
 //@uses coords relations
-LT_SHARED_ARRAY(lt_atomic_uint, h, LT_ORDER_KEYS);
-lt_row_keys(map, params, reinterpret_cast<device uint*>(masks), counts, h, (int)threadgroup_position_in_grid.x,
-            (int)thread_position_in_threadgroup.x);
-
-//@kernel key_order
-//@inputs masks counts params
-//@outputs order taken
-//@uses coords relations
-LT_SHARED_ARRAY(lt_atomic_uint, h, LT_ORDER_KEYS);
-LT_SHARED_ARRAY(lt_atomic_uint, at, LT_ORDER_KEYS);
-LT_SHARED_ARRAY(lt_uint, part, LT_ORDER_THREADS);
-lt_key_order(masks, counts, params, reinterpret_cast<device int*>(order), taken, h, at, part,
-             (int)threadgroup_position_in_grid.x, (int)thread_position_in_threadgroup.x);
+lt_row_masks(map, params, masks, (int)thread_position_in_grid.x);

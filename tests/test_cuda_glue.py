@@ -172,10 +172,7 @@ def conv_kernels_on_the_cpu(monkeypatch, cpu_device):
     monkeypatch.setattr(mx, "gpu", mx.cpu)
     monkeypatch.setattr(cuda_conv, "_conv_kernel", _ref_conv)
     monkeypatch.setattr(cuda_conv, "_weight_grad", _ref_weight_grad)
-    reverse = lambda keys: mx.arange(keys[0].shape[0] - 1, -1, -1).astype(mx.int32)  # noqa: E731
-    monkeypatch.setattr(cuda_conv, "row_keys", lambda m: (mx.zeros((m.shape[0],), mx.uint32), None))
-    monkeypatch.setattr(cuda_conv, "grouped_order", reverse)
-    monkeypatch.setattr(cuda_conv, "row_order", reverse)
+    monkeypatch.setattr(cuda_conv, "row_order", lambda m: mx.arange(m.shape[0] - 1, -1, -1).astype(mx.int32))
     monkeypatch.setattr(cuda_relations, "invert_map", counting_invert)
     return inverted
 

@@ -153,8 +153,6 @@ _METAL_ATOMIC = frozenset(
         "global_max_key",
         "global_argmax",
         "conv_weight_grad",
-        "row_keys",
-        "key_order",
     }
 )
 

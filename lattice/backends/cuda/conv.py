@@ -4,9 +4,9 @@ atomics; its VJP runs the same kernel over the inverse map with W transposed per
 (input gradient; over a submanifold relation that is its own map with W's offsets
 reversed, so no inverse map is built) and a weight-gradient kernel over the map (float32 atomics: on tensor
 cores in TF32 for float32 features whose channel counts are multiples of 4 while TF32 is
-allowed, else float32 FMAs). Rows are taken grouped by the offsets they read on a map's
-first convolution and sorted by them from its second. The ``implicit_gemm`` route and its
-packed-weight form."""
+allowed, else float32 FMAs). Rows are taken in an order sorted by the offsets they read,
+made on a map's first convolution when it is wide, on its second otherwise. The
+``implicit_gemm`` route and its packed-weight form."""
 
 from __future__ import annotations
 
@@ -17,14 +17,18 @@ import mlx.core as mx
 from lattice import settings
 from lattice.backends import kernels
 from lattice.backends.cuda.launch import THREADS, check_index_range, int_params, launch
-from lattice.backends.cuda.relations import grouped_order, in_major_map, row_keys, row_order
+from lattice.backends.cuda.relations import in_major_map, row_order
 from lattice.backends.gpu.features import affine_then_concat
+from lattice.core.buffers import arange
 from lattice.core.quantized import dequantized
 from lattice.routing import conv as routes
 from lattice.routing.registry import dispatch, implements
 
 _TM = 64  # output rows per threadgroup of the FMA kernel (LT_CONV_TM, kernels/conv.inc)
 _MMA_MAX_OFFSETS = 1024  # LT_CONV_KCAP: the tensor-core kernel's list of used offsets
+# C_in * C_out from which a map's rows are sorted on its first convolution (a 64 x 32 layer
+# and wider), not on its second
+_SORT_FIRST_WORK = 64 * 32
 _STATIC_SMEM = 44 * 1024  # static shared memory the tensor-core weight gradient's stages may fill
 # The tensor-core forward kernel's stages (dynamic shared memory): at most this much a group,
 # so that two groups of 256 threads share an SM (228 KiB on sm_90)
@@ -36,30 +40,28 @@ _MMA_SMEM = 96 * 1024
 _MMA_WIDE_ROWS = 65536
 
 
-def _tile_order(rel, key: str, nmap: mx.array) -> mx.array:
-    """The row order the convolution kernels take ``nmap``'s rows in (kept with the
-    relation under ``key``): on the first convolution over the map the rows grouped by
-    their mask's low 12 bits (``grouped_order``, a counting sort), from the second on
-    sorted by the whole mask (``row_order``, made once). On the spconv shape (32 -> 32
-    float32, H100) the grouped rows took the kernel 0.69 ms against 0.65-0.68 sorted and
-    0.84 as they are (a prototype's order); the grouping is meant to cost far less than the
-    sort's 0.25 ms (its two kernels are not timed on a GPU yet), so a one-off convolution
-    pays little for it and a reused map gets the full sort. The results are the
-    same bits in any order (each row sums its offsets in order in any tile; the weight
-    gradient's float32 atomics round as they do run to run)."""
+def _tile_order(rel, key: str, nmap: mx.array, c_in: int, c_out: int) -> mx.array:
+    """The row order the convolution kernels take ``nmap``'s rows in: sorted by
+    ``row_order`` (kept with the relation) at once when the convolution is wide
+    (C_in * C_out >= ``_SORT_FIRST_WORK``), else as they are on the first convolution over
+    the map and sorted from the second on. The sort (0.27 ms on the spconv shape) pays back
+    from the second use of a narrow map (0.1-0.8 ms per forward there), so a one-off narrow
+    convolution does not pay it; a wide convolution's kernels cost more with the channel
+    product while the sort does not, so it sorts for the first use already (not measured on
+    a GPU yet). The results are the same bits either way (each row sums its offsets in order
+    in any tile; the weight gradient's float32 atomics round as they do run to run)."""
     state = rel.cached(key, dict)
-    if "order" in state:
-        return state["order"]
-    if "keys" not in state:
-        state["keys"] = row_keys(nmap)
-        return grouped_order(state["keys"])
-    state["order"] = row_order(state.pop("keys"))
+    if "order" not in state:
+        if c_in * c_out < _SORT_FIRST_WORK and not state.get("used"):
+            state["used"] = True
+            return arange(int(nmap.shape[0]), dtype=mx.int32)
+        state["order"] = row_order(nmap)
     return state["order"]
 
 
 def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epilogue=None) -> mx.array:
     """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]; w (K, C_in, C_out); the
-    output rows taken in tiles (64 or 128 rows) in ``order`` (``_tile_order``). ``epilogue``
+    output rows taken in tiles (64 or 128 rows) in ``order`` (``row_order(nmap)``). ``epilogue``
     (float32 features only; ``_fused_conv``): ``(scale, shift, residual | None, relu,
     concat | None)`` applied to the float32 sums before they are stored, ``concat``'s rows
     written after them (the ``*_affine`` entries: y (n_out, C_out + C_concat)).
@@ -278,16 +280,17 @@ def _conv_fn(rel, transposed: bool = False):
         def the_map():  # built on first use: the in-major map on the first backward pass
             return in_major_map(rel) if transposed else rel.neighbor_map
 
-        def order():
-            return _tile_order(rel, "in_major_row_order" if transposed else "row_order", the_map())
+        def order(c_in, c_out):
+            key = "in_major_row_order" if transposed else "row_order"
+            return _tile_order(rel, key, the_map(), int(c_in), int(c_out))
 
         @mx.custom_function
         def conv(x, w):
-            return _conv_kernel(x, w, the_map(), order())
+            return _conv_kernel(x, w, the_map(), order(x.shape[1], w.shape[2]))
 
         @mx.custom_function
         def weight_grad(x, dy):
-            return _weight_grad(x, dy, the_map(), order())
+            return _weight_grad(x, dy, the_map(), order(x.shape[1], dy.shape[1]))
 
         @weight_grad.vjp
         def weight_grad_vjp(primals, cotangent, output):
@@ -334,7 +337,9 @@ def _fused_conv(rel, relu: bool, residual: bool, concat: bool):
         def fused(*args):
             x, w, epilogue = split(args)
             nmap = rel.neighbor_map
-            return _conv_kernel(x, w, nmap, _tile_order(rel, "row_order", nmap), epilogue)
+            return _conv_kernel(
+                x, w, nmap, _tile_order(rel, "row_order", nmap, x.shape[1], w.shape[2]), epilogue
+            )
 
         @fused.vjp
         def fused_vjp(primals, cotangent, output):

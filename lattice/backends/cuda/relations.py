@@ -8,7 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from lattice.backends.cuda.coords import GpuTable, downsample_set, generated_support, gpu_table
-from lattice.backends.cuda.launch import THREADS, check_index_range, i32, int_params, launch
+from lattice.backends.cuda.launch import check_index_range, i32, int_params, launch
 from lattice.core.coordinates import transposed_level
 from lattice.core.relation import RelationKind
 from lattice.routing import relations as routes
@@ -106,63 +106,16 @@ def in_major_map(rel) -> mx.array:
     return rel.cached("in_major_map", lambda: invert_map(rel.neighbor_map, rel.in_count))
 
 
-# kernels/relations.inc's counting sort: the key is a row mask's low 12 bits
-# (LT_ORDER_KEYS keys), groups of LT_ORDER_ROWS rows, LT_ORDER_THREADS threads a group
-_ORDER_KEYS = 4096
-_ORDER_ROWS = 4096
-assert THREADS == 256, "kernels/relations.inc's counting sort runs groups of LT_ORDER_THREADS = 256 threads"
-
-
-def row_keys(nmap: mx.array) -> tuple[mx.array, mx.array]:
-    """(the offsets each row of a dense map reads, a 32-bit mask per row: one bit per offset
-    up to 32 offsets, buckets k * 32 // K beyond; how many rows have each value of the mask's
-    low 12 bits): one launch, what both row orders start from."""
+def row_order(nmap: mx.array) -> mx.array:
+    """The rows of a dense map sorted by which offsets they read (a 32-bit mask per row,
+    one bit per offset up to 32 offsets), int32: the convolution kernels take their tiles
+    of 64 rows in this order, so a tile skips the offsets none of its rows reads (on the
+    spconv shape 14.6 of 27 offsets per tile instead of 26.8). Any permutation gives the
+    same result, bit for bit."""
     n, kv = int(nmap.shape[0]), int(nmap.shape[1])
     if n == 0:
-        return mx.zeros((0,), dtype=mx.uint32), mx.zeros((_ORDER_KEYS,), dtype=mx.uint32)
-    groups = -(-n // _ORDER_ROWS)
-    masks, counts = launch(
-        "relations",
-        "row_keys",
-        [nmap, int_params(n, kv)],
-        [(n,), (_ORDER_KEYS,)],
-        [mx.uint32, mx.uint32],
-        groups * THREADS,
-        init=0,
-    )
-    return masks, counts
-
-
-def grouped_order(keys: tuple[mx.array, mx.array]) -> mx.array:
-    """The rows grouped by their mask's low 12 bits (``row_keys``), int32: a counting sort in
-    one launch, rows of one key consecutive in no set order. On the spconv shape a tile of
-    64 rows reads 17.2 of the 27 offsets (14.6 fully sorted, 26.8 as they are). Two launches
-    and their output fills, no scan by MLX operations (not timed on a GPU yet; a prototype
-    whose scan was MLX operations took 0.18-0.24 ms, the full sort 0.25-0.30)."""
-    masks, counts = keys
-    n = int(masks.shape[0])
-    if n == 0:
         return mx.zeros((0,), dtype=mx.int32)
-    groups = -(-n // _ORDER_ROWS)
-    order, _ = launch(
-        "relations",
-        "key_order",
-        [masks, counts, int_params(n)],
-        [(n,), (_ORDER_KEYS,)],
-        [mx.int32, mx.uint32],
-        groups * THREADS,
-        init=0,
-    )
-    return order
-
-
-def row_order(keys: tuple[mx.array, mx.array]) -> mx.array:
-    """The rows sorted by their whole mask (``row_keys``), int32: a tile of 64 rows shares
-    its offsets (on the spconv shape 14.6 of 27 per tile instead of 26.8). Any permutation
-    gives the convolution the same result, bit for bit."""
-    masks = keys[0]
-    if masks.shape[0] == 0:
-        return mx.zeros((0,), dtype=mx.int32)
+    (masks,) = launch("relations", "row_masks", [nmap, int_params(n, kv)], [(n,)], [mx.uint32], n)
     with mx.stream(mx.gpu):
         return mx.argsort(masks).astype(mx.int32)
 
