@@ -48,8 +48,10 @@ def _tile_order(rel, key: str, nmap: mx.array, c_in: int, c_out: int) -> mx.arra
     from the second use of a narrow map (0.1-0.8 ms per forward there), so a one-off narrow
     convolution does not pay it; a wide convolution's kernels cost more with the channel
     product while the sort does not, so it sorts for the first use already (not measured on
-    a GPU yet). The results are the same bits either way (each row sums its offsets in order
-    in any tile; the weight gradient's float32 atomics round as they do run to run)."""
+    a GPU alone; rows grouped by a counting sort on every first use instead made MinkUNet14
+    slower on an H100, docs/performance.md). The results are the same bits either way (each
+    row sums its offsets in order in any tile; the weight gradient's float32 atomics round as
+    they do run to run)."""
     state = rel.cached(key, dict)
     if "order" not in state:
         if c_in * c_out < _SORT_FIRST_WORK and not state.get("used"):
@@ -61,7 +63,7 @@ def _tile_order(rel, key: str, nmap: mx.array, c_in: int, c_out: int) -> mx.arra
 
 def _conv_kernel(x: mx.array, w: mx.array, nmap: mx.array, order: mx.array, epilogue=None) -> mx.array:
     """y (n_out, C_out) = sum_k gather(x, nmap[:, k]) @ w[k]; w (K, C_in, C_out); the
-    output rows taken in tiles (64 or 128 rows) in ``order`` (``row_order(nmap)``). ``epilogue``
+    output rows taken in tiles (64 or 128 rows) in ``order`` (``_tile_order``). ``epilogue``
     (float32 features only; ``_fused_conv``): ``(scale, shift, residual | None, relu,
     concat | None)`` applied to the float32 sums before they are stored, ``concat``'s rows
     written after them (the ``*_affine`` entries: y (n_out, C_out + C_concat)).
