@@ -767,9 +767,9 @@ def test_tensor_core_tile_shapes_give_the_same_bits(k, c_in, c_out, dtype, monke
 
 def test_tensor_core_tile_shape_by_rows_and_its_shared_memory():
     """float32: 128-row tiles from _MMA_WIDE_ROWS output rows, except for grouped narrow inputs
-    (C_in a divisor of 32 below it); 16-bit features: 64 rows; stages: as many as fit
-    _MMA_SMEM, 2 to 4; every shape the kernel is built for fits sm_90's 227 KiB a group
-    beside the static arrays."""
+    (C_in a divisor of 32 below it); 16-bit features: 64 rows; stages: 2 for float32, else
+    as many as fit _MMA_SMEM, 2 to 4; every shape the kernel is built for fits sm_90's 227 KiB
+    a group beside the static arrays."""
     for c_in in (4, 8, 16):
         assert cuda_conv._mma_config(4, c_in, 32, 10**6)[0] == 64
     for itemsize in (2, 4):
@@ -779,6 +779,7 @@ def test_tensor_core_tile_shape_by_rows_and_its_shared_memory():
             assert small[0] == 64 and wide[0] == (128 if itemsize == 4 else 64)
             for tm, tn, stages in (small, wide):
                 assert tn == cuda_conv.tile_n(c_out, True) and 2 <= stages <= 4
+                assert itemsize == 2 or stages == 2
                 assert cuda_conv.mma_shared_bytes(itemsize, tm, tn, stages) <= max(
                     cuda_conv._MMA_SMEM, cuda_conv.mma_shared_bytes(itemsize, tm, tn, 2)
                 )

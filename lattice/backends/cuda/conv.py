@@ -161,8 +161,14 @@ def _mma_config(itemsize: int, c_in: int, c_out: int, n_out: int) -> tuple[int, 
 
 
 def _mma_stages(itemsize: int, tm: int, tn: int) -> int:
-    """Pipeline stages of the tensor-core forward kernel with (TM, TN) tiles: as many as fit
-    ``_MMA_SMEM``, at least 2, at most 4."""
+    """Pipeline stages of the tensor-core forward kernel with (TM, TN) tiles: 2 for float32
+    (TF32) features, else as many as fit ``_MMA_SMEM``, at least 2, at most 4. Two float32
+    stages (a quarter to half the shared memory of 3 or 4, so more groups share an SM) ran
+    MinkUNet14 at 484,637 voxels on an H100 at 20.38 / 21.04 ms forward against 21.44 / 21.57
+    with 4 or 3, at 48,463 rows 11.92 / 12.47 against 16.15 / 13.30 (two alternating rounds,
+    docs/performance.md); 16-bit features were not tried with fewer."""
+    if itemsize == 4:
+        return 2
     return max(2, min(4, _MMA_SMEM // mma_shared_bytes(itemsize, tm, tn, 1)))
 
 
