@@ -30,8 +30,8 @@ _MMA_MAX_OFFSETS = 1024  # LT_CONV_KCAP: the tensor-core kernel's list of used o
 # and wider), not on its second
 _SORT_FIRST_WORK = 64 * 32
 _STATIC_SMEM = 44 * 1024  # static shared memory the tensor-core weight gradient's stages may fill
-# The tensor-core forward kernel's stages (dynamic shared memory): at most this much a group,
-# so that two groups of 256 threads share an SM (228 KiB on sm_90)
+# The tensor-core forward kernel's stages for 16-bit features (dynamic shared memory): at most
+# this much a group, so that two groups of 256 threads share an SM (228 KiB on sm_90)
 _MMA_SMEM = 96 * 1024
 # Output rows from which the tensor-core forward kernel takes tiles of 128 rows instead of 64
 # for float32 features (each weight fragment then feeds two products: half its shared-memory
@@ -153,7 +153,7 @@ def _mma_config(itemsize: int, c_in: int, c_out: int, n_out: int) -> tuple[int, 
     (offsets grouped 32 / C_in a step: a 128-row tile reads more groups — the k=5 stem, 4 ->
     32, took 0.97-1.18 ms with 128 rows against 0.88 with 64 on an H100); everything else
     64 rows (16-bit features: 128-row tiles not measured against 64 yet). ``tile_n``
-    columns, and as many pipeline stages as fit ``_MMA_SMEM`` (at least 2, at most 4)."""
+    columns, and ``_mma_stages`` pipeline stages."""
     grouped = c_in < 32 and 32 % c_in == 0
     tm = 128 if itemsize == 4 and n_out >= _MMA_WIDE_ROWS and not grouped else 64
     tn = tile_n(c_out, True)
