@@ -7,6 +7,7 @@ Medians, ms.
 
     python benchmarks/profile_cuda.py
     python benchmarks/profile_cuda.py --layers [--repeats 30]
+    python benchmarks/profile_cuda.py --launches
 
 ``--layers``: only the forward kernel (rows sorted) at the channel counts of MinkUNet14
 w32's convolutions, on the spconv shape's 3^3 map (and its 5^3 map for the 4-channel stem),
@@ -16,6 +17,13 @@ kernel-level before / after, and equal digests say the two kernels give the same
 columns, P stages; ``cuda_conv._mma_config`` picks the default) — the first of them the
 shape of the kernel before tiles of 128 rows and dynamic shared memory (64 rows, TN 32 / 64
 / 96, the stages that fit 44 KiB of static shared memory).
+
+``--launches``: what queueing one kernel costs on the host (graphs built, nothing evaluated;
+microseconds a call): the 32 -> 32 float32 tensor-core convolution through lattice's
+``launch`` and through its ``mx.fast.cuda_kernel`` object directly (each call hands MLX the
+kernel's whole source, ``kernels/conv.inc`` with it), the table insert (a short source), an
+MLX element-wise op, and the byte counts of those sources. Written 2026-12-08 after a
+cProfile put about 20 µs in each ``launch``; not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -32,9 +40,11 @@ from _common import median_ms
 from bench_conv_gpu import shells
 
 import lattice
+from lattice.backends import kernels
 from lattice.backends.cuda import conv as cuda_conv
 from lattice.backends.cuda import coords as cuda_coords
 from lattice.backends.cuda import relations as cuda_relations
+from lattice.backends.cuda.launch import THREADS, int_params, launch
 from lattice.core.kernel import KernelSpec
 from lattice.ops import subm_conv3d
 
@@ -134,7 +144,11 @@ def main() -> None:
     )
     ap.add_argument("--shapes", action="store_true", help="with --layers: other tile shapes too")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--launches", action="store_true", help="only the host cost of queueing a kernel")
     args = ap.parse_args()
+    if args.launches:
+        launches()
+        return
     if args.layers:
         layers(args.repeats, args.shapes)
         return
@@ -194,6 +208,84 @@ def main() -> None:
             )
             if cuda_conv.uses_tensor_cores(dtype, c):
                 stages_sweep(tag, x, w, nmap, order)
+
+
+def _per_call_us(fn, calls: int = 2000, rounds: int = 5) -> str:
+    """Median (range) over ``rounds`` of the mean microseconds of ``calls`` calls of ``fn``."""
+    for _ in range(50):
+        fn()
+    means = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        means.append((time.perf_counter() - t0) / calls * 1e6)
+    return f"{statistics.median(means):.2f} us ({min(means):.2f}-{max(means):.2f})"
+
+
+def launches() -> None:
+    """``--launches``: the host cost of queueing a kernel (nothing is evaluated: the graphs
+    are dropped unrun, so the kernels are not even compiled)."""
+    n, kv, c = 100_000, 27, 32
+    with mx.stream(mx.gpu):
+        x, w = mx.zeros((n, c)), mx.zeros((c, kv, c))
+        nmap, order = mx.zeros((n, kv), dtype=mx.int32), mx.zeros((n,), dtype=mx.int32)
+        coords = mx.zeros((n, 4), dtype=mx.int32)
+        mx.eval(x, w, nmap, order, coords)
+        params = int_params(n, kv, c, c)
+        tm, tn, stages = cuda_conv._mma_config(4, c, c, n)
+        shared = cuda_conv.mma_shared_bytes(4, tm, tn, stages)
+        template = [("T", mx.float32), ("TM", tm), ("TN", tn), ("P", stages)]
+        threads = -(-n // tm) * THREADS
+        conv_fn = kernels.kernel("cuda", "conv", "conv_implicit_gemm_mma", shared)
+        table_fn = kernels.kernel("cuda", "coords", "table_insert")
+        for family, name in (("conv", "conv_implicit_gemm_mma"), ("coords", "table_insert")):
+            e = kernels.entries("cuda", family)[name]
+            print(
+                f"{name}: source handed to MLX per call {len(kernels.header('cuda', e.uses)) + len(e.source):,} bytes"
+            )
+
+        def conv_direct():
+            return conv_fn(
+                inputs=[x, w, nmap, order, params],
+                output_shapes=[(n, c)],
+                output_dtypes=[mx.float32],
+                grid=(threads, 1, 1),
+                threadgroup=(THREADS, 1, 1),
+                template=template,
+                init_value=None,
+                stream=mx.gpu,
+            )
+
+        def conv_launch():
+            return launch(
+                "conv",
+                "conv_implicit_gemm_mma",
+                [x, w, nmap, order, params],
+                [(n, c)],
+                [mx.float32],
+                threads,
+                template=template,
+                shared=shared,
+            )
+
+        def table_direct():
+            return table_fn(
+                inputs=[coords, params],
+                output_shapes=[(4 * n,)],
+                output_dtypes=[mx.int32],
+                grid=(n, 1, 1),
+                threadgroup=(THREADS, 1, 1),
+                template=[],
+                init_value=-1,
+                stream=mx.gpu,
+            )
+
+        print("conv kernel through launch()", _per_call_us(conv_launch))
+        print("conv kernel, its mx.fast.cuda_kernel called directly", _per_call_us(conv_direct))
+        print("table_insert called directly (short source)", _per_call_us(table_direct))
+        print("MLX x + 1", _per_call_us(lambda: x + 1))
+        print("int_params (cached)", _per_call_us(lambda: int_params(n, kv, c, c)))
 
 
 def op_path(coords, spec, nmap, order, c: int = 32, dtype=mx.float16) -> None:
