@@ -20,7 +20,7 @@
 #   test [FILE...] [-- PYTEST ARGS]
 #                  LATTICE_TEST_DEVICE=gpu python3 -m pytest FILE... ARGS
 #   bench [N]      bench_conv_gpu.py (which saves build/shells.npy), bench_lazy_rows.py
-#                  --repeats N (default 5), profile_cuda.py
+#                  --repeats N (default 5), profile_cuda.py, profile_cuda.py --launches
 #   ab [N] [conv]  before / after on this card: bench_lazy_rows.py --repeats N (default 5) in
 #                  build/base (carried; made here by `base REV`, with this tree's extension)
 #                  and in the tree, alternating, two rounds: build/results/ab_{base,tree}_R.json;
@@ -329,6 +329,7 @@ verb_bench() {
   step "bench_lazy_rows --repeats $n" \
     x "$PY" benchmarks/bench_lazy_rows.py --repeats "$n" --json "$RESULTS/lazy_rows.json"
   step "profile_cuda" xlog "$RESULTS/profile_cuda.txt" "$PY" benchmarks/profile_cuda.py
+  step "profile_cuda --launches" xlog "$RESULTS/launches.txt" "$PY" benchmarks/profile_cuda.py --launches
 }
 
 verb_ab() {
