@@ -36,7 +36,7 @@ import time
 
 import mlx.core as mx
 import numpy as np
-from _common import median_ms
+from _common import median_ms, timed_ms
 from bench_conv_gpu import shells
 
 import lattice
@@ -211,15 +211,14 @@ def main() -> None:
 
 
 def _per_call_us(fn, calls: int = 2000, rounds: int = 5) -> str:
-    """Median (range) over ``rounds`` of the mean microseconds of ``calls`` calls of ``fn``."""
-    for _ in range(50):
-        fn()
-    means = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
+    """Median (range) over ``rounds`` of the mean microseconds of ``calls`` calls of ``fn``
+    (``_common.timed_ms`` of the batch, one batch untimed first)."""
+
+    def batch():
         for _ in range(calls):
             fn()
-        means.append((time.perf_counter() - t0) / calls * 1e6)
+
+    means = [ms * 1e3 / calls for ms in timed_ms(batch, rounds)]
     return f"{statistics.median(means):.2f} us ({min(means):.2f}-{max(means):.2f})"
 
 
@@ -271,7 +270,10 @@ def launches() -> None:
 
         def table_direct():
             return table_fn(
-                inputs=[coords, params],
+                inputs=[
+                    coords,
+                    int_params(n, cuda_coords._table_capacity(n) - 1),
+                ],  # [n, mask] as build_table
                 output_shapes=[(4 * n,)],
                 output_dtypes=[mx.int32],
                 grid=(n, 1, 1),

@@ -290,7 +290,7 @@ def _conv_fn(rel, transposed: bool = False):
 
         def order(c_in, c_out):
             key = "in_major_row_order" if transposed else "row_order"
-            return _tile_order(rel, key, the_map(), int(c_in), int(c_out))
+            return _tile_order(rel, key, the_map(), c_in, c_out)
 
         @mx.custom_function
         def conv(x, w):
